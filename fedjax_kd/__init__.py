@@ -1,0 +1,1 @@
+"""fedjax_kd: federated distillation simulator in JAX/Flax."""
