@@ -1,0 +1,11 @@
+"""Algorithms, one module per paper; ``ALGORITHMS`` maps config names to classes."""
+
+from fedjax_kd.algorithms.base import AlgState, Algorithm, Context, RoundOutput
+from fedjax_kd.algorithms.dsfl import DSFL
+from fedjax_kd.algorithms.fd import FD
+from fedjax_kd.algorithms.fedavg import FedAvg
+from fedjax_kd.algorithms.single import Single
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    cls.name: cls for cls in (DSFL, FedAvg, FD, Single)
+}

@@ -1,0 +1,162 @@
+"""The round engine shared by every algorithm.
+
+An algorithm is a small class with ``init``, ``round`` and ``evaluate``; it
+composes the federation's kernels (train, predict, distill, evaluate) with the
+pure ops in :mod:`fedjax_kd.ops`. Host code only decides which indices, which
+clients and which payloads. Everything a round needs next time is in one
+:class:`AlgState` pytree, so a checkpoint is one call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from fedjax_kd.core import rng
+from fedjax_kd.core.federation import Federation, SingleModel
+from fedjax_kd.ops import comm
+
+Array = jax.Array
+
+
+@flax.struct.dataclass
+class AlgState:
+  """Everything carried between rounds.
+
+  Attributes:
+    clients: one stacked ModelState per cohort.
+    server: the server's model state (DS-FL's w_g, FedAvg's w_0) or ``()``.
+    extra: algorithm-specific arrays (caches, stamps, counters), a dict.
+  """
+  clients: tuple
+  server: Any = ()
+  extra: Any = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class RoundOutput:
+  """What a round reports: scalar metrics and the payloads it sent."""
+  metrics: dict[str, float]
+  payloads: list[comm.Payload]
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """Static things an algorithm needs (built once by the experiment)."""
+  spec: Any                      # ExperimentSpec
+  fed: Federation
+  root: Array                    # experiment root PRNG key
+  modules: dict[str, Any]        # model spec -> Flax module
+  optimizers: dict[str, optax.GradientTransformation]
+  bytes_per_public_sample: float  # for the one-time open-data broadcast (ComU@I)
+
+  @property
+  def data(self):
+    return self.fed.data
+
+
+class Algorithm:
+  """Base class; subclasses set ``name`` and implement ``round``."""
+  name: ClassVar[str] = ''
+  paper_rules: ClassVar[str] = 'dsfl'   # comm rule set that 'paper' resolves to
+  uses_public: ClassVar[bool] = True
+  has_server_model: ClassVar[bool] = False
+
+  def __init__(self, ctx: Context):
+    self.ctx = ctx
+    self.spec = ctx.spec
+    self.fed = ctx.fed
+    self.options = ctx.spec.options
+    self.server_model = None
+    if self.has_server_model:
+      self.server_model = SingleModel(ctx.modules[self.spec.server_model], ctx.optimizers,
+                                      ctx.data.input_shape)
+    self.distill_slot = 'train' if self.spec.distill is None else 'distill'
+
+  # ---------------------------------------------------------------- config
+  @classmethod
+  def options_from_config(cls, config: ml_collections.ConfigDict, spec) -> Any:
+    """Validates the algorithm's own config group; returns frozen options."""
+    del config, spec
+    return None
+
+  # ------------------------------------------------------------ lifecycle
+  def init(self) -> AlgState:
+    clients = self.fed.init(self.ctx.root, shared_init=self.spec.shared_init)
+    server = ()
+    if self.server_model is not None:
+      server = self.server_model.init(rng.server_key(self.ctx.root, 0, 'init'))
+    return AlgState(clients=clients, server=server, extra={})
+
+  def setup_payloads(self) -> list[comm.Payload]:
+    """One-time traffic before round 1 (the open-data multicast, ComU@I)."""
+    if not self.uses_public:
+      return []
+    return comm.open_data_broadcast(int(self.ctx.data.x_public.shape[0]),
+                                    self.ctx.bytes_per_public_sample, self.fed.num_clients)
+
+  def round(self, state: AlgState, t: int, active: np.ndarray) -> tuple[AlgState, RoundOutput]:
+    raise NotImplementedError
+
+  def evaluate(self, state: AlgState) -> dict[str, float]:
+    """Default: accuracy of the client models (mean, min, max)."""
+    return self.client_metrics(state, prefix='')
+
+  # --------------------------------------------------------------- shared
+  def train_clients(self, state: AlgState, t: int, active: np.ndarray):
+    tr = self.spec.train
+    clients, loss = self.fed.train_private(state.clients, self.ctx.root, t, epochs=tr.epochs,
+                                           batch_size=tr.batch_size, active=active)
+    return state.replace(clients=clients), _nanmean(loss)
+
+  def sample_public(self, t: int) -> tuple[np.ndarray, Array]:
+    """o_r: ``public_per_round`` open indices, uniform without replacement (A6)."""
+    n_pub = int(self.ctx.data.x_public.shape[0])
+    m = min(self.spec.public_per_round, n_pub)
+    idx = np.sort(rng.host_rng(self.spec.seed, t, 'sample').choice(n_pub, m, replace=False))
+    return idx, jnp.take(self.ctx.data.x_public, jnp.asarray(idx), axis=0)
+
+  def distill_clients(self, state: AlgState, t: int, x: Array, targets: Array,
+                      active: np.ndarray):
+    clients, loss = self.fed.distill(state.clients, self.ctx.root, t, x, targets,
+                                     epochs=self.spec.distill_epochs,
+                                     batch_size=self.spec.distill_batch_size, active=active,
+                                     opt_slot=self.distill_slot)
+    return state.replace(clients=clients), _nanmean(loss)
+
+  def distill_server(self, state: AlgState, t: int, x: Array, targets: Array):
+    server, loss = self.server_model.distill(
+        state.server, rng.server_key(self.ctx.root, t, 'distill'), x, targets,
+        epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
+        opt_slot=self.distill_slot)
+    return state.replace(server=server), float(loss[0])
+
+  def client_metrics(self, state: AlgState, prefix: str = 'client_') -> dict[str, float]:
+    if not self.spec.eval_clients and prefix:
+      return {}
+    acc, nll = self.fed.evaluate(state.clients, per_client_test=self.spec.data.per_client_test,
+                                 chunk=self.spec.eval_chunk)
+    out = {f'{prefix}acc': float(np.nanmean(acc)), f'{prefix}acc_min': float(np.nanmin(acc)),
+           f'{prefix}acc_max': float(np.nanmax(acc)), f'{prefix}loss': float(np.nanmean(nll))}
+    if not prefix:
+      out['test_acc'] = out.pop('acc')
+      out['test_loss'] = out.pop('loss')
+    return out
+
+  def server_metrics(self, state: AlgState) -> dict[str, float]:
+    d = self.ctx.data
+    acc, loss = self.server_model.evaluate(state.server, d.x_test, d.y_test,
+                                           chunk=self.spec.eval_chunk)
+    return {'test_acc': acc, 'test_loss': loss}
+
+
+def _nanmean(x) -> float:
+  x = np.asarray(x, np.float64)
+  return float(np.nanmean(x)) if np.isfinite(x).any() else float('nan')

@@ -1,0 +1,100 @@
+"""FD: federated distillation with per-label average outputs.
+
+E. Jeong et al., "Communication-Efficient On-Device Machine Learning:
+Federated Distillation and Augmentation under Non-IID Private Data", 2018; as
+"Benchmark 2" of DS-FL (Itahara et al., IEEE TMC 2021, §2.2, eqs. 4-8).
+
+Round (spec ``dsfl.md`` §2.6 and A18-A22):
+  * local update on private data: round 1 only (the literal reading, A18), or
+    every round with ``fd.update_every_round``;
+  * each client uploads its per-label mean probabilities ``t_{k,n}`` over its
+    private samples of class n (inference mode, eq. 4; zero if absent, A21);
+  * the server averages them over the clients holding class n (eq. 5);
+  * each client distils on its private data with
+    ``CE(y) + gamma * CE(teacher_k[y])`` where the teacher excludes its own
+    contribution, ``(|K_n| t_{g,n} - t_{k,n}) / (|K_n| - 1)`` (eqs. 6-7); the
+    term is dropped where ``|K_n| <= 1`` (A20).
+Evaluation: the mean test accuracy of the client models (A22).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_kd.algorithms import base
+from fedjax_kd.config import _float, _get
+from fedjax_kd.ops import comm, losses
+
+
+@dataclasses.dataclass(frozen=True)
+class FDOptions:
+  gamma: float
+  update_every_round: bool
+
+
+def fd_loss(logits, batch, aux):
+  """Eq. (7): CE on the label plus gamma x CE on the client's teacher for that label."""
+  y = batch['y']
+  teacher = aux['teacher'][y]                     # [B, C]
+  weight = aux['weight'][y] * aux['gamma']        # [B]
+  return losses.cross_entropy(logits, y) + weight * losses.soft_cross_entropy(logits, teacher)
+
+
+@jax.jit
+def fd_teachers(means: jax.Array, counts: jax.Array, active: jax.Array):
+  """Eqs. (5)-(6) for all clients at once.
+
+  Args:
+    means: ``[K, C, C]`` per-label mean probabilities of each client.
+    counts: ``[K, C]`` per-label sample counts.
+    active: ``[K]`` participation mask.
+
+  Returns:
+    ``(global [C, C], teacher [K, C, C], weight [K, C])``; ``weight`` is 0 where
+    the teacher is undefined (``|K_n| <= 1``) or the client lacks class n.
+  """
+  has = (counts > 0) & active[:, None]                      # [K, C]
+  kn = jnp.sum(has, axis=0).astype(means.dtype)             # |K_n|
+  total = jnp.einsum('kn,knc->nc', has.astype(means.dtype), means)
+  glob = total / jnp.maximum(kn, 1.0)[:, None]
+  own = means * has[:, :, None]
+  teacher = (kn[None, :, None] * glob[None] - own) / jnp.maximum(kn - 1.0, 1.0)[None, :, None]
+  weight = (has & (kn[None, :] > 1)).astype(means.dtype)
+  return glob, teacher, weight
+
+
+class FD(base.Algorithm):
+  name = 'fd'
+  uses_public = False
+
+  @classmethod
+  def options_from_config(cls, config, spec) -> FDOptions:
+    return FDOptions(gamma=_float(config, 'fd.gamma', 0.0),
+                     update_every_round=bool(_get(config, 'fd.update_every_round')))
+
+  def round(self, state, t, active):
+    metrics = {}
+    if t == 1 or self.options.update_every_round:
+      state, metrics['train_loss'] = self.train_clients(state, t, active)
+    means, counts = self.fed.class_mean_probs(state.clients, active,
+                                              chunk=self.spec.eval_chunk)
+    _, teacher, weight = fd_teachers(means, counts, jnp.asarray(active))
+    k = self.fed.num_clients
+    d = self.ctx.data
+    tr = self.spec.train
+    clients, loss = self.fed.fit(
+        state.clients, self.ctx.root, t, 'distill', shared={'x': d.x_private, 'y': d.y_private},
+        idx=d.client_idx, n=d.client_n, loss_fn=fd_loss, epochs=self.spec.distill_epochs,
+        batch_size=tr.batch_size, opt_slot=self.distill_slot, active=active,
+        aux={'teacher': teacher, 'weight': weight,
+             'gamma': jnp.full((k,), self.options.gamma, jnp.float32)})
+    metrics['distill_loss'] = base._nanmean(loss)
+    c = d.num_classes
+    payloads = [comm.Payload('per_label_probs', comm.UP, 'float', c * c, int(np.sum(active))),
+                comm.Payload('per_label_probs', comm.DOWN, 'float', c * c,
+                             int(np.sum(active)), multicast=True)]
+    return state.replace(clients=clients), base.RoundOutput(metrics, payloads)

@@ -1,0 +1,287 @@
+"""Experiment configuration: defaults, validation and the typed, frozen spec.
+
+A config is an ``ml_collections.ConfigDict`` (config files in ``configs/`` call
+:func:`default_config` and override fields). :func:`validate` checks every
+field *before any data is loaded or compiled* and returns an
+:class:`ExperimentSpec`; a bad value raises
+:class:`~fedjax_kd.errors.ConfigError` naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import ml_collections
+
+from fedjax_kd.errors import ConfigError
+
+OPTIMIZERS = ('sgd', 'adam')
+ASSIGNMENTS = ('round_robin', 'blocks')
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every field with its default; config files override what they need."""
+  c = ml_collections.ConfigDict()
+  c.algorithm = 'dsfl'
+  c.seed = 0
+  c.rounds = 30
+
+  c.data = ml_collections.ConfigDict()
+  c.data.source = 'digits'          # digits | synthetic[:N] | npz:<path> | tfds:<name>
+  c.data.public_source = ''         # '' = carve public from the training set (DS-FL)
+  c.data.data_dir = ''              # tfds data_dir
+  c.data.num_public = 400
+  c.data.num_private = -1           # -1: all remaining training samples
+  c.data.partition = 'shards'
+  c.data.alpha = 0.5                # Dirichlet concentration
+  c.data.shards_per_client = 2
+  c.data.classes_per_client = 2
+  c.data.min_size = 10              # per-class Dirichlet: min samples per client
+  c.data.per_client_test = False    # per-client test splits with the same priors
+
+  c.clients = ml_collections.ConfigDict()
+  c.clients.num_clients = 10
+  c.clients.models = ['cnn@1.0']
+  c.clients.assignment = 'round_robin'   # or an explicit list of model indices
+  c.clients.participation = 1.0          # fraction of clients sampled per round
+  c.clients.shared_init = False          # DS-FL A2: independent init by default
+
+  c.server = ml_collections.ConfigDict()
+  c.server.model = ''                    # '' = the first client model spec
+
+  c.train = ml_collections.ConfigDict()
+  c.train.optimizer = 'sgd'
+  c.train.learning_rate = 0.1
+  c.train.momentum = 0.0
+  c.train.weight_decay = 0.0
+  c.train.batch_size = 100
+  c.train.epochs = 5
+
+  c.distill = ml_collections.ConfigDict()
+  c.distill.optimizer = 'same'           # 'same' shares the train optimizer state (A3)
+  c.distill.learning_rate = 0.1
+  c.distill.momentum = 0.0
+  c.distill.weight_decay = 0.0
+  c.distill.batch_size = 100
+  c.distill.epochs = 5
+  c.distill.public_per_round = 1000      # |o_r|
+
+  c.dsfl = ml_collections.ConfigDict()
+  c.dsfl.aggregation = 'era'
+  c.dsfl.temperature = 0.1
+
+  c.fd = ml_collections.ConfigDict()
+  c.fd.gamma = 1.0
+  c.fd.update_every_round = False
+
+  c.comm = ml_collections.ConfigDict()
+  c.comm.rules = 'paper'
+  c.comm.thresholds = [0.8, 0.9]         # ComU@x reported in the summary
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every = 1
+  c.eval.clients = True                  # also score every client model
+  c.eval.chunk = 512
+
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every = 0                 # rounds between checkpoints; 0 = never
+  return c
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+  source: str
+  public_source: str
+  data_dir: str
+  num_public: int
+  num_private: int | None
+  partition: str
+  alpha: float
+  shards_per_client: int
+  classes_per_client: int
+  min_size: int
+  per_client_test: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimSpec:
+  optimizer: str
+  learning_rate: float
+  momentum: float
+  weight_decay: float
+  batch_size: int
+  epochs: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentSpec:
+  """The validated experiment; algorithm options live in ``options``."""
+  algorithm: str
+  seed: int
+  rounds: int
+  data: DataSpec
+  num_clients: int
+  client_models: tuple[str, ...]
+  participation: float
+  shared_init: bool
+  server_model: str
+  train: OptimSpec
+  distill: OptimSpec | None           # None: distillation shares ``train``'s optimizer
+  distill_batch_size: int
+  distill_epochs: int
+  public_per_round: int
+  comm_rules: str
+  comm_thresholds: tuple[float, ...]
+  eval_every: int
+  eval_clients: bool
+  eval_chunk: int
+  checkpoint_every: int
+  options: Any = None
+  raw: Any = None                     # the ConfigDict, for writing to the workdir
+
+
+def _int(c, field: str, lo: int | None = None, hi: int | None = None) -> int:
+  v = _get(c, field)
+  if isinstance(v, bool) or not isinstance(v, int):
+    raise ConfigError(field, v, 'an integer')
+  if (lo is not None and v < lo) or (hi is not None and v > hi):
+    rng = f'>= {lo}' if hi is None else f'in [{lo}, {hi}]'
+    raise ConfigError(field, v, f'an integer {rng}')
+  return v
+
+
+def _float(c, field: str, lo: float | None = None, lo_open: bool = False,
+           hi: float | None = None) -> float:
+  v = _get(c, field)
+  if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    raise ConfigError(field, v, 'a finite number')
+  v = float(v)
+  if lo is not None and (v <= lo if lo_open else v < lo):
+    raise ConfigError(field, v, f'a number {">" if lo_open else ">="} {lo}'
+                      + ('' if hi is None else f' and <= {hi}'))
+  if hi is not None and v > hi:
+    raise ConfigError(field, v, f'a number <= {hi}')
+  return v
+
+
+def _choice(c, field: str, allowed: Sequence[str]) -> str:
+  v = _get(c, field)
+  if v not in allowed:
+    raise ConfigError(field, v, tuple(allowed))
+  return v
+
+
+def _get(c, field: str):
+  node = c
+  for part in field.split('.'):
+    try:
+      node = node[part]
+    except (KeyError, AttributeError):
+      raise ConfigError(field, None, 'a value (the field is missing)') from None
+  return node
+
+
+def _canonical(registry, spec, field: str) -> str:
+  """``'cnn'`` -> ``'cnn@1'``, ``'cnn@0.50'`` -> ``'cnn@0.5'``; validates the name."""
+  if not isinstance(spec, str):
+    raise ConfigError(field, spec, 'a "name@width" string')
+  name, width = registry.parse_spec(spec, field=field)
+  return f'{name}@{width:g}'
+
+
+def _optim(c, group: str, with_epochs: bool = True) -> OptimSpec:
+  return OptimSpec(
+      optimizer=_choice(c, f'{group}.optimizer', OPTIMIZERS),
+      learning_rate=_float(c, f'{group}.learning_rate', 0.0, lo_open=True),
+      momentum=_float(c, f'{group}.momentum', 0.0, hi=1.0),
+      weight_decay=_float(c, f'{group}.weight_decay', 0.0),
+      batch_size=_int(c, f'{group}.batch_size', 1),
+      epochs=_int(c, f'{group}.epochs', 0) if with_epochs else 0)
+
+
+def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
+  """Checks every field and returns the frozen spec; raises ConfigError."""
+  from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.data import partition as partition_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
+
+  algorithm = _choice(config, 'algorithm', tuple(algorithms.ALGORITHMS))
+  seed = _int(config, 'seed', 0)
+  rounds = _int(config, 'rounds', 1)
+
+  source = _get(config, 'data.source')
+  if not isinstance(source, str) or not source:
+    raise ConfigError('data.source', source,
+                      "'digits', 'synthetic[:N]', 'npz:<path>' or 'tfds:<name>'")
+  num_private = _int(config, 'data.num_private', -1)
+  data = DataSpec(
+      source=source,
+      public_source=str(_get(config, 'data.public_source') or ''),
+      data_dir=str(_get(config, 'data.data_dir') or ''),
+      num_public=_int(config, 'data.num_public', 0),
+      num_private=None if num_private < 0 else num_private,
+      partition=_choice(config, 'data.partition', partition_lib.PARTITIONERS),
+      alpha=_float(config, 'data.alpha', 0.0, lo_open=True),
+      shards_per_client=_int(config, 'data.shards_per_client', 1),
+      classes_per_client=_int(config, 'data.classes_per_client', 1),
+      min_size=_int(config, 'data.min_size', 0),
+      per_client_test=bool(_get(config, 'data.per_client_test')))
+
+  num_clients = _int(config, 'clients.num_clients', 1)
+  models = _get(config, 'clients.models')
+  if isinstance(models, str):
+    models = [models]
+  models = list(models)
+  if not models:
+    raise ConfigError('clients.models', models, 'a non-empty list of "name@width" specs')
+  models = [_canonical(registry, m, 'clients.models') for m in models]
+  assignment = _get(config, 'clients.assignment')
+  if isinstance(assignment, str):
+    if assignment not in ASSIGNMENTS:
+      raise ConfigError('clients.assignment', assignment,
+                        "'round_robin', 'blocks' or a list of model indices")
+    if assignment == 'round_robin':
+      client_models = [models[k % len(models)] for k in range(num_clients)]
+    else:
+      client_models = [models[k * len(models) // num_clients] for k in range(num_clients)]
+  else:
+    assignment = list(assignment)
+    if len(assignment) != num_clients or any(
+        isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(models)
+        for a in assignment):
+      raise ConfigError('clients.assignment', assignment,
+                        f'a list of {num_clients} integers in [0, {len(models) - 1}]')
+    client_models = [models[a] for a in assignment]
+  participation = _float(config, 'clients.participation', 0.0, lo_open=True, hi=1.0)
+  server_model = _get(config, 'server.model') or models[0]
+  server_model = _canonical(registry, server_model, 'server.model')
+
+  train = _optim(config, 'train')
+  if _get(config, 'distill.optimizer') == 'same':
+    distill = None
+  else:
+    distill = _optim(config, 'distill', with_epochs=False)
+  distill_batch = _int(config, 'distill.batch_size', 1)
+  distill_epochs = _int(config, 'distill.epochs', 0)
+  public_per_round = _int(config, 'distill.public_per_round', 1)
+
+  comm_rules = _get(config, 'comm.rules')
+  from fedjax_kd.ops import comm  # pylint: disable=g-import-not-at-top
+  comm.get_rules(comm_rules)  # validates
+  thresholds = tuple(float(x) for x in _get(config, 'comm.thresholds'))
+
+  spec = ExperimentSpec(
+      algorithm=algorithm, seed=seed, rounds=rounds, data=data,
+      num_clients=num_clients, client_models=tuple(client_models),
+      participation=participation, shared_init=bool(_get(config, 'clients.shared_init')),
+      server_model=server_model, train=train, distill=distill,
+      distill_batch_size=distill_batch, distill_epochs=distill_epochs,
+      public_per_round=public_per_round, comm_rules=comm_rules,
+      comm_thresholds=thresholds, eval_every=_int(config, 'eval.every', 1),
+      eval_clients=bool(_get(config, 'eval.clients')),
+      eval_chunk=_int(config, 'eval.chunk', 1),
+      checkpoint_every=_int(config, 'checkpoint.every', 0), raw=config)
+  options = algorithms.ALGORITHMS[algorithm].options_from_config(config, spec)
+  return dataclasses.replace(spec, options=options)

@@ -1,0 +1,402 @@
+"""The federation: device-resident data, client cohorts and their kernels.
+
+Data lives on device once. Clients hold index tables into one shared private
+array (``client_idx[k, :client_n[k]]``), never copies. Clients are grouped into
+cohorts by model spec (``'cnn@0.5'``, ``'resnet20@1.0'``, ...); each cohort's
+state is one stacked pytree and every phase is one compiled call per cohort.
+Results of all cohorts are put back in client order so that aggregation ops
+see a single ``[K, ...]`` array and never know about cohorts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_kd.core import rng
+from fedjax_kd.core.kernels import CohortKernels, LossFn, class_prob_sums, client_mesh
+from fedjax_kd.core.state import ModelState
+from fedjax_kd.ops import losses
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------- losses
+def ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
+  """Cross-entropy on integer labels ``batch['y']`` (local update, DS-FL eq. 2)."""
+  del aux
+  return losses.cross_entropy(logits, batch['y'])
+
+
+def soft_ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
+  """Cross-entropy on shared soft targets ``batch['t']`` (DS-FL eq. 10)."""
+  del aux
+  return losses.soft_cross_entropy(logits, batch['t'])
+
+
+def client_soft_ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
+  """Cross-entropy on per-client soft targets ``aux['t'][position]``."""
+  return losses.soft_cross_entropy(logits, aux['t'][batch['_pos']])
+
+
+# ------------------------------------------------------------------- data
+@dataclasses.dataclass(frozen=True)
+class FederatedData:
+  """All arrays of an FD experiment, placed on device once.
+
+  Attributes:
+    x_private, y_private: the pooled private training data.
+    client_idx: ``[K, n_max]`` int32 rows of ``x_private`` per client (padded).
+    client_n: ``[K]`` host int array, real rows per client.
+    x_public: ``[N_pub, ...]`` unlabelled open/public data.
+    x_test, y_test: the server's test set.
+    test_idx, test_n: optional per-client test splits (rows of ``x_test``).
+    num_classes: number of classes.
+  """
+  x_private: Array
+  y_private: Array
+  client_idx: Array
+  client_n: np.ndarray
+  x_public: Array
+  x_test: Array
+  y_test: Array
+  num_classes: int
+  test_idx: Array | None = None
+  test_n: np.ndarray | None = None
+  y_public: np.ndarray | None = None  # diagnostics only; never used to train
+
+  @property
+  def num_clients(self) -> int:
+    return int(self.client_n.shape[0])
+
+  @property
+  def input_shape(self) -> tuple[int, ...]:
+    return tuple(self.x_private.shape[1:])
+
+  def client_labels(self) -> np.ndarray:
+    """``[K, C]`` host label counts of each client's private data."""
+    y = np.asarray(self.y_private)
+    idx = np.asarray(self.client_idx)
+    counts = np.zeros((self.num_clients, self.num_classes), np.int64)
+    for k in range(self.num_clients):
+      counts[k] = np.bincount(y[idx[k, :self.client_n[k]]], minlength=self.num_classes)
+    return counts
+
+
+def pack_indices(index_lists: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+  """Pads per-client index lists into ``([K, n_max] int32, [K] counts)``."""
+  n = np.asarray([len(i) for i in index_lists], np.int32)
+  n_max = max(1, int(n.max()) if len(n) else 1)
+  table = np.zeros((len(index_lists), n_max), np.int32)
+  for k, rows in enumerate(index_lists):
+    table[k, :len(rows)] = rows
+  return table, n
+
+
+def build_federated_data(x_private, y_private, client_indices, x_public, x_test,
+                         y_test, num_classes: int, test_indices=None,
+                         y_public=None) -> FederatedData:
+  """Places host arrays on device and packs the per-client index tables."""
+  table, n = pack_indices(client_indices)
+  test_idx = test_n = None
+  if test_indices is not None:
+    t, test_n = pack_indices(test_indices)
+    test_idx = jnp.asarray(t)
+  return FederatedData(
+      x_private=jnp.asarray(x_private, jnp.float32),
+      y_private=jnp.asarray(y_private, jnp.int32),
+      client_idx=jnp.asarray(table), client_n=n,
+      x_public=jnp.asarray(x_public, jnp.float32),
+      x_test=jnp.asarray(x_test, jnp.float32), y_test=jnp.asarray(y_test, jnp.int32),
+      num_classes=int(num_classes), test_idx=test_idx, test_n=test_n,
+      y_public=None if y_public is None else np.asarray(y_public))
+
+
+# ---------------------------------------------------------------- cohorts
+@dataclasses.dataclass(frozen=True, eq=False)
+class Cohort:
+  """Clients sharing one model spec; ``client_ids`` are global ids, ascending."""
+  spec: str
+  client_ids: np.ndarray
+  kernels: CohortKernels
+
+  @property
+  def size(self) -> int:
+    return int(self.client_ids.shape[0])
+
+
+def _bucket(count: int, size: int, multiple: int) -> int:
+  """Slot count for ``count`` active clients of a cohort of ``size``.
+
+  The full cohort uses exactly ``size`` (rounded up to the device multiple);
+  a subset uses the next power of two, so at most log2(size) shapes compile.
+  """
+  if count >= size:
+    s = size
+  else:
+    s = 1
+    while s < count:
+      s *= 2
+    s = min(s, size)
+  return -(-s // multiple) * multiple
+
+
+class Federation:
+  """Runs phases over all clients, cohort by cohort, in client order.
+
+  Args:
+    data: the device-resident data.
+    client_models: model spec of each client (length K).
+    modules: spec -> Flax module.
+    optimizers: optimizer slot name -> optax transformation (shared by all).
+    use_mesh: shard each cohort's slot axis over all local devices.
+  """
+
+  def __init__(self, data: FederatedData, client_models: Sequence[str],
+               modules: dict[str, Any], optimizers: dict[str, optax.GradientTransformation],
+               use_mesh: bool = True):
+    self.data = data
+    self.client_models = tuple(client_models)
+    self.mesh = client_mesh() if use_mesh else None
+    self.multiple = 1 if self.mesh is None else self.mesh.size
+    self.optimizers = optimizers
+    specs = sorted(set(self.client_models), key=self.client_models.index)
+    ids = np.asarray(self.client_models)
+    self.cohorts = [Cohort(s, np.flatnonzero(ids == s).astype(np.int32),
+                           CohortKernels(modules[s], optimizers, self.mesh))
+                    for s in specs]
+    self._cohort_of = np.zeros(len(client_models), np.int32)
+    self._row_of = np.zeros(len(client_models), np.int32)
+    for c, cohort in enumerate(self.cohorts):
+      self._cohort_of[cohort.client_ids] = c
+      self._row_of[cohort.client_ids] = np.arange(cohort.size)
+    self._scatter = jax.jit(lambda full, ids, vals: full.at[ids].set(vals, mode='drop'))
+
+  @property
+  def num_clients(self) -> int:
+    return len(self.client_models)
+
+  # ------------------------------------------------------------ helpers
+  def _active(self, active: np.ndarray | None) -> np.ndarray:
+    if active is None:
+      return np.ones(self.num_clients, bool)
+    active = np.asarray(active, bool)
+    if active.shape != (self.num_clients,):
+      raise ValueError(f'active mask has shape {active.shape}, expected ({self.num_clients},)')
+    return active
+
+  def plan(self, cohort: Cohort, active: np.ndarray):
+    """Slots for the active clients of ``cohort``.
+
+    Returns:
+      ``(slots [S] int32 cohort rows, valid [S] bool, global_ids [S] int32)``;
+      padding slots have an out-of-range row and global id ``K``.
+    """
+    rows = np.flatnonzero(active[cohort.client_ids]).astype(np.int32)
+    s = _bucket(len(rows), cohort.size, self.multiple)
+    slots = np.full(s, cohort.size, np.int32)
+    slots[:len(rows)] = rows
+    valid = np.zeros(s, bool)
+    valid[:len(rows)] = True
+    gids = np.full(s, self.num_clients, np.int32)
+    gids[:len(rows)] = cohort.client_ids[rows]
+    return slots, valid, gids
+
+  def _scatter_clients(self, full: Array, gids: np.ndarray, vals: Array) -> Array:
+    return self._scatter(full, jnp.asarray(gids), vals)
+
+  # --------------------------------------------------------------- init
+  def init(self, root: Array, shared_init: bool = False) -> tuple[ModelState, ...]:
+    """Initial states, one per cohort. Keys depend on client id only (A2)."""
+    states = []
+    for cohort in self.cohorts:
+      ids = np.zeros_like(cohort.client_ids) if shared_init else cohort.client_ids
+      keys = rng.client_keys(root, 0, ids, 'init')
+      states.append(cohort.kernels.init(keys, self.data.input_shape))
+    return tuple(states)
+
+  # ---------------------------------------------------------------- fit
+  def fit(self, states: Sequence[ModelState], root: Array, t: int, phase: str, *,
+          shared: dict, idx: Array, n: np.ndarray | Array, loss_fn: LossFn,
+          epochs: int, batch_size: int, aux: dict | None = None,
+          opt_slot: str = 'train', active: np.ndarray | None = None,
+          augment: Callable | None = None) -> tuple[tuple[ModelState, ...], np.ndarray]:
+    """General local optimisation of every active client.
+
+    Args:
+      states: cohort states (consumed).
+      root: experiment root key; per-client keys are derived from
+        ``(t, client id, phase)``.
+      t: round number.
+      phase: phase name for the key (``'train'``, ``'distill'``, ...).
+      shared: arrays shared by all clients (must include ``'x'``).
+      idx: ``[K, n_max]`` per-client rows of ``shared``, or ``[n_max]`` for all.
+      n: ``[K]`` real rows per client.
+      loss_fn: module-level per-sample loss.
+      epochs, batch_size: as in Keras ``fit``.
+      aux: per-client arrays with leading axis ``K``.
+      opt_slot: optimizer slot.
+      active: ``[K]`` bool mask of participating clients (default all).
+      augment: optional batch augmentation.
+
+    Returns:
+      New states and the mean loss per client ``[K]`` (NaN for inactive).
+    """
+    active = self._active(active)
+    aux = aux or {}
+    n = jnp.asarray(n, jnp.int32)
+    out_states, loss_full = [], jnp.full((self.num_clients,), jnp.nan, jnp.float32)
+    for cohort, state in zip(self.cohorts, states):
+      slots, valid, gids = self.plan(cohort, active)
+      if not valid.any():
+        out_states.append(state)
+        continue
+      g = jnp.asarray(gids)
+      keys = rng.client_keys(root, t, np.minimum(gids, self.num_clients - 1), phase)
+      cidx = idx if idx.ndim == 1 else jnp.take(idx, g, axis=0, mode='clip')
+      caux = jax.tree.map(lambda a: jnp.take(a, g, axis=0, mode='clip'), aux)
+      state, loss = cohort.kernels.fit(
+          state, jnp.asarray(slots), jnp.asarray(valid), keys, cidx,
+          jnp.take(n, g, mode='clip'), shared, caux, loss_fn=loss_fn, epochs=epochs,
+          batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+      out_states.append(state)
+      loss_full = self._scatter_clients(loss_full, np.where(valid, gids, self.num_clients), loss)
+    return tuple(out_states), np.asarray(loss_full)
+
+  def train_private(self, states, root, t, *, epochs: int, batch_size: int,
+                    active=None, opt_slot='train', augment=None):
+    """Local update on each client's labelled private data (DS-FL eq. 1)."""
+    d = self.data
+    return self.fit(states, root, t, 'train', shared={'x': d.x_private, 'y': d.y_private},
+                    idx=d.client_idx, n=d.client_n, loss_fn=ce_loss, epochs=epochs,
+                    batch_size=batch_size, opt_slot=opt_slot, active=active, augment=augment)
+
+  def distill(self, states, root, t, x: Array, targets: Array, *, epochs: int,
+              batch_size: int, active=None, opt_slot='train', augment=None):
+    """Distillation on shared inputs ``x`` ``[m, ...]`` (DS-FL eq. 10).
+
+    ``targets`` is ``[m, C]`` (the same for every client) or ``[K, m, C]``.
+    """
+    m = x.shape[0]
+    idx = jnp.arange(m, dtype=jnp.int32)
+    n = np.full(self.num_clients, m, np.int32)
+    if targets.ndim == 2:
+      return self.fit(states, root, t, 'distill', shared={'x': x, 't': targets}, idx=idx,
+                      n=n, loss_fn=soft_ce_loss, epochs=epochs, batch_size=batch_size,
+                      opt_slot=opt_slot, active=active, augment=augment)
+    return self.fit(states, root, t, 'distill', shared={'x': x}, idx=idx, n=n,
+                    aux={'t': targets}, loss_fn=client_soft_ce_loss, epochs=epochs,
+                    batch_size=batch_size, opt_slot=opt_slot, active=active,
+                    augment=augment)
+
+  # ------------------------------------------------------------ predict
+  def predict(self, states, x: Array, active=None, *, chunk: int = 512,
+              log: bool = False) -> Array:
+    """``[K, m, C]`` client probabilities on ``x``; zero rows for inactive clients."""
+    active = self._active(active)
+    full = jnp.zeros((self.num_clients, x.shape[0], self.data.num_classes), jnp.float32)
+    for cohort, state in zip(self.cohorts, states):
+      slots, valid, gids = self.plan(cohort, active)
+      if not valid.any():
+        continue
+      probs = cohort.kernels.predict(state, jnp.asarray(slots), x, chunk=chunk, log=log)
+      full = self._scatter_clients(full, np.where(valid, gids, self.num_clients), probs)
+    return full
+
+  def class_mean_probs(self, states, active=None, *, chunk: int = 512):
+    """Per-label mean probabilities on each client's private data (FD eq. 4).
+
+    Returns:
+      ``means [K, C, C]`` (row n: mean prediction over the client's samples of
+      class n; zero if it has none) and ``counts [K, C]``; zeros for inactive.
+    """
+    active = self._active(active)
+    d = self.data
+    c = d.num_classes
+    sums = jnp.zeros((self.num_clients, c, c), jnp.float32)
+    counts = jnp.zeros((self.num_clients, c), jnp.float32)
+    n_all = jnp.asarray(d.client_n)
+    for cohort, state in zip(self.cohorts, states):
+      slots, valid, gids = self.plan(cohort, active)
+      if not valid.any():
+        continue
+      g = jnp.asarray(gids)
+      s, n = class_prob_sums(cohort.kernels, state, jnp.asarray(slots), d.x_private,
+                             d.y_private, jnp.take(d.client_idx, g, axis=0, mode='clip'),
+                             jnp.take(n_all, g, mode='clip'), c, chunk=chunk)
+      w = np.where(valid, gids, self.num_clients)
+      sums = self._scatter_clients(sums, w, s)
+      counts = self._scatter_clients(counts, w, n)
+    means = sums / jnp.maximum(counts, 1.0)[:, :, None]
+    return means, counts
+
+  # ----------------------------------------------------------- evaluate
+  def evaluate(self, states, *, per_client_test: bool = False, active=None,
+               chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Test accuracy and loss of every client model ``[K]`` (NaN if inactive).
+
+    ``per_client_test`` uses each client's own test split (``data.test_idx``);
+    otherwise every client is scored on the full server test set.
+    """
+    active = self._active(active)
+    d = self.data
+    acc = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
+    nll = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
+    for cohort, state in zip(self.cohorts, states):
+      slots, valid, gids = self.plan(cohort, active)
+      if not valid.any():
+        continue
+      if per_client_test:
+        g = jnp.asarray(gids)
+        a, l = cohort.kernels.evaluate(
+            state, jnp.asarray(slots), d.x_test, d.y_test,
+            jnp.take(d.test_idx, g, axis=0, mode='clip'),
+            jnp.take(jnp.asarray(d.test_n), g, mode='clip'), chunk=chunk)
+      else:
+        a, l = cohort.kernels.evaluate(state, jnp.asarray(slots), d.x_test, d.y_test,
+                                       chunk=chunk)
+      w = np.where(valid, gids, self.num_clients)
+      acc = self._scatter_clients(acc, w, a)
+      nll = self._scatter_clients(nll, w, l)
+    return np.asarray(acc), np.asarray(nll)
+
+
+class SingleModel:
+  """A lone model (e.g. DS-FL's server model w_g) run with the same kernels."""
+
+  def __init__(self, module, optimizers: dict[str, optax.GradientTransformation],
+               input_shape: tuple[int, ...]):
+    self.kernels = CohortKernels(module, optimizers, mesh=None)
+    self.input_shape = tuple(input_shape)
+    self._slots = jnp.zeros((1,), jnp.int32)
+    self._valid = jnp.ones((1,), bool)
+
+  def init(self, key: Array) -> ModelState:
+    return self.kernels.init(key[None], self.input_shape)
+
+  def distill(self, state: ModelState, key: Array, x: Array, targets: Array, *,
+              epochs: int, batch_size: int, opt_slot: str = 'train', augment=None):
+    m = x.shape[0]
+    return self.kernels.fit(state, self._slots, self._valid, key[None],
+                            jnp.arange(m, dtype=jnp.int32), jnp.full((1,), m, jnp.int32),
+                            {'x': x, 't': targets}, {}, loss_fn=soft_ce_loss, epochs=epochs,
+                            batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+
+  def fit(self, state, key, x, y, *, epochs, batch_size, opt_slot='train', augment=None):
+    m = x.shape[0]
+    return self.kernels.fit(state, self._slots, self._valid, key[None],
+                            jnp.arange(m, dtype=jnp.int32), jnp.full((1,), m, jnp.int32),
+                            {'x': x, 'y': y}, {}, loss_fn=ce_loss, epochs=epochs,
+                            batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+
+  def evaluate(self, state, x, y, chunk: int = 512) -> tuple[float, float]:
+    a, l = self.kernels.evaluate(state, self._slots, x, y, chunk=chunk)
+    return float(a[0]), float(l[0])
+
+  def predict(self, state, x, chunk: int = 512) -> Array:
+    return self.kernels.predict(state, self._slots, x, chunk=chunk)[0]

@@ -1,0 +1,303 @@
+"""Compiled per-cohort kernels: vmap over clients, lax.scan over steps.
+
+A cohort is a set of clients with the same model spec. Its state is one
+:class:`~fedjax_kd.core.state.ModelState` whose leaves carry a leading client
+axis. Every kernel works on *slots*: a fixed-size vector of cohort rows (padded
+with an out-of-range id and a ``valid`` flag), so a round on any subset of
+clients reuses the same compiled function. Kernels are jitted once per
+(cohort, slot count, data shapes, static options) and the slot axis is sharded
+over all local devices when there are several.
+
+Local optimisation follows Keras' ``fit`` semantics used by DS-FL (A4, A5):
+reshuffle every epoch, keep the partial last batch, mean loss over the real
+samples of a batch. Clients of unequal size are padded to the largest; padded
+positions are masked out of the loss and of BatchNorm statistics, and a step
+with no real sample leaves the state untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from fedjax_kd.core.state import ModelState, put_clients, take_clients
+from fedjax_kd.ops.losses import masked_mean
+
+Array = jax.Array
+# loss_fn(logits [B, C], batch: dict of gathered arrays, aux: per-client dict) -> [B]
+LossFn = Callable[[Array, dict, dict], Array]
+
+
+def client_mesh() -> Mesh | None:
+  """A 1-D mesh over all local devices, or ``None`` on a single device."""
+  devices = jax.devices()
+  if len(devices) <= 1:
+    return None
+  return Mesh(np.asarray(devices), ('clients',))
+
+
+def _constrain(tree: Any, mesh: Mesh | None) -> Any:
+  if mesh is None:
+    return tree
+  sharding = NamedSharding(mesh, PartitionSpec('clients'))
+  return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
+
+
+def _variables(params, batch_stats):
+  v = {'params': params}
+  if batch_stats:
+    v['batch_stats'] = batch_stats
+  return v
+
+
+class CohortKernels:
+  """Jitted train/distill/predict/evaluate functions for one model spec.
+
+  Args:
+    module: the Flax module of the cohort.
+    optimizers: optimizer slot name -> optax transformation.
+    mesh: device mesh for the slot axis (``None``: one device).
+  """
+
+  def __init__(self, module: nn.Module, optimizers: dict[str, optax.GradientTransformation],
+               mesh: Mesh | None = None):
+    self.module = module
+    self.optimizers = dict(optimizers)
+    self.mesh = mesh
+    self._fit = jax.jit(self._fit_impl, donate_argnums=(0,),
+                        static_argnames=('loss_fn', 'epochs', 'batch_size',
+                                         'opt_slot', 'idx_shared', 'augment'))
+    self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log'))
+    self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
+    self._init = jax.jit(self._init_impl, static_argnames=('input_shape',))
+
+  # ------------------------------------------------------------------ init
+  def _init_impl(self, keys: Array, input_shape: tuple[int, ...]) -> ModelState:
+    dummy = jnp.zeros((1,) + tuple(input_shape), jnp.float32)
+
+    def one(key):
+      variables = self.module.init({'params': key, 'dropout': key}, dummy, train=False)
+      params = variables['params']
+      stats = variables.get('batch_stats', {})
+      opt = {name: tx.init(params) for name, tx in self.optimizers.items()}
+      return ModelState(params=params, batch_stats=stats, opt_state=opt)
+
+    return jax.vmap(one)(keys)
+
+  def init(self, keys: Array, input_shape: tuple[int, ...]) -> ModelState:
+    """Initial stacked state, one model per key."""
+    return self._init(keys, tuple(input_shape))
+
+  # ------------------------------------------------------------------- fit
+  def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array,
+               shared: dict, aux: dict, *, loss_fn: LossFn, epochs: int,
+               batch_size: int, opt_slot: str, augment: Callable | None):
+    tx = self.optimizers[opt_slot]
+    n_max = idx.shape[0]
+    steps_per_epoch = -(-n_max // batch_size)
+    total = steps_per_epoch * batch_size
+    keys = jax.random.split(key, epochs + 1)
+
+    def permutation(k):
+      r = jax.random.uniform(k, (n_max,))
+      r = jnp.where(jnp.arange(n_max) < n, r, 2.0)  # real positions first
+      p = jnp.argsort(r).astype(jnp.int32)
+      return jnp.concatenate([p, jnp.full((total - n_max,), n_max, jnp.int32)])
+
+    positions = jax.vmap(permutation)(keys[:epochs]).reshape(
+        epochs * steps_per_epoch, batch_size)
+    step_keys = jax.random.split(keys[epochs], epochs * steps_per_epoch)
+
+    def step(st: ModelState, inputs):
+      pos, k = inputs
+      valid = pos < n
+      rows = idx[jnp.minimum(pos, n_max - 1)]
+      batch = {name: arr[rows] for name, arr in shared.items()}
+      batch['_pos'] = pos
+      k_aug, k_drop = jax.random.split(k)
+      if augment is not None:
+        batch['x'] = augment(k_aug, batch['x'])
+
+      def loss(params):
+        variables = _variables(params, st.batch_stats)
+        if st.batch_stats:
+          logits, upd = self.module.apply(variables, batch['x'], train=True, mask=valid,
+                                          mutable=['batch_stats'], rngs={'dropout': k_drop})
+          stats = upd['batch_stats']
+        else:
+          logits = self.module.apply(variables, batch['x'], train=True, mask=valid,
+                                     rngs={'dropout': k_drop})
+          stats = st.batch_stats
+        return masked_mean(loss_fn(logits, batch, aux), valid), stats
+
+      (value, stats), grads = jax.value_and_grad(loss, has_aux=True)(st.params)
+      updates, opt = tx.update(grads, st.opt_state[opt_slot], st.params)
+      params = optax.apply_updates(st.params, updates)
+      new = ModelState(params=params, batch_stats=stats,
+                       opt_state={**st.opt_state, opt_slot: opt})
+      any_valid = jnp.any(valid)
+      new = jax.tree.map(lambda a, b: jnp.where(any_valid, a, b), new, st)
+      return new, (value, any_valid)
+
+    state, (losses, used) = jax.lax.scan(step, state, (positions, step_keys))
+    used = used.astype(losses.dtype)
+    return state, jnp.sum(losses * used) / jnp.maximum(jnp.sum(used), 1.0)
+
+  def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, *, loss_fn,
+                epochs, batch_size, opt_slot, idx_shared, augment):
+    sub = _constrain(take_clients(state, slots), self.mesh)
+    n = jnp.where(valid, n, 0)
+    fit = functools.partial(self._fit_one, loss_fn=loss_fn, epochs=epochs,
+                            batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+    new, loss = jax.vmap(fit, in_axes=(0, 0, None if idx_shared else 0, 0, None, 0))(
+        sub, _constrain(keys, self.mesh), idx, n, shared, aux)
+    write = jnp.where(valid, slots, jnp.iinfo(jnp.int32).max)
+    return put_clients(state, write, new), loss
+
+  def fit(self, state: ModelState, slots: Array, valid: Array, keys: Array,
+          idx: Array, n: Array, shared: dict, aux: dict, *, loss_fn: LossFn,
+          epochs: int, batch_size: int, opt_slot: str = 'train',
+          augment: Callable | None = None) -> tuple[ModelState, Array]:
+    """Runs ``epochs`` epochs of minibatch training on the slotted clients.
+
+    Args:
+      state: cohort state (donated: do not reuse the argument).
+      slots: ``[S]`` int32 cohort rows to train.
+      valid: ``[S]`` bool, False for padding slots (their rows are not written).
+      keys: ``[S]`` PRNG keys.
+      idx: ``[S, n_max]`` rows of the ``shared`` arrays that each client owns,
+        or ``[n_max]`` when every client trains on the same rows.
+      n: ``[S]`` number of real rows of each client.
+      shared: dict of arrays with a leading sample axis, same for every client
+        (must include ``'x'``); gathered per batch and passed to ``loss_fn``.
+      aux: dict of per-slot arrays (leading axis ``S``) passed whole to
+        ``loss_fn`` (e.g. per-client targets indexed by ``batch['_pos']``).
+      loss_fn: per-sample loss; a module-level function (it is a static arg).
+      epochs: passes over each client's data.
+      batch_size: minibatch size.
+      opt_slot: which optimizer (and optimizer state) to use.
+      augment: optional ``augment(key, x) -> x`` applied per batch.
+
+    Returns:
+      The new cohort state and the mean training loss of each slot ``[S]``.
+    """
+    return self._fit(state, slots, valid, keys, idx, n, shared, aux, loss_fn=loss_fn,
+                     epochs=epochs, batch_size=batch_size, opt_slot=opt_slot,
+                     idx_shared=(idx.ndim == 1), augment=augment)
+
+  # --------------------------------------------------------------- predict
+  def _logits_chunks(self, sub: ModelState, x: Array, chunk: int) -> Array:
+    """``[S, m, C]`` inference-mode logits of every slot on shared inputs ``x``."""
+    m = x.shape[0]
+    pad = (-m) % chunk
+    xp = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+    xs = xp.reshape((-1, chunk) + x.shape[1:])
+
+    def one_chunk(xc):
+      return jax.vmap(lambda st: self.module.apply(
+          _variables(st.params, st.batch_stats), xc, train=False))(sub)
+
+    out = jax.lax.map(one_chunk, xs)  # [n_chunks, S, chunk, C]
+    out = jnp.moveaxis(out, 1, 0).reshape(sub_size(sub), -1, out.shape[-1])
+    return out[:, :m]
+
+  def _predict_impl(self, state, slots, x, *, chunk, log):
+    sub = _constrain(take_clients(state, slots), self.mesh)
+    logits = self._logits_chunks(sub, x, chunk)
+    return jax.nn.log_softmax(logits, -1) if log else jax.nn.softmax(logits, -1)
+
+  def predict(self, state: ModelState, slots: Array, x: Array, *, chunk: int = 512,
+              log: bool = False) -> Array:
+    """Softmax outputs ``[S, m, C]`` (inference-mode BN) on shared inputs ``x``."""
+    chunk = max(1, min(chunk, x.shape[0]))
+    return self._predict(state, slots, x, chunk=chunk, log=log)
+
+  # -------------------------------------------------------------- evaluate
+  def _evaluate_impl(self, state, slots, x, y, idx, n, *, chunk, idx_shared):
+    sub = _constrain(take_clients(state, slots), self.mesh)
+    m = idx.shape[-1]
+    pad = (-m) % chunk
+    pad_cfg = [(0, pad)] if idx_shared else [(0, 0), (0, pad)]
+    idxp = jnp.pad(idx, pad_cfg)
+    pos = jnp.arange(m + pad).reshape(-1, chunk)
+
+    def one_client(st, cidx, cn):
+      def body(carry, p):
+        rows = cidx[p]
+        logits = self.module.apply(_variables(st.params, st.batch_stats), x[rows],
+                                   train=False)
+        ok = (p < cn).astype(jnp.float32)
+        correct = jnp.sum((jnp.argmax(logits, -1) == y[rows]) * ok)
+        logp = jax.nn.log_softmax(logits, -1)
+        nll = -jnp.sum(jnp.take_along_axis(logp, y[rows][:, None], -1)[:, 0] * ok)
+        return (carry[0] + correct, carry[1] + nll), None
+
+      (correct, nll), _ = jax.lax.scan(body, (0.0, 0.0), pos)
+      denom = jnp.maximum(cn.astype(jnp.float32), 1.0)
+      return correct / denom, nll / denom
+
+    return jax.vmap(one_client, in_axes=(0, None if idx_shared else 0, 0))(sub, idxp, n)
+
+  def evaluate(self, state: ModelState, slots: Array, x: Array, y: Array,
+               idx: Array | None = None, n: Array | None = None, *,
+               chunk: int = 512) -> tuple[Array, Array]:
+    """Accuracy and mean cross-entropy ``[S]`` on ``x[idx]``, ``y[idx]``.
+
+    ``idx=None`` evaluates every slot on all of ``x``; ``idx`` ``[S, m]`` with
+    counts ``n`` ``[S]`` gives per-client test sets.
+    """
+    s = slots.shape[0]
+    if idx is None:
+      idx = jnp.arange(x.shape[0], dtype=jnp.int32)
+      n = jnp.full((s,), x.shape[0], jnp.int32)
+    chunk = max(1, min(chunk, idx.shape[-1]))
+    return self._evaluate(state, slots, x, y, idx, n, chunk=chunk,
+                          idx_shared=(idx.ndim == 1))
+
+
+def sub_size(tree: Any) -> int:
+  return jax.tree.leaves(tree)[0].shape[0]
+
+
+def _class_sums_impl(module, state, slots, x, y, idx, n, num_classes, chunk, mesh):
+  sub = _constrain(take_clients(state, slots), mesh)
+  m = idx.shape[-1]
+  pad = (-m) % chunk
+  idxp = jnp.pad(idx, [(0, 0), (0, pad)])
+  pos = jnp.arange(m + pad).reshape(-1, chunk)
+
+  def one_client(st, cidx, cn):
+    def body(carry, p):
+      rows = cidx[p]
+      probs = jax.nn.softmax(module.apply(_variables(st.params, st.batch_stats), x[rows],
+                                          train=False), -1)
+      onehot = jax.nn.one_hot(y[rows], num_classes) * (p < cn)[:, None]
+      return (carry[0] + onehot.T @ probs, carry[1] + onehot.sum(0)), None
+
+    init = (jnp.zeros((num_classes, num_classes)), jnp.zeros((num_classes,)))
+    (sums, counts), _ = jax.lax.scan(body, init, pos)
+    return sums, counts
+
+  return jax.vmap(one_client)(sub, idxp, n)
+
+
+def class_prob_sums(kernels: CohortKernels, state: ModelState, slots: Array, x: Array,
+                    y: Array, idx: Array, n: Array, num_classes: int,
+                    chunk: int = 512) -> tuple[Array, Array]:
+  """Per-client sums of predicted probabilities grouped by true label.
+
+  Returns ``sums [S, C, C]`` (row = true label) and ``counts [S, C]`` over each
+  slot's rows ``x[idx[s, :n[s]]]`` in inference mode (FD, Jeong et al. eq. 4).
+  """
+  fn = kernels.__dict__.setdefault('_class_sums', jax.jit(
+      functools.partial(_class_sums_impl, kernels.module, mesh=kernels.mesh),
+      static_argnames=('num_classes', 'chunk')))
+  chunk = max(1, min(chunk, idx.shape[-1]))
+  return fn(state, slots, x, y, idx, n, num_classes=num_classes, chunk=chunk)

@@ -1,0 +1,98 @@
+"""Builds an experiment from a validated spec: data, partition, models, algorithm.
+
+Everything that can fail on bad input (data files, split sizes, partition
+feasibility, model/input compatibility) runs here, before any compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+import optax
+
+from fedjax_kd import algorithms
+from fedjax_kd.algorithms.base import Algorithm, Context
+from fedjax_kd.config import ExperimentSpec, OptimSpec
+from fedjax_kd.core.federation import Federation, build_federated_data
+from fedjax_kd.data import partition as partition_lib
+from fedjax_kd.data import sources, splits
+from fedjax_kd.models import registry
+
+
+def make_optimizer(o: OptimSpec) -> optax.GradientTransformation:
+  """SGD (optionally with momentum) or Adam, with optional L2 weight decay."""
+  if o.optimizer == 'sgd':
+    tx = optax.sgd(o.learning_rate, momentum=o.momentum or None)
+  else:
+    tx = optax.adam(o.learning_rate)
+  if o.weight_decay:
+    tx = optax.chain(optax.add_decayed_weights(o.weight_decay), tx)
+  return tx
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  spec: ExperimentSpec
+  ctx: Context
+  algorithm: Algorithm
+
+
+def build(spec: ExperimentSpec) -> Experiment:
+  """Loads data, partitions it, builds models and the algorithm (no training)."""
+  d = spec.data
+  data_dir = d.data_dir or None
+  dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed, field='data.source')
+  public = None
+  if d.public_source:
+    public = sources.load_source(d.public_source, data_dir=data_dir, seed=spec.seed,
+                                 field='data.public_source')
+  split = splits.fd_split(dataset, num_public=d.num_public, num_private=d.num_private,
+                          seed=spec.seed, public=public)
+  kwargs = dict(num_classes=split.num_classes, seed=spec.seed, alpha=d.alpha,
+                shards_per_client=d.shards_per_client, classes_per_client=d.classes_per_client,
+                min_size=d.min_size)
+  part = partition_lib.partition(d.partition, split.y_private, spec.num_clients, **kwargs)
+  test_indices = None
+  if d.per_client_test:
+    test_indices = partition_lib.partition_test_like(
+        d.partition, part, split.y_test, spec.num_clients, num_classes=split.num_classes,
+        seed=spec.seed)
+  data = build_federated_data(split.x_private, split.y_private, part.client_indices,
+                              split.x_public, split.x_test, split.y_test, split.num_classes,
+                              test_indices=test_indices, y_public=split.y_public)
+  input_shape = tuple(split.x_private.shape[1:])
+  specs = list(dict.fromkeys(spec.client_models + (spec.server_model,)))
+  modules = {}
+  for s in specs:
+    field = 'server.model' if s not in spec.client_models else 'clients.models'
+    modules[s] = registry.get_model(s, num_classes=split.num_classes, input_shape=input_shape,
+                                    field=field)
+  optimizers = {'train': make_optimizer(spec.train)}
+  if spec.distill is not None:
+    optimizers['distill'] = make_optimizer(spec.distill)
+  fed = Federation(data, spec.client_models, modules, optimizers)
+  ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
+                optimizers=optimizers,
+                bytes_per_public_sample=float(math.prod(input_shape) * 4))
+  algorithm = algorithms.ALGORITHMS[spec.algorithm](ctx)
+  return Experiment(spec=spec, ctx=ctx, algorithm=algorithm)
+
+
+def participants(spec: ExperimentSpec, t: int) -> np.ndarray:
+  """``[K]`` bool: the clients taking part in round ``t``.
+
+  Full participation by default; otherwise ``round(participation * K)`` (at
+  least 1) clients sampled uniformly without replacement, seeded by round.
+  """
+  k = spec.num_clients
+  if spec.participation >= 1.0:
+    return np.ones(k, bool)
+  from fedjax_kd.core import rng  # pylint: disable=g-import-not-at-top
+  m = max(1, int(round(spec.participation * k)))
+  chosen = rng.host_rng(spec.seed, t, 'select').choice(k, m, replace=False)
+  mask = np.zeros(k, bool)
+  mask[chosen] = True
+  return mask

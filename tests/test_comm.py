@@ -1,0 +1,70 @@
+"""Communication accounting reproduces DS-FL's Tables 1 and 2 and §5 exactly."""
+
+import pytest
+
+from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops import comm
+
+DSFL = comm.RULES['dsfl']
+
+
+def per_round(payloads, rules=DSFL):
+  return comm.count_bytes(payloads, rules)['total']
+
+
+# Table 1 (images, K=100, N_L=10, |o_r|=1000) and Table 2 (text, K=10).
+@pytest.mark.parametrize('k,p_total,c,fl,fd,dsfl', [
+    (100, 584_458, 10, 236_121_032, 40_400, 4_040_000),      # MNIST: 236.1 MB, 40.4 kB, 4.0 MB
+    (100, 2_762_272, 10, 1_115_957_888, 40_400, 4_040_000),  # FMNIST: 1.1 GB
+    (10, 646_338, 2, 28_438_872, 176, 88_000),               # IMDb: 28.6 MB*, 176 B, 88 kB
+    (10, 5_194_670, 46, 228_565_480, 93_104, 2_024_000),     # Reuters: 228.8 MB*, 93 kB, 2.0 MB
+])
+def test_dsfl_tables_1_and_2(k, p_total, c, fl, fd, dsfl):
+  assert per_round(comm.model_exchange(k, p_total)) == fl
+  fd_payloads = [comm.Payload('per_label_probs', comm.UP, 'float', c * c, k),
+                 comm.Payload('per_label_probs', comm.DOWN, 'float', c * c, k, multicast=True)]
+  assert per_round(fd_payloads) == fd
+  assert per_round(comm.soft_label_exchange(k, 1000, c)) == dsfl
+
+
+def test_table1_rounded_as_printed():
+  assert round(per_round(comm.model_exchange(100, 584_458)) / 1e6, 1) == 236.1
+  assert round(per_round(comm.model_exchange(100, 2_762_272)) / 1e9, 1) == 1.1
+  assert round(per_round(comm.soft_label_exchange(100, 1000, 10)) / 1e6, 1) == 4.0
+  assert per_round(comm.soft_label_exchange(100, 1000, 10)) / per_round(
+      [comm.Payload('x', comm.UP, 'float', 100, 100),
+       comm.Payload('x', comm.DOWN, 'float', 100, 100, multicast=True)]) == 100
+
+
+@pytest.mark.parametrize('i_o,gb', [(5000, 0.016), (10000, 0.031), (20000, 0.063),
+                                    (40000, 0.13)])
+def test_comu_at_i_open_data(i_o, gb):
+  b = per_round(comm.open_data_broadcast(i_o, 784 * 4, 100))
+  assert b == i_o * 3136
+  assert round(b / 1e9, 3 if gb < 0.1 else 2) == gb
+
+
+@pytest.mark.parametrize('rounds,expected_gb', [(24, 5.67), (53, 12.5)])
+def test_fl_comu_mnist(rounds, expected_gb):
+  """FL cumulative cost = (1 + r(K+1)) P_total 4 B: the initial broadcast counts once."""
+  init = per_round([comm.Payload('params', comm.DOWN, 'float', 584_458, 100, multicast=True)])
+  total = init + rounds * per_round(comm.model_exchange(100, 584_458))
+  assert round(total / 1e9, 2 if expected_gb < 10 else 1) == expected_gb
+
+
+def test_scarlet_rules_count_broadcast_per_receiver_and_int64():
+  p = [comm.Payload('soft_labels', comm.DOWN, 'float', 10, 5, multicast=True),
+       comm.Payload('indices', comm.UP, 'index', 10, 1),
+       comm.Payload('signals', comm.DOWN, 'signal', 10, 1)]
+  sc = comm.count_bytes(p, comm.RULES['scarlet'])
+  assert sc == {'up': 80, 'down': 5 * 40 + 80, 'total': 360}
+  mn = comm.count_bytes(p, comm.RULES['minimal'])
+  assert mn == {'up': 40, 'down': 40 + 3, 'total': 83}  # 10 x 2 bits -> 3 bytes
+
+
+def test_comu_at_and_rules_errors():
+  assert comm.comu_at([0.5, 0.81, 0.95], [10, 20, 30], 0.8) == 20
+  assert comm.comu_at([0.5], [10], 0.8) is None
+  assert comm.get_rules('paper', 'scarlet').name == 'scarlet'
+  with pytest.raises(ConfigError, match='comm.rules'):
+    comm.get_rules('exact')
