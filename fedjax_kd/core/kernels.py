@@ -103,17 +103,24 @@ class CohortKernels:
     n_max = idx.shape[0]
     steps_per_epoch = -(-n_max // batch_size)
     total = steps_per_epoch * batch_size
-    keys = jax.random.split(key, epochs + 1)
+    # Keys by identity (epoch, position, step), never by array shape: a client's
+    # shuffles and dropout masks do not depend on how far it is padded.
+    perm_key, step_key = jax.random.split(key)
+    position_ids = jnp.arange(n_max, dtype=jnp.uint32)
 
-    def permutation(k):
-      r = jax.random.uniform(k, (n_max,))
+    def permutation(e):
+      ek = jax.random.fold_in(perm_key, e)
+      r = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(ek, i)))(position_ids)
       r = jnp.where(jnp.arange(n_max) < n, r, 2.0)  # real positions first
       p = jnp.argsort(r).astype(jnp.int32)
       return jnp.concatenate([p, jnp.full((total - n_max,), n_max, jnp.int32)])
 
-    positions = jax.vmap(permutation)(keys[:epochs]).reshape(
+    positions = jax.vmap(permutation)(jnp.arange(epochs, dtype=jnp.uint32)).reshape(
         epochs * steps_per_epoch, batch_size)
-    step_keys = jax.random.split(keys[epochs], epochs * steps_per_epoch)
+    # Step s of epoch e keeps its key whatever steps_per_epoch is.
+    step_ids = (jnp.arange(epochs, dtype=jnp.uint32)[:, None] * 1_000_003
+                + jnp.arange(steps_per_epoch, dtype=jnp.uint32)[None, :]).reshape(-1)
+    step_keys = jax.vmap(lambda i: jax.random.fold_in(step_key, i))(step_ids)
 
     def step(st: ModelState, inputs):
       pos, k = inputs
