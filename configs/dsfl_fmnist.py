@@ -1,0 +1,14 @@
+"""DS-FL's Fashion-MNIST setting: K=100, 2 shards, the 2.76M-parameter CNN.
+
+Needs Fashion-MNIST through tensorflow-datasets (`tfds build fashion_mnist`)
+or --config.data.source=npz:/path/fashion_mnist.npz (Keras layout).
+
+  python -m fedjax_kd.main --config=configs/dsfl_fmnist.py --workdir=runs/dsfl_fmnist
+"""
+
+from fedjax_kd import presets
+
+
+def get_config():
+  c = presets.dsfl_paper('tfds:fashion_mnist', 'dsfl_fmnist_cnn')
+  return c

@@ -1,0 +1,401 @@
+"""In-memory data sources: each data set becomes one `ArrayDataset` (numpy).
+
+Sources (selected by a spec string, see `load_source`):
+
+* ``digits``: scikit-learn's embedded 8x8 handwritten digits (UCI ML
+  hand-written digits, Alpaydin & Kaynak 1998), no download. A fixed stratified
+  1437 / 360 train/test split that never depends on the experiment seed.
+* ``synthetic`` / ``synthetic:N``: a small learnable image task for tests
+  (per-class random prototype plus Gaussian noise), seeded.
+* ``npz:<path>``: the Keras ``*.npz`` layout (keys ``x_train``, ``y_train``,
+  ``x_test``, ``y_test``), e.g. ``keras.datasets.mnist``'s ``mnist.npz``. Read
+  with ``np.load(path, allow_pickle=False)``; never unpickles anything.
+* ``tfds:<name>``: a TensorFlow Datasets data set read WITHOUT TensorFlow via
+  ``tfds.data_source`` (random-access ``array_record`` files, the TF-free path
+  of tensorflow-datasets >= 4.9). The data set must already be prepared in
+  ``array_record`` format (``tfds build <name> --file_format=array_record``).
+
+Image preprocessing follows DS-FL (Itahara et al., IEEE TMC 2021) §4.3 / A29
+and FedCache 2.0 A19: float32 in [0, 1] (``x / 255`` for uint8), no mean/std
+normalisation; images are always ``[N, H, W, C]`` (a channel axis is added to
+``[N, H, W]`` grayscale arrays). Labels are int32 ``[N]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from fedjax_kd.errors import ConfigError, DataError
+
+__all__ = ['ArrayDataset', 'load_source', 'SOURCES_ALLOWED']
+
+SOURCES_ALLOWED = "'digits', 'synthetic[:N]', 'npz:<path>' or 'tfds:<name>'"
+
+# The digits split is part of the benchmark definition, not of the experiment:
+# it uses this fixed seed so that the test set never changes across seeds.
+_DIGITS_SPLIT_SEED = 0
+_DIGITS_NUM_TEST = 360
+
+_SYNTHETIC_DEFAULT_N = 600
+_SYNTHETIC_NUM_CLASSES = 10
+_SYNTHETIC_SHAPE = (8, 8, 1)
+_SYNTHETIC_NOISE = 0.2
+
+_NPZ_KEYS = ('x_train', 'y_train', 'x_test', 'y_test')
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayDataset:
+  """A labelled train/test data set held in host memory.
+
+  Attributes:
+    x_train: float32 inputs, images ``[N, H, W, C]`` in [0, 1] or features
+      ``[N, D]``.
+    y_train: int32 labels ``[N]`` in ``[0, num_classes)``.
+    x_test: float32 test inputs, same trailing shape as ``x_train``.
+    y_test: int32 test labels.
+    num_classes: number of classes.
+    name: the source's name (for logs).
+  """
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+  name: str
+
+  @property
+  def input_shape(self) -> tuple[int, ...]:
+    """Shape of one input (without the batch axis)."""
+    return tuple(self.x_train.shape[1:])
+
+
+def load_source(spec: str,
+                *,
+                data_dir: str | None = None,
+                seed: int = 0,
+                field: str = 'data.source') -> ArrayDataset:
+  """Loads a data set from a spec string.
+
+  Args:
+    spec: ``'digits'``, ``'synthetic'``, ``'synthetic:N'``, ``'npz:<path>'`` or
+      ``'tfds:<name>'``.
+    data_dir: TFDS data directory (``tfds:`` only); None uses TFDS's default.
+    seed: seed of the ``synthetic`` source; ignored by the others (the digits
+      split is fixed).
+    field: config field named in errors.
+
+  Returns:
+    The `ArrayDataset`.
+
+  Raises:
+    ConfigError: unknown or malformed spec.
+    DataError: the file or data set is missing, corrupt or has a wrong layout.
+  """
+  if not isinstance(spec, str):
+    raise ConfigError(field, spec, SOURCES_ALLOWED)
+  if spec == 'digits':
+    return _load_digits()
+  if spec == 'synthetic' or spec.startswith('synthetic:'):
+    n = _SYNTHETIC_DEFAULT_N
+    if spec != 'synthetic':
+      text = spec[len('synthetic:'):]
+      try:
+        n = int(text)
+      except ValueError:
+        raise ConfigError(field, spec, SOURCES_ALLOWED + ' with N a positive '
+                          'integer') from None
+    if n < _SYNTHETIC_NUM_CLASSES:
+      raise ConfigError(field, spec, f'synthetic:N with N >= '
+                        f'{_SYNTHETIC_NUM_CLASSES}')
+    return _make_synthetic(n, seed)
+  if spec.startswith('npz:'):
+    path = spec[len('npz:'):]
+    if not path:
+      raise ConfigError(field, spec, SOURCES_ALLOWED)
+    return _load_npz(path)
+  if spec.startswith('tfds:'):
+    name = spec[len('tfds:'):]
+    if not name:
+      raise ConfigError(field, spec, SOURCES_ALLOWED)
+    return _load_tfds(name, data_dir)
+  raise ConfigError(field, spec, SOURCES_ALLOWED)
+
+
+# ----------------------------------------------------------------------------
+# Preprocessing shared by the sources.
+# ----------------------------------------------------------------------------
+
+
+def _to_float_inputs(x: np.ndarray, what: str) -> np.ndarray:
+  """Integers -> float32 / 255, floats -> float32; [N,H,W] -> [N,H,W,1]."""
+  x = np.asarray(x)
+  if x.dtype == np.bool_ or not (np.issubdtype(x.dtype, np.integer) or
+                                 np.issubdtype(x.dtype, np.floating)):
+    raise DataError(f'{what}: inputs must be numeric, got dtype {x.dtype}.')
+  if x.ndim < 2:
+    raise DataError(f'{what}: inputs must have shape [N, ...] with at least 2 '
+                    f'axes, got shape {x.shape}.')
+  if np.issubdtype(x.dtype, np.integer):
+    x = x.astype(np.float32) / np.float32(255.0)
+  else:
+    x = x.astype(np.float32)
+  if x.ndim == 3:  # [N, H, W] grayscale images.
+    x = x[..., None]
+  return x
+
+
+def _to_labels(y: np.ndarray, what: str) -> np.ndarray:
+  """Squeezes labels to int32 [N]; rejects non-integer or negative labels."""
+  y = np.asarray(y)
+  if y.ndim > 1:
+    y = y.reshape(y.shape[0], -1)
+    if y.shape[1] != 1:
+      raise DataError(f'{what}: labels must have shape [N] or [N, 1], got '
+                      f'{y.shape}.')
+    y = y[:, 0]
+  if y.ndim != 1:
+    raise DataError(f'{what}: labels must have shape [N], got {y.shape}.')
+  if np.issubdtype(y.dtype, np.floating):
+    if y.size and not np.all(np.equal(np.mod(y, 1), 0)):
+      raise DataError(f'{what}: labels must be integers.')
+  elif not np.issubdtype(y.dtype, np.integer):
+    raise DataError(f'{what}: labels must be integers, got dtype {y.dtype}.')
+  if y.size and y.min() < 0:
+    raise DataError(f'{what}: labels must be >= 0, found {y.min()}.')
+  return y.astype(np.int32)
+
+
+def _num_classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
+  top = -1
+  for y in (y_train, y_test):
+    if y.size:
+      top = max(top, int(y.max()))
+  return top + 1
+
+
+# ----------------------------------------------------------------------------
+# digits
+# ----------------------------------------------------------------------------
+
+
+def _load_digits() -> ArrayDataset:
+  """scikit-learn digits: 1797 8x8 images, values 0..16 -> /16, fixed split."""
+  # pylint: disable=g-import-not-at-top
+  from sklearn import datasets as sk_datasets
+  from sklearn import model_selection
+  # pylint: enable=g-import-not-at-top
+
+  bunch = sk_datasets.load_digits()
+  x = (np.asarray(bunch.images, np.float32) / np.float32(16.0))[..., None]
+  y = np.asarray(bunch.target, np.int32)
+  idx = np.arange(len(y))
+  train_idx, test_idx = model_selection.train_test_split(
+      idx,
+      test_size=_DIGITS_NUM_TEST,
+      stratify=y,
+      random_state=_DIGITS_SPLIT_SEED,
+      shuffle=True)
+  return ArrayDataset(
+      x_train=x[train_idx],
+      y_train=y[train_idx],
+      x_test=x[test_idx],
+      y_test=y[test_idx],
+      num_classes=10,
+      name='digits')
+
+
+# ----------------------------------------------------------------------------
+# synthetic
+# ----------------------------------------------------------------------------
+
+
+def _make_synthetic(n: int, seed: int) -> ArrayDataset:
+  """Class prototypes (uniform 8x8x1 images) plus N(0, 0.2^2) noise, clipped.
+
+  Labels are balanced (``arange(n) % 10`` shuffled). The test set has ``n // 4``
+  samples drawn from the same prototypes.
+
+  Args:
+    n: number of training samples.
+    seed: seed of the prototypes, labels and noise.
+
+  Returns:
+    The `ArrayDataset` named ``synthetic:<n>``.
+  """
+  rng = np.random.default_rng([seed, n])
+  c = _SYNTHETIC_NUM_CLASSES
+  protos = rng.uniform(0.0, 1.0, size=(c,) + _SYNTHETIC_SHAPE)
+
+  def draw(m: int) -> tuple[np.ndarray, np.ndarray]:
+    y = rng.permutation(np.arange(m) % c)
+    noise = rng.normal(0.0, _SYNTHETIC_NOISE, size=(m,) + _SYNTHETIC_SHAPE)
+    x = np.clip(protos[y] + noise, 0.0, 1.0)
+    return x.astype(np.float32), y.astype(np.int32)
+
+  x_train, y_train = draw(n)
+  x_test, y_test = draw(max(n // 4, 1))
+  return ArrayDataset(x_train, y_train, x_test, y_test, c, f'synthetic:{n}')
+
+
+# ----------------------------------------------------------------------------
+# npz (Keras layout)
+# ----------------------------------------------------------------------------
+
+
+def _load_npz(path: str) -> ArrayDataset:
+  """Keras-layout npz: x_train, y_train, x_test, y_test."""
+  path = os.path.expanduser(path)
+  if not os.path.exists(path):
+    raise DataError(f'npz file not found: {path!r}. Provide a Keras-layout '
+                    f'npz with keys {list(_NPZ_KEYS)}.')
+  if os.path.isdir(path):
+    raise DataError(f'npz path is a directory, not a file: {path!r}.')
+  arrays: dict[str, np.ndarray] = {}
+  try:
+    loaded = np.load(path, allow_pickle=False)
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    raise DataError(f'cannot read {path!r} as an npz archive (corrupt or not '
+                    f'a .npz file): {e}') from e
+  if not isinstance(loaded, np.lib.npyio.NpzFile):
+    raise DataError(f'{path!r} holds a single array, not an npz archive with '
+                    f'keys {list(_NPZ_KEYS)}.')
+  with loaded:
+    found = sorted(loaded.files)
+    missing = [k for k in _NPZ_KEYS if k not in loaded.files]
+    if missing:
+      raise DataError(f'{path!r} is missing keys {missing}: found {found}, '
+                      f'required {list(_NPZ_KEYS)}.')
+    try:
+      for k in _NPZ_KEYS:
+        arrays[k] = loaded[k]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+      raise DataError(f'cannot read arrays from {path!r} (corrupt member or '
+                      f'pickled object data): {e}') from e
+
+  what = f'npz {path!r}'
+  x_train = _to_float_inputs(arrays['x_train'], f'{what} x_train')
+  x_test = _to_float_inputs(arrays['x_test'], f'{what} x_test')
+  y_train = _to_labels(arrays['y_train'], f'{what} y_train')
+  y_test = _to_labels(arrays['y_test'], f'{what} y_test')
+  for split, x, y in (('train', x_train, y_train), ('test', x_test, y_test)):
+    if len(x) != len(y):
+      raise DataError(f'{what}: x_{split} has {len(x)} rows but y_{split} has '
+                      f'{len(y)}.')
+  if x_train.shape[1:] != x_test.shape[1:]:
+    raise DataError(f'{what}: x_train rows have shape {x_train.shape[1:]} but '
+                    f'x_test rows have shape {x_test.shape[1:]}.')
+  name = os.path.splitext(os.path.basename(path))[0]
+  return ArrayDataset(x_train, y_train, x_test, y_test,
+                      _num_classes(y_train, y_test), name)
+
+
+# ----------------------------------------------------------------------------
+# tfds (TF-free data_source path)
+# ----------------------------------------------------------------------------
+
+
+def _short(message: str, limit: int = 300) -> str:
+  message = ' '.join(message.split())
+  return message if len(message) <= limit else message[:limit] + '...'
+
+
+def _tfds_hint(name: str) -> str:
+  return (f'Prepare it in array_record format first, e.g. '
+          f'`tfds build {name} --file_format=array_record` (add --data_dir '
+          f'to match data.data_dir), or convert it to a Keras-layout file and '
+          f"use 'npz:<path>'.")
+
+
+def _read_all(source: Any, keys: tuple[str, str],
+              what: str) -> tuple[np.ndarray, np.ndarray]:
+  """Reads every record of a TFDS random-access data source into arrays."""
+  n = len(source)
+  xs: list[Any] = []
+  ys: list[Any] = []
+  chunk = 1024
+  batched = hasattr(source, '__getitems__')
+  start = 0
+  while start < n:
+    idx = list(range(start, min(start + chunk, n)))
+    records = None
+    if batched:
+      try:
+        records = source.__getitems__(idx)
+      except (TypeError, NotImplementedError, AttributeError):
+        batched = False  # e.g. tfds.testing.mock_data's sources.
+    if records is None:
+      records = [source[i] for i in idx]
+    for r in records:
+      try:
+        xs.append(np.asarray(r[keys[0]]))
+        ys.append(np.asarray(r[keys[1]]))
+      except (KeyError, TypeError) as e:
+        raise DataError(f'{what}: records lack the features {keys}.') from e
+    start += chunk
+  if n == 0:
+    raise DataError(f'{what}: the split is empty.')
+  try:
+    x = np.stack(xs)
+  except ValueError as e:
+    raise DataError(f'{what}: inputs have different shapes; only fixed-shape '
+                    f'features can be stacked.') from e
+  return x, np.asarray(ys)
+
+
+def _load_tfds(name: str, data_dir: str | None) -> ArrayDataset:
+  """TFDS ``name`` via ``tfds.data_source`` (array_record, no TensorFlow)."""
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise DataError(f"'tfds:{name}' needs tensorflow-datasets installed; or "
+                    f"use 'npz:<path>'.") from e
+
+  splits = {}
+  for split in ('train', 'test'):
+    try:
+      # download=False: never reach for the network from inside a run; a
+      # missing or TFRecord-only preparation becomes a DataError with a hint.
+      splits[split] = tfds.data_source(
+          name, split=split, data_dir=data_dir, download=False)
+    except Exception as e:  # pylint: disable=broad-except
+      # TFDS raises many types here (DatasetNotFoundError, AssertionError,
+      # NotImplementedError for TFRecord-only data, FileNotFoundError...).
+      raise DataError(
+          f"cannot open TFDS data set {name!r} split {split!r} (data_dir="
+          f"{data_dir!r}) without TensorFlow: {type(e).__name__}: "
+          f"{_short(str(e))} {_tfds_hint(name)}"
+      ) from e
+
+  info = getattr(splits['train'], 'dataset_info', None)
+  if info is None:
+    try:
+      info = tfds.builder(name, data_dir=data_dir).info
+    except Exception as e:  # pylint: disable=broad-except
+      raise DataError(f'cannot read the metadata of TFDS data set {name!r}. '
+                      f'{_tfds_hint(name)}') from e
+  keys = tuple(info.supervised_keys or ()) or ('image', 'label')
+  if len(keys) != 2 or not all(isinstance(k, str) for k in keys):
+    keys = ('image', 'label')
+  try:
+    num_classes = int(info.features[keys[1]].num_classes)
+  except (KeyError, AttributeError, TypeError) as e:
+    raise DataError(f'TFDS data set {name!r}: feature {keys[1]!r} is not a '
+                    f'ClassLabel, cannot infer num_classes.') from e
+
+  out = {}
+  for split, source in splits.items():
+    what = f'tfds:{name} {split}'
+    x, y = _read_all(source, keys, what)
+    out[split] = (_to_float_inputs(x, what), _to_labels(y, what))
+  y_max = _num_classes(out['train'][1], out['test'][1])
+  if y_max > num_classes:
+    raise DataError(f'tfds:{name}: labels reach {y_max - 1} but the data set '
+                    f'declares {num_classes} classes.')
+  return ArrayDataset(out['train'][0], out['train'][1], out['test'][0],
+                      out['test'][1], num_classes, name)

@@ -1,0 +1,150 @@
+"""Public (open) / private / test splits for federated distillation.
+
+* One data set (DS-FL, Itahara et al., IEEE TMC 2021, §4.2 and A16): the
+  training split is randomly permuted; the first ``num_public`` samples form
+  the unlabelled open set, the next ``num_private`` the private set that is
+  later partitioned over clients. Test data is the official test split.
+* Two data sets (SCARLET, Azuma et al. 2025, §4.1, following COMET): the public
+  set is ``num_public`` rows sampled without replacement from ANOTHER data
+  set's training split (the code's ``random.sample(range(len(public_train)),
+  10000)``), and the private set is the private data set's training split.
+
+Public labels are kept only for diagnostics (e.g. measuring the accuracy of
+distilled soft labels); no algorithm may train on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from fedjax_kd.data.sources import ArrayDataset
+from fedjax_kd.errors import ConfigError, DataError
+
+__all__ = ['FDSplit', 'fd_split']
+
+
+@dataclasses.dataclass(frozen=True)
+class FDSplit:
+  """The data of one federated-distillation experiment.
+
+  Attributes:
+    x_private: private inputs ``[I_p, ...]`` (to be partitioned over clients).
+    y_private: private labels ``[I_p]``.
+    x_public: public / open inputs ``[I_o, ...]``, same trailing shape.
+    y_public: public labels, for diagnostics only (never used for training);
+      they index the public data set's own classes when it is another data set.
+    x_test: server test inputs (the private data set's test split).
+    y_test: test labels.
+    num_classes: number of classes of the private task.
+  """
+  x_private: np.ndarray
+  y_private: np.ndarray
+  x_public: np.ndarray
+  y_public: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+
+  @property
+  def input_shape(self) -> tuple[int, ...]:
+    return tuple(self.x_private.shape[1:])
+
+
+def _is_int(v: Any) -> bool:
+  return (isinstance(v, (int, np.integer)) and
+          not isinstance(v, (bool, np.bool_)))
+
+
+def fd_split(dataset: ArrayDataset,
+             *,
+             num_public: int,
+             num_private: int | None,
+             seed: int,
+             public: ArrayDataset | None = None) -> FDSplit:
+  """Splits data into disjoint public, private and test parts.
+
+  Args:
+    dataset: the private task's data set (its test split is the test set).
+    num_public: size of the public set (>= 0).
+    num_private: size of the private set (>= 1); None takes every training
+      sample not used as public (one data set) or the whole training split
+      (``public`` given).
+    seed: seed of the permutation / public sample (``np.random.default_rng``).
+    public: optional other data set whose training split supplies the public
+      set (SCARLET); its inputs must have the same per-sample shape.
+
+  Returns:
+    The `FDSplit`. With one data set, public and private are disjoint slices of
+    one permutation (public first). With ``public`` given, the private set
+    keeps the training order when ``num_private`` is None and is otherwise a
+    random subset.
+
+  Raises:
+    ConfigError: impossible sizes (field ``data.num_public`` /
+      ``data.num_private``) or a bad seed.
+    DataError: public and private inputs have different shapes.
+  """
+  if not _is_int(seed) or seed < 0:
+    raise ConfigError('seed', seed, 'an integer >= 0')
+  n = len(dataset.y_train)
+  if not _is_int(num_public) or num_public < 0:
+    raise ConfigError('data.num_public', num_public, 'an integer >= 0')
+  if num_private is not None and (not _is_int(num_private) or num_private < 1):
+    raise ConfigError('data.num_private', num_private,
+                      'None (all remaining samples) or an integer >= 1')
+  rng = np.random.default_rng(seed)
+
+  if public is None:
+    if num_public >= n:
+      raise ConfigError(
+          'data.num_public', num_public,
+          f'at most {n - 1} (the training set has {n} samples and the private '
+          f'set must not be empty)')
+    available = n - num_public
+    if num_private is None:
+      num_private = available
+    elif num_private > available:
+      raise ConfigError(
+          'data.num_private', num_private,
+          f'at most {available} (the training set has {n} samples, '
+          f'{num_public} of them public)')
+    perm = rng.permutation(n)
+    pub_idx = perm[:num_public]
+    priv_idx = perm[num_public:num_public + num_private]
+    x_pub = dataset.x_train[pub_idx]
+    y_pub = dataset.y_train[pub_idx]
+  else:
+    m = len(public.y_train)
+    if dataset.x_train.shape[1:] != public.x_train.shape[1:]:
+      raise DataError(
+          f'public data set {public.name!r} has inputs of shape '
+          f'{tuple(public.x_train.shape[1:])} but private data set '
+          f'{dataset.name!r} has {tuple(dataset.x_train.shape[1:])}; resize '
+          f'the public set to the private resolution first.')
+    if num_public > m:
+      raise ConfigError(
+          'data.num_public', num_public,
+          f'at most {m} (the public training set {public.name!r} has {m} '
+          f'samples)')
+    if num_private is not None and num_private > n:
+      raise ConfigError('data.num_private', num_private,
+                        f'at most {n} (the training set has {n} samples)')
+    pub_idx = rng.choice(m, size=num_public, replace=False)
+    if num_private is None:
+      priv_idx = np.arange(n)
+    else:
+      priv_idx = rng.permutation(n)[:num_private]
+    x_pub = public.x_train[pub_idx]
+    y_pub = public.y_train[pub_idx]
+
+  return FDSplit(
+      x_private=dataset.x_train[priv_idx],
+      y_private=dataset.y_train[priv_idx],
+      x_public=x_pub,
+      y_public=y_pub,
+      x_test=dataset.x_test,
+      y_test=dataset.y_test,
+      num_classes=dataset.num_classes)

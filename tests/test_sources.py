@@ -1,0 +1,243 @@
+"""Tests for fedjax_kd.data.sources."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from fedjax_kd.data.sources import ArrayDataset, load_source
+from fedjax_kd.errors import ConfigError, DataError
+
+MNIST_COUNTS = (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949)
+
+
+def _mnist_path() -> pathlib.Path:
+  env = os.environ.get('FEDJAX_KD_MNIST')
+  if env:
+    return pathlib.Path(env)
+  return pathlib.Path(__file__).resolve().parents[2] / 'shared/data/mnist.npz'
+
+
+def _write_keras_npz(path, n_train=50, n_test=20, seed=0, **overrides):
+  rng = np.random.default_rng(seed)
+  arrays = dict(
+      x_train=rng.integers(0, 256, size=(n_train, 28, 28), dtype=np.uint8),
+      y_train=rng.integers(0, 10, size=n_train).astype(np.uint8),
+      x_test=rng.integers(0, 256, size=(n_test, 28, 28), dtype=np.uint8),
+      y_test=rng.integers(0, 10, size=n_test).astype(np.uint8))
+  arrays.update(overrides)
+  arrays = {k: v for k, v in arrays.items() if v is not None}
+  np.savez(path, **arrays)
+  return arrays
+
+
+# ----------------------------------------------------------------------------
+# digits
+# ----------------------------------------------------------------------------
+
+
+def test_digits():
+  from sklearn import datasets as sk_datasets
+  ds = load_source('digits')
+  assert isinstance(ds, ArrayDataset)
+  assert ds.name == 'digits' and ds.num_classes == 10
+  assert ds.x_train.shape == (1437, 8, 8, 1)
+  assert ds.x_test.shape == (360, 8, 8, 1)
+  assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
+  assert ds.x_train.min() == 0.0 and ds.x_train.max() == 1.0
+  assert ds.x_test.min() >= 0.0 and ds.x_test.max() <= 1.0
+  # Values are k/16.
+  np.testing.assert_allclose(ds.x_train * 16, np.round(ds.x_train * 16))
+  full = np.bincount(sk_datasets.load_digits().target, minlength=10)
+  np.testing.assert_array_equal(
+      np.bincount(ds.y_train, minlength=10) +
+      np.bincount(ds.y_test, minlength=10), full)
+  # Stratified: every class has 35-37 test samples.
+  test_counts = np.bincount(ds.y_test, minlength=10)
+  assert test_counts.min() >= 35 and test_counts.max() <= 37
+  # Train and test partition the 1797 images (as multisets of pixel rows).
+  images = np.asarray(sk_datasets.load_digits().images, np.float32) / 16
+  ours = np.concatenate([ds.x_train, ds.x_test])[..., 0].reshape(1797, -1)
+  order = lambda a: a[np.lexsort(a.T[::-1])]
+  np.testing.assert_array_equal(order(ours), order(images.reshape(1797, -1)))
+
+
+def test_digits_split_fixed_regardless_of_seed():
+  a = load_source('digits', seed=0)
+  b = load_source('digits', seed=123)
+  np.testing.assert_array_equal(a.x_test, b.x_test)
+  np.testing.assert_array_equal(a.y_train, b.y_train)
+
+
+# ----------------------------------------------------------------------------
+# synthetic
+# ----------------------------------------------------------------------------
+
+
+def test_synthetic_shapes_and_seed():
+  ds = load_source('synthetic')
+  assert ds.x_train.shape == (600, 8, 8, 1)
+  assert ds.x_test.shape == (150, 8, 8, 1)
+  assert ds.num_classes == 10
+  np.testing.assert_array_equal(np.bincount(ds.y_train), np.full(10, 60))
+  assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
+  assert 0.0 <= ds.x_train.min() and ds.x_train.max() <= 1.0
+  small = load_source('synthetic:200', seed=3)
+  assert small.x_train.shape[0] == 200 and small.x_test.shape[0] == 50
+  again = load_source('synthetic:200', seed=3)
+  np.testing.assert_array_equal(small.x_train, again.x_train)
+  other = load_source('synthetic:200', seed=4)
+  assert not np.array_equal(small.x_train, other.x_train)
+
+
+def test_synthetic_is_learnable():
+  ds = load_source('synthetic:600', seed=0)
+  centroids = np.stack([
+      ds.x_train[ds.y_train == c].reshape(-1, 64).mean(0) for c in range(10)
+  ])
+  d = ((ds.x_test.reshape(-1, 1, 64) - centroids[None])**2).sum(-1)
+  acc = (d.argmin(1) == ds.y_test).mean()
+  assert acc > 0.9
+
+
+@pytest.mark.parametrize('spec', ['synthetic:', 'synthetic:abc', 'synthetic:5',
+                                  'synthetic:-10'])
+def test_synthetic_bad_size(spec):
+  with pytest.raises(ConfigError, match='data.source'):
+    load_source(spec)
+
+
+# ----------------------------------------------------------------------------
+# npz
+# ----------------------------------------------------------------------------
+
+
+def test_npz_round_trip(tmp_path):
+  path = tmp_path / 'mnist_like.npz'
+  arrays = _write_keras_npz(path)
+  ds = load_source(f'npz:{path}')
+  assert ds.x_train.shape == (50, 28, 28, 1)
+  assert ds.x_test.shape == (20, 28, 28, 1)
+  assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
+  np.testing.assert_allclose(ds.x_train[..., 0],
+                             arrays['x_train'].astype(np.float32) / 255)
+  np.testing.assert_array_equal(ds.y_test, arrays['y_test'])
+  expected_c = int(max(arrays['y_train'].max(), arrays['y_test'].max())) + 1
+  assert ds.num_classes == expected_c
+  assert ds.name == 'mnist_like'
+
+
+def test_npz_column_labels_and_rgb(tmp_path):
+  path = tmp_path / 'rgb.npz'
+  rng = np.random.default_rng(1)
+  _write_keras_npz(
+      path,
+      x_train=rng.integers(0, 256, (8, 4, 4, 3), dtype=np.uint8),
+      y_train=np.arange(8).reshape(8, 1).astype(np.int64),
+      x_test=rng.integers(0, 256, (2, 4, 4, 3), dtype=np.uint8),
+      y_test=np.array([[1], [11]]))
+  ds = load_source(f'npz:{path}')
+  assert ds.x_train.shape == (8, 4, 4, 3)
+  assert ds.y_train.shape == (8,) and ds.y_train.dtype == np.int32
+  assert ds.num_classes == 12  # max label over train AND test, plus one
+
+
+def test_npz_missing_file(tmp_path):
+  path = tmp_path / 'nope.npz'
+  with pytest.raises(DataError, match='nope.npz'):
+    load_source(f'npz:{path}')
+
+
+def test_npz_corrupt_file(tmp_path):
+  path = tmp_path / 'garbage.npz'
+  path.write_bytes(b'this is not a zip archive \x00\x01\x02' * 10)
+  with pytest.raises(DataError, match='garbage.npz'):
+    load_source(f'npz:{path}')
+  truncated = tmp_path / 'truncated.npz'
+  _write_keras_npz(tmp_path / 'full.npz')
+  truncated.write_bytes((tmp_path / 'full.npz').read_bytes()[:500])
+  with pytest.raises(DataError):
+    load_source(f'npz:{truncated}')
+
+
+def test_npz_single_array_file(tmp_path):
+  path = tmp_path / 'single.npy'
+  np.save(path, np.zeros(3))
+  with pytest.raises(DataError, match='single array'):
+    load_source(f'npz:{path}')
+
+
+def test_npz_pickled_object_array_rejected(tmp_path):
+  path = tmp_path / 'obj.npz'
+  _write_keras_npz(path, y_test=np.array([object(), 1], dtype=object))
+  with pytest.raises(DataError):
+    load_source(f'npz:{path}')
+
+
+def test_npz_missing_keys(tmp_path):
+  path = tmp_path / 'partial.npz'
+  _write_keras_npz(path, x_test=None, y_test=None)
+  with pytest.raises(DataError) as e:
+    load_source(f'npz:{path}')
+  msg = str(e.value)
+  assert "'x_test'" in msg and "'y_test'" in msg
+  assert "found ['x_train', 'y_train']" in msg
+  assert 'required' in msg
+
+
+def test_npz_length_mismatch(tmp_path):
+  path = tmp_path / 'mismatch.npz'
+  _write_keras_npz(path, y_train=np.zeros(49, np.uint8))
+  with pytest.raises(DataError, match='x_train has 50 rows but y_train has 49'):
+    load_source(f'npz:{path}')
+
+
+def test_unknown_spec():
+  with pytest.raises(ConfigError, match='data.source') as e:
+    load_source('mnist')
+  assert "'npz:<path>'" in str(e.value)
+  with pytest.raises(ConfigError, match='data.public_source'):
+    load_source('csv:foo', field='data.public_source')
+  with pytest.raises(ConfigError):
+    load_source('npz:')
+
+
+def test_real_mnist_npz():
+  path = _mnist_path()
+  if not path.exists():
+    pytest.skip(f'{path} not present')
+  ds = load_source(f'npz:{path}')
+  assert ds.x_train.shape == (60000, 28, 28, 1)
+  assert ds.x_train.dtype == np.float32
+  assert ds.x_test.shape == (10000, 28, 28, 1)
+  assert ds.num_classes == 10
+  assert ds.x_train.min() == 0.0 and ds.x_train.max() == 1.0
+  np.testing.assert_array_equal(np.bincount(ds.y_train), MNIST_COUNTS)
+
+
+# ----------------------------------------------------------------------------
+# tfds (TF-free data_source path)
+# ----------------------------------------------------------------------------
+
+
+def test_tfds_mock_mnist():
+  tfds = pytest.importorskip('tensorflow_datasets')
+  with tfds.testing.mock_data(num_examples=12):
+    ds = load_source('tfds:mnist')
+  assert ds.name == 'mnist' and ds.num_classes == 10
+  assert ds.x_train.shape == (12, 28, 28, 1)
+  assert ds.x_test.shape == (12, 28, 28, 1)
+  assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
+  assert 0.0 <= ds.x_train.min() and ds.x_train.max() <= 1.0
+  assert ds.y_train.min() >= 0 and ds.y_train.max() < 10
+
+
+def test_tfds_missing_dataset(tmp_path):
+  pytest.importorskip('tensorflow_datasets')
+  with pytest.raises(DataError, match='tfds build'):
+    load_source('tfds:mnist', data_dir=str(tmp_path))
+  with pytest.raises(DataError, match='tfds build'):
+    load_source('tfds:no_such_dataset_xyz', data_dir=str(tmp_path))
