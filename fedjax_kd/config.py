@@ -18,7 +18,6 @@ import ml_collections
 from fedjax_kd.errors import ConfigError
 
 OPTIMIZERS = ('sgd', 'adam')
-ASSIGNMENTS = ('round_robin', 'blocks')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -44,7 +43,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.clients = ml_collections.ConfigDict()
   c.clients.num_clients = 10
   c.clients.models = ['cnn@1.0']
-  c.clients.assignment = 'round_robin'   # or an explicit list of model indices
+  c.clients.assignment = 'round_robin'   # 'round_robin', 'blocks' or model indices '0,1,1,0'
   c.clients.participation = 1.0          # fraction of clients sampled per round
   c.clients.shared_init = False          # DS-FL A2: independent init by default
 
@@ -238,22 +237,20 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
     raise ConfigError('clients.models', models, 'a non-empty list of "name@width" specs')
   models = [_canonical(registry, m, 'clients.models') for m in models]
   assignment = _get(config, 'clients.assignment')
-  if isinstance(assignment, str):
-    if assignment not in ASSIGNMENTS:
-      raise ConfigError('clients.assignment', assignment,
-                        "'round_robin', 'blocks' or a list of model indices")
-    if assignment == 'round_robin':
-      client_models = [models[k % len(models)] for k in range(num_clients)]
-    else:
-      client_models = [models[k * len(models) // num_clients] for k in range(num_clients)]
+  allowed = ("'round_robin', 'blocks' or a comma-separated list of "
+             f'{num_clients} model indices in [0, {len(models) - 1}]')
+  if assignment == 'round_robin':
+    client_models = [models[k % len(models)] for k in range(num_clients)]
+  elif assignment == 'blocks':
+    client_models = [models[k * len(models) // num_clients] for k in range(num_clients)]
   else:
-    assignment = list(assignment)
-    if len(assignment) != num_clients or any(
-        isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(models)
-        for a in assignment):
-      raise ConfigError('clients.assignment', assignment,
-                        f'a list of {num_clients} integers in [0, {len(models) - 1}]')
-    client_models = [models[a] for a in assignment]
+    try:
+      picks = [int(a) for a in str(assignment).replace(' ', '').strip('[]()').split(',')]
+    except ValueError:
+      raise ConfigError('clients.assignment', assignment, allowed) from None
+    if len(picks) != num_clients or not all(0 <= a < len(models) for a in picks):
+      raise ConfigError('clients.assignment', assignment, allowed)
+    client_models = [models[a] for a in picks]
   participation = _float(config, 'clients.participation', 0.0, lo_open=True, hi=1.0)
   server_model = _get(config, 'server.model') or models[0]
   server_model = _canonical(registry, server_model, 'server.model')

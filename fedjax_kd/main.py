@@ -9,6 +9,7 @@ Any config field can be overridden with ``--config.<field>=value``.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from absl import app, flags
@@ -27,6 +28,7 @@ _PROGRESS = flags.DEFINE_bool('progress', True, 'Print one progress line per rou
 
 def main(argv):
   del argv
+  logging.getLogger('jax._src.xla_bridge').setLevel(logging.WARNING)  # no TPU-probe noise
   if _CONFIG.value is None:
     raise app.UsageError('--config=configs/<name>.py is required')
   try:

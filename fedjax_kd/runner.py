@@ -34,6 +34,11 @@ def _fmt_bytes(b: float) -> str:
   return f'{int(b)} B'
 
 
+def _resumable(cfg: dict) -> dict:
+  """The part of a config that must match to resume (rounds may be extended)."""
+  return {k: v for k, v in cfg.items() if k not in ('rounds', 'checkpoint', 'eval')}
+
+
 def _config_json(spec: ExperimentSpec) -> str:
   return spec.raw.to_json_best_effort(indent=2, sort_keys=True)
 
@@ -129,7 +134,7 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
   if restored is not None:
     if os.path.exists(cfg_path):
       with open(cfg_path) as f:
-        if json.loads(f.read()) != json.loads(cfg_json):
+        if _resumable(json.loads(f.read())) != _resumable(json.loads(cfg_json)):
           raise ConfigError('--workdir', workdir,
                             'a fresh directory, or the same config as the checkpoint in it')
     state, meta = restored

@@ -1,0 +1,48 @@
+"""Hand-computed checks of FD's teachers (eqs. 5-6) and FedAvg's average (eq. 3)."""
+
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_kd.algorithms.fd import fd_teachers
+from fedjax_kd.algorithms.fedavg import _average, _broadcast
+from fedjax_kd.core.state import ModelState
+
+
+def test_fd_teachers_exclude_own_contribution():
+  # K=3 clients, C=2 classes. Client 2 has no class-1 samples; client 0 is inactive below.
+  means = jnp.asarray([[[0.9, 0.1], [0.3, 0.7]],
+                       [[0.7, 0.3], [0.1, 0.9]],
+                       [[0.8, 0.2], [0.0, 0.0]]])
+  counts = jnp.asarray([[5, 5], [3, 2], [4, 0]], jnp.float32)
+  glob, teacher, weight = fd_teachers(means, counts, jnp.asarray([True, True, True]))
+  # class 0: |K_0| = 3, mean = (0.9+0.7+0.8)/3 = 0.8 ; class 1: |K_1| = 2, mean = (0.3+0.1)/2 = 0.2
+  np.testing.assert_allclose(glob, [[0.8, 0.2], [0.2, 0.8]], atol=1e-6)
+  # teacher of client 0 for class 0: (3*0.8 - 0.9)/2 = 0.75 ; class 1: (2*0.2 - 0.3)/1 = 0.1
+  np.testing.assert_allclose(teacher[0], [[0.75, 0.25], [0.1, 0.9]], atol=1e-6)
+  np.testing.assert_allclose(teacher[1, 1], [0.3, 0.7], atol=1e-6)   # = client 0's own
+  np.testing.assert_array_equal(weight, [[1, 1], [1, 1], [1, 0]])    # client 2 lacks class 1
+
+
+def test_fd_teacher_dropped_when_class_held_by_one_client():
+  means = jnp.asarray([[[0.6, 0.4], [0.5, 0.5]], [[0.9, 0.1], [0.2, 0.8]]])
+  counts = jnp.asarray([[1, 0], [1, 3]], jnp.float32)
+  _, teacher, weight = fd_teachers(means, counts, jnp.asarray([True, True]))
+  np.testing.assert_array_equal(weight, [[1, 0], [1, 0]])   # |K_1| = 1: no teacher (A20)
+  np.testing.assert_allclose(teacher[0, 0], [0.9, 0.1], atol=1e-6)
+  # An inactive client contributes nothing.
+  _, _, weight = fd_teachers(means, counts, jnp.asarray([False, True]))
+  np.testing.assert_array_equal(weight, [[0, 0], [0, 0]])
+
+
+def test_fedavg_weighted_average_and_broadcast():
+  cohort = ModelState(params={'w': jnp.asarray([[1.0, 2.0], [3.0, 6.0], [9.0, 9.0]])},
+                      batch_stats={'m': jnp.asarray([[0.0], [4.0], [8.0]])}, opt_state={})
+  server = ModelState(params={'w': jnp.zeros((1, 2))}, batch_stats={'m': jnp.zeros((1, 1))},
+                      opt_state={})
+  # I_k = 100, 300 and an inactive client (weight 0): (1*100 + 3*300)/400 = 2.5
+  out = _average(cohort, server, jnp.asarray([100.0, 300.0, 0.0]))
+  np.testing.assert_allclose(out.params['w'], [[2.5, 5.0]])
+  np.testing.assert_allclose(out.batch_stats['m'], [[3.0]])
+  b = _broadcast(cohort, out, jnp.asarray([True, False, True]))
+  np.testing.assert_allclose(b.params['w'], [[2.5, 5.0], [3.0, 6.0], [2.5, 5.0]])
+  np.testing.assert_allclose(b.batch_stats['m'], [[3.0], [4.0], [3.0]])
