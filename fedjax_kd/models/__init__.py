@@ -1,0 +1,18 @@
+"""Model zoo: flax.linen models with `__call__(x, train=False, mask=None) -> logits`.
+
+Use `get_model("name@width", num_classes=..., input_shape=...)`; see `registry` for the list
+and the papers each architecture comes from, and `layers` for the CPU-fast convolution.
+"""
+
+from fedjax_kd.models.cnn import CNN, DSFLCNN, DSFLFMNISTCNN
+from fedjax_kd.models.layers import BatchNorm, Conv, conv_im2col, conv_xla, max_pool2
+from fedjax_kd.models.lenet import LeNet5
+from fedjax_kd.models.mlp import MLP
+from fedjax_kd.models.registry import MODELS, count_params, get_model, init_variables, parse_spec
+from fedjax_kd.models.resnet import CifarResNet, resnet20, resnet32
+
+__all__ = [
+    'BatchNorm', 'CNN', 'CifarResNet', 'Conv', 'DSFLCNN', 'DSFLFMNISTCNN', 'LeNet5', 'MLP',
+    'MODELS', 'conv_im2col', 'conv_xla', 'count_params', 'get_model', 'init_variables',
+    'max_pool2', 'parse_spec', 'resnet20', 'resnet32',
+]

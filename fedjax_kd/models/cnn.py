@@ -1,0 +1,155 @@
+"""Small CNNs for 28x28 (and 8x8) grayscale images.
+
+* `CNN` ("cnn"): the calibration CNN of /work/shared/perf (the MNIST CNN family of McMahan et
+  al., "Communication-Efficient Learning of Deep Networks from Decentralized Data", AISTATS
+  2017, with 16/32 channels and 128 hidden units): Conv5x5(16) SAME -> ReLU -> MaxPool2 ->
+  Conv5x5(32) SAME -> ReLU -> MaxPool2 -> Dense(128) -> ReLU -> Dense(C). No BatchNorm.
+  215,370 parameters on 28x28x1 with 10 classes; 31,050 on 8x8x1 (sklearn digits).
+* `DSFLCNN` ("dsfl_cnn") and `DSFLFMNISTCNN` ("dsfl_fmnist_cnn"): the MNIST and Fashion-MNIST
+  CNNs of Itahara et al., "Distillation-Based Semi-Supervised Federated Learning for
+  Communication-Efficient Collaborative Training with Non-IID Private Data" (DS-FL, IEEE TMC
+  2021), reconstructed from the reported parameter counts in /work/shared/specs/dsfl.md §4.4:
+  583,242 trainable / 584,458 total and 2,760,228 trainable / 2,762,272 total. Keras-style
+  BatchNorm (momentum 0.99, epsilon 1e-3) and Keras initializers (Glorot uniform, zero bias).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+
+from fedjax_kd.models import layers
+
+_glorot = nn.initializers.glorot_uniform()
+
+
+class CNN(nn.Module):
+  """The small calibration CNN. `mask` is accepted and ignored.
+
+  Attributes:
+    num_classes: number of output logits.
+    width: multiplier of the hidden sizes (16, 32, 128).
+    lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
+  """
+  num_classes: int
+  width: float = 1.0
+  lowering: str = 'auto'
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False,
+               mask: jax.Array | None = None) -> jax.Array:
+    """Computes logits.
+
+    Args:
+      x: [B, H, W, C] (or [B, H, W]) images, H and W at least 4.
+      train: unused.
+      mask: unused.
+
+    Returns:
+      [B, num_classes] logits.
+    """
+    del train, mask
+    s = lambda n: layers.scaled(n, self.width)
+    x = layers.as_image(x)
+    x = layers.max_pool2(nn.relu(layers.Conv(s(16), 5, lowering=self.lowering)(x)))
+    x = layers.max_pool2(nn.relu(layers.Conv(s(32), 5, lowering=self.lowering)(x)))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(s(128))(x))
+    return nn.Dense(self.num_classes)(x)
+
+
+def _bn_act(x: jax.Array, train: bool, mask: jax.Array | None,
+            relu_first: bool) -> jax.Array:
+  bn = layers.BatchNorm(momentum=0.99, epsilon=1e-3)
+  if relu_first:
+    return bn(nn.relu(x), train=train, mask=mask)
+  return nn.relu(bn(x, train=train, mask=mask))
+
+
+class DSFLCNN(nn.Module):
+  """DS-FL MNIST CNN (§4.4): Conv5x5(32) VALID -> BN -> ReLU -> MaxPool2 -> Conv5x5(64) VALID
+  -> BN -> ReLU -> MaxPool2 -> Dense(512) -> BN -> ReLU -> Dense(C).
+
+  Attributes:
+    num_classes: number of output logits.
+    width: multiplier of the hidden sizes (32, 64, 512).
+    relu_before_bn: ReLU -> BN instead of BN -> ReLU (spec §8 A12; same parameters).
+    lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
+  """
+  num_classes: int
+  width: float = 1.0
+  relu_before_bn: bool = False
+  lowering: str = 'auto'
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False,
+               mask: jax.Array | None = None) -> jax.Array:
+    """Computes logits.
+
+    Args:
+      x: [B, H, W, C] (or [B, H, W]) images, H and W at least 16 (28 in the paper).
+      train: BatchNorm uses batch statistics (over masked-in rows) and updates its running
+        averages if True, else it uses the running averages.
+      mask: optional [B] vector of valid samples (nonzero = valid).
+
+    Returns:
+      [B, num_classes] logits.
+    """
+    s = lambda n: layers.scaled(n, self.width)
+    x = layers.as_image(x)
+    for feats in (32, 64):
+      x = layers.Conv(s(feats), 5, padding='VALID', kernel_init=_glorot,
+                      lowering=self.lowering)(x)
+      x = layers.max_pool2(_bn_act(x, train, mask, self.relu_before_bn))
+    x = x.reshape((x.shape[0], -1))
+    x = _bn_act(nn.Dense(s(512), kernel_init=_glorot)(x), train, mask, self.relu_before_bn)
+    return nn.Dense(self.num_classes, kernel_init=_glorot)(x)
+
+
+class DSFLFMNISTCNN(nn.Module):
+  """DS-FL Fashion-MNIST CNN (§4.4): [Conv3x3(32) SAME -> BN -> ReLU] x2 -> MaxPool2 ->
+  [Conv3x3(64) -> BN -> ReLU] x2 -> MaxPool2 -> [Conv3x3(128) -> BN -> ReLU] x2 -> Dense(382)
+  -> BN -> ReLU -> Dense(192) -> BN -> ReLU -> Dense(C). Only two pools (the parameter count
+  rules out a third).
+
+  Attributes:
+    num_classes: number of output logits.
+    width: multiplier of the hidden sizes (32, 64, 128, 382, 192).
+    relu_before_bn: ReLU -> BN instead of BN -> ReLU (spec §8 A12; same parameters).
+    lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
+  """
+  num_classes: int
+  width: float = 1.0
+  relu_before_bn: bool = False
+  lowering: str = 'auto'
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False,
+               mask: jax.Array | None = None) -> jax.Array:
+    """Computes logits.
+
+    Args:
+      x: [B, H, W, C] (or [B, H, W]) images, H and W at least 4 (28 in the paper).
+      train: BatchNorm uses batch statistics (over masked-in rows) and updates its running
+        averages if True, else it uses the running averages.
+      mask: optional [B] vector of valid samples (nonzero = valid).
+
+    Returns:
+      [B, num_classes] logits.
+    """
+    s = lambda n: layers.scaled(n, self.width)
+    x = layers.as_image(x)
+    for stage, feats in enumerate((32, 64, 128)):
+      for _ in range(2):
+        x = layers.Conv(s(feats), 3, padding='SAME', kernel_init=_glorot,
+                        lowering=self.lowering)(x)
+        x = _bn_act(x, train, mask, self.relu_before_bn)
+      if stage < 2:
+        x = layers.max_pool2(x)
+    x = x.reshape((x.shape[0], -1))
+    for units in (382, 192):
+      x = _bn_act(nn.Dense(s(units), kernel_init=_glorot)(x), train, mask,
+                  self.relu_before_bn)
+    return nn.Dense(self.num_classes, kernel_init=_glorot)(x)
+
+

@@ -1,0 +1,161 @@
+"""Model registry: builds a model from a spec string "name@width".
+
+`get_model('cnn@0.5', num_classes=10, input_shape=(28, 28, 1))` returns a `flax.linen.Module`
+whose `__call__(x, train=False, mask=None)` maps a batch [B, *input_shape] to logits
+[B, num_classes]. See the model modules for the papers behind each architecture:
+
+| name | module | paper |
+|---|---|---|
+| mlp | `mlp.MLP` | McMahan et al. 2017 (2NN) |
+| cnn | `cnn.CNN` | McMahan et al. 2017 CNN family (the calibration CNN) |
+| dsfl_cnn | `cnn.DSFLCNN` | Itahara et al. 2021 (DS-FL), MNIST |
+| dsfl_fmnist_cnn | `cnn.DSFLFMNISTCNN` | Itahara et al. 2021 (DS-FL), Fashion-MNIST |
+| resnet20, resnet32 | `resnet.CifarResNet` | He et al. 2016, §4.2 |
+| lenet5 | `lenet.LeNet5` | LeCun et al. 1998 (CIFAR variant) |
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from fedjax_kd.errors import ConfigError
+from fedjax_kd.models import cnn, layers, lenet, mlp, resnet
+
+MODELS: tuple[str, ...] = ('mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
+                           'lenet5')
+
+_SPEC_HELP = ("'name' or 'name@width' with name one of " + ', '.join(MODELS) +
+              ' and width a number > 0')
+
+
+def _min_side(name: str) -> int:
+  """Smallest image height/width the model accepts (0: not an image model)."""
+  return {'mlp': 0, 'cnn': 4, 'dsfl_cnn': 16, 'dsfl_fmnist_cnn': 4, 'resnet20': 1,
+          'resnet32': 1, 'lenet5': 16}[name]
+
+
+def _spatial_ok(name: str, side: int) -> bool:
+  if name in ('dsfl_cnn', 'lenet5'):
+    # conv5 VALID -> pool2 -> conv5 VALID -> pool2 must leave at least one pixel.
+    return side >= 5 and (side - 4) // 2 >= 5 and ((side - 4) // 2 - 4) // 2 >= 1
+  if name in ('cnn', 'dsfl_fmnist_cnn'):
+    return side // 2 // 2 >= 1
+  return side >= 1
+
+
+def parse_spec(spec: str, field: str = 'clients.models') -> tuple[str, float]:
+  """Splits "name@width" into (name, width); width defaults to 1.0.
+
+  Args:
+    spec: the model spec, e.g. 'resnet20', 'cnn@0.5'.
+    field: the config field the spec came from (named in errors).
+
+  Returns:
+    (name, width) with name in MODELS and width a finite float > 0.
+
+  Raises:
+    ConfigError: unknown name, or a width that is not a number > 0.
+  """
+  if not isinstance(spec, str):
+    raise ConfigError(field, spec, _SPEC_HELP)
+  name, sep, w = spec.strip().partition('@')
+  name = name.strip().lower()
+  if name not in MODELS:
+    raise ConfigError(field, spec, _SPEC_HELP)
+  width = 1.0
+  if sep:
+    try:
+      width = float(w.strip())
+    except ValueError:
+      raise ConfigError(field, spec, _SPEC_HELP) from None
+    if not math.isfinite(width) or width <= 0:
+      raise ConfigError(field, spec, _SPEC_HELP)
+  return name, width
+
+
+def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
+              field: str = 'clients.models', lowering: str = 'auto') -> nn.Module:
+  """Builds the model named by a spec.
+
+  Args:
+    spec: "name@width" (width: multiplier of every hidden channel/unit count, rounded, at
+      least 1; default 1.0).
+    num_classes: number of output logits (>= 1).
+    input_shape: shape of one example, without the batch axis: (H, W, C) or (H, W) for the
+      image models, anything for 'mlp'.
+    field: the config field the spec came from (named in errors).
+    lowering: convolution lowering for the conv models ('auto', 'im2col', 'xla').
+
+  Returns:
+    An unbound flax module; `module.apply(variables, x, train=..., mask=...)` gives logits.
+
+  Raises:
+    ConfigError: bad spec, num_classes, input_shape, or an input the model cannot take.
+  """
+  name, width = parse_spec(spec, field)
+  if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    raise ConfigError('num_classes', num_classes, 'an int >= 1')
+  shape = tuple(input_shape) if isinstance(input_shape, (tuple, list)) else None
+  if not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                          for d in shape):
+    raise ConfigError('input_shape', input_shape, 'a non-empty tuple of positive ints')
+  layers.resolve_lowering(lowering)
+  if name != 'mlp':
+    if len(shape) not in (2, 3):
+      raise ConfigError(field, spec, f"an input of shape (H, W) or (H, W, C) for '{name}'; "
+                        f'got input_shape={shape}')
+    if not (_spatial_ok(name, shape[0]) and _spatial_ok(name, shape[1])):
+      raise ConfigError(field, spec, f"images of at least {_min_side(name)}x{_min_side(name)} "
+                        f"pixels for '{name}'; got input_shape={shape}")
+  builders: dict[str, Callable[[], nn.Module]] = {
+      'mlp': lambda: mlp.MLP(num_classes=num_classes, width=width),
+      'cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering),
+      'dsfl_cnn': lambda: cnn.DSFLCNN(num_classes=num_classes, width=width,
+                                      lowering=lowering),
+      'dsfl_fmnist_cnn': lambda: cnn.DSFLFMNISTCNN(num_classes=num_classes, width=width,
+                                                   lowering=lowering),
+      'resnet20': lambda: resnet.resnet20(num_classes, width, lowering),
+      'resnet32': lambda: resnet.resnet32(num_classes, width, lowering),
+      'lenet5': lambda: lenet.LeNet5(num_classes=num_classes, width=width, lowering=lowering),
+  }
+  return builders[name]()
+
+
+def init_variables(module: nn.Module, key: jax.Array,
+                   input_shape: tuple[int, ...]) -> dict[str, Any]:
+  """Initializes a model's variables from a dummy batch of one example.
+
+  Traceable, so `jax.vmap(lambda k: init_variables(m, k, shape))(keys)` gives per-client
+  variables.
+
+  Args:
+    module: a model from `get_model`.
+    key: PRNG key.
+    input_shape: shape of one example (without the batch axis).
+
+  Returns:
+    {'params': ...} plus {'batch_stats': ...} for BatchNorm models.
+  """
+  x = jnp.zeros((1,) + tuple(input_shape), jnp.float32)
+  return dict(jax.jit(functools.partial(module.init, train=False))(key, x))
+
+
+def count_params(variables: Mapping[str, Any]) -> tuple[int, int]:
+  """Counts the numbers in one model's variables.
+
+  Args:
+    variables: {'params': ..., 'batch_stats': ...} of one model (not stacked over clients);
+      arrays or `jax.ShapeDtypeStruct`s (e.g. from `jax.eval_shape`).
+
+  Returns:
+    (trainable, total): the size of 'params', and of all collections (incl. 'batch_stats').
+  """
+  size = lambda tree: sum(int(math.prod(getattr(a, 'shape', None) or jnp.shape(a)))
+                          for a in jax.tree.leaves(tree))
+  return size(variables.get('params', {})), size(dict(variables))

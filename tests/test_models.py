@@ -1,0 +1,335 @@
+"""Tests of the model zoo: parameter counts, the im2col convolution, pooling, masked BatchNorm,
+vmapped application and the registry."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_kd.errors import ConfigError
+from fedjax_kd.models import layers, registry
+from fedjax_kd.models import CNN, DSFLCNN, CifarResNet, count_params, get_model, init_variables
+
+
+def _random_variables(model, input_shape, seed=0, clients=None):
+  """Variables with the model's structure, filled by numpy (no init compilation: faster)."""
+  shapes = jax.eval_shape(lambda k: init_variables(model, k, input_shape),
+                          jax.random.PRNGKey(0))
+  rng = np.random.default_rng(seed)
+  lead = () if clients is None else (clients,)
+
+  def fill(path, a):
+    name = jax.tree_util.keystr(path)
+    if "'var'" in name or "'scale'" in name:
+      v = rng.uniform(0.5, 1.5, lead + a.shape)
+    else:
+      fan_in = max(1, int(np.prod(a.shape[:-1])))
+      v = rng.normal(size=lead + a.shape) / np.sqrt(fan_in if len(a.shape) > 1 else 10)
+    return jnp.asarray(v, jnp.float32)
+
+  return jax.tree_util.tree_map_with_path(fill, shapes)
+
+
+def _shapes(spec, num_classes, input_shape):
+  model = get_model(spec, num_classes=num_classes, input_shape=input_shape)
+  variables = jax.eval_shape(lambda k: init_variables(model, k, input_shape),
+                             jax.random.PRNGKey(0))
+  return variables, count_params(variables)
+
+
+# ------------------------------------------------------------------------------ param counts
+
+@pytest.mark.parametrize('spec,classes,shape,trainable,total', [
+    ('mlp', 10, (28, 28, 1), 199_210, 199_210),
+    ('cnn', 10, (28, 28, 1), 215_370, 215_370),
+    ('cnn', 10, (8, 8, 1), 31_050, 31_050),
+    ('dsfl_cnn', 10, (28, 28, 1), 583_242, 584_458),
+    ('dsfl_fmnist_cnn', 10, (28, 28, 1), 2_760_228, 2_762_272),
+    # Option-A shortcuts have no parameters: 269,722 = convs 268,336 (no bias) + BN 2 * 688
+    # + Dense 650. (272,474 would need option-B 1x1 projections: +2,752.)
+    ('resnet20', 10, (32, 32, 3), 269_722, 271_098),
+    ('resnet32', 10, (32, 32, 3), 464_154, 466_426),
+    ('lenet5', 10, (32, 32, 3), 62_006, 62_006),
+    ('lenet5', 20, (32, 32, 3), 62_856, 62_856),
+])
+def test_param_counts(spec, classes, shape, trainable, total):
+  variables, counts = _shapes(spec, classes, shape)
+  assert counts == (trainable, total)
+  assert ('batch_stats' in variables) == (total != trainable)
+
+
+def test_width_multiplier_counts():
+  # cnn@0.5: conv 8 (208) + conv 16 (3,216) + dense 784->64 (50,240) + dense 64->10 (650).
+  assert _shapes('cnn@0.5', 10, (28, 28, 1))[1] == (54_314, 54_314)
+  # mlp@0.5: 784*100+100 + 100*100+100 + 100*10+10.
+  assert _shapes('mlp@0.5', 10, (28, 28, 1))[1] == (89_610, 89_610)
+  assert _shapes('mlp@1', 10, (28, 28, 1))[1] == _shapes('mlp', 10, (28, 28, 1))[1]
+  big = _shapes('resnet20@2', 10, (32, 32, 3))[1][0]
+  assert 4 * 269_722 * 0.95 < big < 4 * 269_722  # convs scale ~ width^2
+  assert _shapes('dsfl_cnn@0.01', 10, (28, 28, 1))[1][0] > 0  # every size at least 1
+
+
+# ------------------------------------------------------------------------------ convolution
+
+CONV_CASES = [
+    # (x shape, kernel hw, strides, padding)
+    ((2, 9, 7, 3), (3, 3), 1, 'SAME'),
+    ((2, 9, 7, 3), (5, 5), 2, 'SAME'),
+    ((3, 10, 11, 2), (3, 2), (2, 1), 'VALID'),
+    ((2, 8, 8, 4), (3, 3), 2, 1),
+    ((2, 8, 9, 3), (4, 4), 2, 'SAME'),
+    ((2, 6, 6, 3), (1, 1), 1, 'VALID'),
+    ((2, 7, 7, 2), (3, 3), 3, ((1, 2), (0, 1))),
+]
+
+
+@pytest.mark.parametrize('shape,khw,strides,padding', CONV_CASES)
+def test_conv_im2col_matches_xla(shape, khw, strides, padding):
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=shape), jnp.float32)
+  w = jnp.asarray(rng.normal(size=khw + (shape[-1], 5)), jnp.float32)
+  ref = lambda x, w: layers.conv_xla(x, w, strides, padding)
+  got = lambda x, w: layers.conv_im2col(x, w, strides, padding)
+
+  @jax.jit
+  def both(x, w, g):
+    out = []
+    for f in (got, ref):
+      y, vjp = jax.vjp(f, x, w)
+      out.append((y,) + vjp(g))
+    return out
+
+  y_shape = jax.eval_shape(ref, x, w).shape
+  g = jnp.asarray(rng.normal(size=y_shape), jnp.float32)
+  mine, theirs = both(x, w, g)
+  assert mine[0].shape == y_shape
+  for a, b in zip(mine, theirs):  # y, dx, dw
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-5)
+
+
+def test_conv_padding_matches_lax_same():
+  for n, k, s in [(28, 5, 1), (32, 3, 2), (9, 4, 2), (7, 3, 3)]:
+    pads = layers.resolve_padding('SAME', (n, n), (k, k), (s, s))
+    assert list(pads) == jax.lax.padtype_to_pads((n, n), (k, k), (s, s), 'SAME')
+
+
+def test_conv_chunked_and_vmapped(monkeypatch):
+  # Tiny chunks: several chunks per batch and a padded last chunk (7 examples, 3 per chunk).
+  monkeypatch.setitem(layers.IM2COL_CONFIG, 'chunk_bytes', 3 * 6 * 6 * 9 * 2 * 4)
+  rng = np.random.default_rng(1)
+  xs = jnp.asarray(rng.normal(size=(3, 7, 6, 6, 2)), jnp.float32)
+  ws = jnp.asarray(rng.normal(size=(3, 3, 3, 2, 4)), jnp.float32)
+  gs = jnp.asarray(rng.normal(size=(3, 7, 3, 3, 4)), jnp.float32)
+  conv = lambda f: (lambda x, w: f(x, w, 2, 'SAME'))
+
+  def vjp(f, x, w, g):
+    y, back = jax.vjp(conv(f), x, w)
+    return (y,) + back(g)
+
+  vm = jax.jit(jax.vmap(lambda x, w, g: vjp(layers.conv_im2col, x, w, g)))(xs, ws, gs)
+  for k in range(3):
+    ref = vjp(layers.conv_xla, xs[k], ws[k], gs[k])
+    for a, b in zip(vm, ref):
+      np.testing.assert_allclose(a[k], b, rtol=1e-5, atol=2e-5)
+  # Only the kernel batched (same data, K models), and only the data batched.
+  y_w = jax.vmap(conv(layers.conv_im2col), (None, 0))(xs[0], ws)
+  y_x = jax.vmap(conv(layers.conv_im2col), (0, None))(xs, ws[0])
+  dw_x = jax.vmap(jax.grad(lambda x, w: jnp.sum(conv(layers.conv_im2col)(x, w) ** 2), 1),
+                  (0, None))(xs, ws[0])
+  for k in range(3):
+    np.testing.assert_allclose(y_w[k], layers.conv_xla(xs[0], ws[k], 2), rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(y_x[k], layers.conv_xla(xs[k], ws[0], 2), rtol=1e-5, atol=2e-5)
+    ref = jax.grad(lambda w: jnp.sum(layers.conv_xla(xs[k], w, 2) ** 2))(ws[0])
+    np.testing.assert_allclose(dw_x[k], ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize('lowering', ['im2col', 'xla'])
+def test_conv_module_matches_flax(lowering):
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 10, 10, 3))  # two leading batch dims
+  for kw in [dict(kernel_size=(3, 3), strides=2, padding='SAME'),
+             dict(kernel_size=(5, 5), padding='VALID', use_bias=False)]:
+    ref = nn.Conv(4, **kw)
+    mine = layers.Conv(4, lowering=lowering, **kw)
+    v = ref.init(jax.random.PRNGKey(1), x)
+    v_mine = mine.init(jax.random.PRNGKey(1), x)
+    assert jax.tree.map(jnp.shape, v) == jax.tree.map(jnp.shape, v_mine)
+    np.testing.assert_allclose(mine.apply(v, x), ref.apply(v, x), rtol=1e-5, atol=1e-5)
+
+
+def test_conv_bad_config():
+  with pytest.raises(ConfigError, match='lowering'):
+    layers.Conv(4, 3, lowering='fast').init(jax.random.PRNGKey(0), jnp.zeros((1, 5, 5, 1)))
+  with pytest.raises(ConfigError, match='padding'):
+    layers.resolve_padding('CIRCULAR', (5, 5), (3, 3), (1, 1))
+
+
+# ------------------------------------------------------------------------------ pooling
+
+def test_max_pool2_matches_flax():
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 7, 6, 3))  # odd height is cropped
+  ref = lambda x: nn.max_pool(x, (2, 2), (2, 2))
+  np.testing.assert_array_equal(layers.max_pool2(x), ref(x))
+  g = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 3, 3))
+  a, b = jax.jit(lambda x, g: [jax.vjp(f, x)[1](g)[0] for f in (layers.max_pool2, ref)])(x, g)
+  np.testing.assert_allclose(a, b)
+  # Ties: exactly one element per window receives the gradient.
+  z = jnp.zeros((1, 4, 4, 1))
+  dz = jax.grad(lambda z: layers.max_pool2(z).sum())(z)
+  assert float(dz.sum()) == 4.0 and float(dz.max()) == 1.0
+
+
+# ------------------------------------------------------------------------------ BatchNorm
+
+def test_batchnorm_matches_flax_with_mask():
+  x = jax.random.normal(jax.random.PRNGKey(0), (6, 4, 4, 3)) * 2 + 1
+  mask = jnp.array([1, 1, 0, 1, 0, 1], jnp.float32)
+  ref = nn.BatchNorm(use_running_average=False, momentum=0.9, epsilon=1e-5,
+                     use_fast_variance=False)
+  mine = layers.BatchNorm(momentum=0.9, epsilon=1e-5)
+  v = ref.init(jax.random.PRNGKey(0), x)
+  y_ref, s_ref = ref.apply(v, x, mask=layers.expand_mask(mask, x), mutable=['batch_stats'])
+  y, s = mine.apply(v, x, train=True, mask=mask, mutable=['batch_stats'])
+  np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5)
+  for k in ('mean', 'var'):
+    np.testing.assert_allclose(s['batch_stats'][k], s_ref['batch_stats'][k], rtol=1e-5,
+                               atol=1e-6)
+  # No valid row: finite output, running statistics unchanged.
+  y0, s0 = mine.apply(v, x, train=True, mask=jnp.zeros(6), mutable=['batch_stats'])
+  assert bool(jnp.all(jnp.isfinite(y0)))
+  for k in ('mean', 'var'):
+    np.testing.assert_array_equal(s0['batch_stats'][k], v['batch_stats'][k])
+
+
+@pytest.mark.parametrize('spec', ['dsfl_cnn@0.5', 'resnet8'])
+def test_bn_mask_equals_sliced_batch(spec):
+  shape = (16, 16, 1)
+  model = _resnet8() if spec == 'resnet8' else get_model(spec, num_classes=10,
+                                                           input_shape=shape)
+  v = _random_variables(model, shape)
+  x = jax.random.normal(jax.random.PRNGKey(1), (6,) + shape)
+  mask = jnp.array([1, 0, 1, 1, 0, 1], bool)
+  idx = np.flatnonzero(np.asarray(mask))
+  apply = jax.jit(lambda x, m: model.apply(v, x, train=True, mask=m, mutable=['batch_stats']))
+  logits, s = apply(x, mask)
+  # Garbage in the masked-out rows must not matter; float masks work too.
+  x_bad = x.at[np.flatnonzero(~np.asarray(mask))].set(1e3)
+  logits_bad, s_bad = apply(x_bad, mask.astype(jnp.float32))
+  logits_ref, s_ref = apply(x[idx], None)
+  np.testing.assert_allclose(logits[idx], logits_ref, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(logits_bad[idx], logits_ref, rtol=1e-4, atol=1e-4)
+  for a, b, c in zip(jax.tree.leaves(s), jax.tree.leaves(s_ref), jax.tree.leaves(s_bad)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(c, b, rtol=1e-4, atol=1e-5)
+
+
+def test_models_without_bn_ignore_mask():
+  for spec, shape in [('mlp', (8, 8, 1)), ('cnn@0.5', (8, 8, 1)), ('lenet5@0.5', (16, 16, 3))]:
+    model = get_model(spec, num_classes=4, input_shape=shape)
+    v = _random_variables(model, shape)
+    assert set(v) == {'params'}
+    x = jnp.ones((3,) + shape)
+    out, state = jax.jit(lambda v, x, m: model.apply(v, x, train=True, mask=m,
+                                                     mutable=['batch_stats']))(
+                                                         v, x, jnp.array([1., 0., 1.]))
+    assert out.shape == (3, 4) and not state
+    np.testing.assert_allclose(out, jax.jit(model.apply)(v, x), rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ vmap over clients
+
+def test_vmapped_clients_match_loop():
+  shape = (16, 16, 1)
+  model = get_model('dsfl_cnn@0.25', num_classes=10, input_shape=shape)
+  vs = _random_variables(model, shape, clients=3)
+  xs = jax.random.normal(jax.random.PRNGKey(1), (3, 5) + shape)
+  ys = jnp.arange(15).reshape(3, 5) % 10
+  masks = jnp.array([[1, 1, 1, 1, 1], [1, 0, 1, 1, 0], [0, 1, 1, 1, 1]], jnp.float32)
+
+  def step(v, x, y, m):
+    def loss(p):
+      logits, new = model.apply({'params': p, 'batch_stats': v['batch_stats']}, x, train=True,
+                                mask=m, mutable=['batch_stats'])
+      ce = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1)[:, 0]
+      return jnp.sum(ce * m) / jnp.sum(m), (logits, new)
+    (_, (logits, new)), g = jax.value_and_grad(loss, has_aux=True)(v['params'])
+    return logits, new['batch_stats'], g, model.apply(v, x)
+
+  batched = jax.jit(jax.vmap(step))(vs, xs, ys, masks)
+  for k in range(3):
+    single = jax.jit(step)(jax.tree.map(lambda a: a[k], vs), xs[k], ys[k], masks[k])
+    for a, b in zip(jax.tree.leaves(batched), jax.tree.leaves(single)):
+      np.testing.assert_allclose(a[k], b, rtol=1e-4, atol=1e-5)
+
+
+def _resnet8(lowering='auto'):
+  # ResNet-8 (one block per stage): the ResNet-20 code path (stride 2, option A) compiles fast.
+  return CifarResNet(num_classes=10, blocks_per_stage=1, width=0.5, lowering=lowering)
+
+
+@pytest.mark.parametrize('spec,shape', [('cnn@0.5', (8, 8, 1)), ('resnet8', (8, 8, 3))])
+def test_lowerings_agree(spec, shape):
+  x = jax.random.normal(jax.random.PRNGKey(1), (4,) + shape)
+  if spec == 'resnet8':
+    m_fast, m_xla = _resnet8('im2col'), _resnet8('xla')
+  else:
+    m_fast = get_model(spec, num_classes=10, input_shape=shape, lowering='im2col')
+    m_xla = get_model(spec, num_classes=10, input_shape=shape, lowering='xla')
+  v = _random_variables(m_xla, shape)
+
+  def loss(model, p):
+    out = model.apply({**v, 'params': p}, x, train=True, mutable=['batch_stats'])[0]
+    return jnp.sum(out ** 2), out
+
+  grad = lambda m: jax.jit(jax.value_and_grad(lambda p: loss(m, p), has_aux=True))
+  (_, o1), g1 = grad(m_fast)(v['params'])
+  (_, o2), g2 = grad(m_xla)(v['params'])
+  np.testing.assert_allclose(o1, o2, rtol=1e-4, atol=1e-4 * float(jnp.abs(o2).max()))
+  # Conv biases before a BatchNorm have zero gradient up to rounding: use a global atol.
+  scale = max(float(jnp.abs(b).max()) for b in jax.tree.leaves(g2))
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * scale)
+
+
+# ------------------------------------------------------------------------------ registry
+
+def test_parse_spec():
+  assert registry.parse_spec('cnn', 'f') == ('cnn', 1.0)
+  assert registry.parse_spec('resnet20@0.5', 'f') == ('resnet20', 0.5)
+  assert registry.parse_spec(' LeNet5@2 ', 'f') == ('lenet5', 2.0)
+  assert set(registry.MODELS) == {'mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20',
+                                  'resnet32', 'lenet5'}
+
+
+@pytest.mark.parametrize('spec', ['vgg11', 'cnn@0', 'cnn@abc', 'cnn@-1', 'cnn@nan', 'cnn@',
+                                  '@1', 'cnn@inf'])
+def test_registry_errors(spec):
+  with pytest.raises(ConfigError) as err:
+    get_model(spec, num_classes=10, input_shape=(28, 28, 1), field='clients.models[2]')
+  assert 'clients.models[2]' in str(err.value)
+  assert err.value.field == 'clients.models[2]'
+  assert 'resnet20' in str(err.value)  # names the allowed models
+
+
+def test_registry_input_errors():
+  with pytest.raises(ConfigError, match='clients.models'):
+    get_model('dsfl_cnn', num_classes=10, input_shape=(12, 12, 1))
+  with pytest.raises(ConfigError, match='clients.models'):
+    get_model('lenet5', num_classes=10, input_shape=(32,))
+  with pytest.raises(ConfigError, match='num_classes'):
+    get_model('cnn', num_classes=0, input_shape=(28, 28, 1))
+  with pytest.raises(ConfigError, match='input_shape'):
+    get_model('mlp', num_classes=10, input_shape=(0, 3))
+  get_model('dsfl_cnn', num_classes=10, input_shape=(16, 16, 1))
+  get_model('resnet20', num_classes=10, input_shape=(8, 8, 1))
+  get_model('cnn', num_classes=10, input_shape=(8, 8))
+
+
+def test_cnn_on_small_inputs():
+  model = CNN(num_classes=10)
+  v = init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
+  assert jax.jit(model.apply)(v, jnp.ones((2, 8, 8, 1))).shape == (2, 10)
+  assert jax.jit(model.apply)(v, jnp.ones((2, 8, 8))).shape == (2, 10)  # [B, H, W] input
+  assert isinstance(get_model('dsfl_cnn', num_classes=3, input_shape=(28, 28, 1)), DSFLCNN)
