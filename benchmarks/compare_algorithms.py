@@ -51,12 +51,12 @@ def main():
   p.add_argument('--preset', choices=('digits', 'mnist_cpu'), default='digits')
   p.add_argument('--source', default=None)
   p.add_argument('--rounds', type=int, default=0)
-  p.add_argument('--only', default='', help='comma-separated subset of the run names')
+  p.add_argument('--only', default='', help='semicolon-separated subset of the run names')
   p.add_argument('--out', default='runs/compare')
   args = p.parse_args()
   rows = []
   for name, (algorithm, overrides) in RUNS.items():
-    if args.only and name not in args.only.split(','):
+    if args.only and name not in args.only.split(';'):
       continue
     c = make(args.preset, algorithm, args.source)
     for k, v in overrides.items():

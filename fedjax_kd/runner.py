@@ -200,7 +200,9 @@ def summarize(rows, spec: ExperimentSpec, setup_bytes, rules_name: str) -> dict[
       'final_acc': accs[-1] if accs else None,
       'top_acc': accs[top] if accs else None,
       'top_round': evaluated[top]['round'] if accs else None,
-      'final_client_acc': evaluated[-1].get('client_acc') if evaluated else None,
+      # FD and single report the mean client accuracy as test_acc.
+      'final_client_acc': (evaluated[-1].get('client_acc', evaluated[-1]['test_acc'])
+                           if evaluated else None),
       'cum_bytes': rows[-1]['cum_bytes'] if rows else setup_bytes['total'],
       'setup_bytes': setup_bytes['total'], 'comm_rules': rules_name,
   }

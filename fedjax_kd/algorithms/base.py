@@ -145,9 +145,9 @@ class Algorithm:
                                  chunk=self.spec.eval_chunk)
     out = {f'{prefix}acc': float(np.nanmean(acc)), f'{prefix}acc_min': float(np.nanmin(acc)),
            f'{prefix}acc_max': float(np.nanmax(acc)), f'{prefix}loss': float(np.nanmean(nll))}
-    if not prefix:
-      out['test_acc'] = out.pop('acc')
-      out['test_loss'] = out.pop('loss')
+    if not prefix:  # the client models are the evaluated models (FD, single)
+      out = {'test_acc': out['acc'], 'test_loss': out['loss'],
+             'client_acc_min': out['acc_min'], 'client_acc_max': out['acc_max']}
     return out
 
   def server_metrics(self, state: AlgState) -> dict[str, float]:
