@@ -12,6 +12,8 @@ state (A3). Requires every client to use the same model spec.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -56,7 +58,6 @@ class FedAvg(base.Algorithm):
 
   def __init__(self, ctx):
     # The global model has the clients' architecture whatever server.model says.
-    import dataclasses
     ctx = dataclasses.replace(ctx, spec=dataclasses.replace(
         ctx.spec, server_model=ctx.spec.client_models[0]))
     super().__init__(ctx)
