@@ -156,6 +156,8 @@ def test_predict_zero_rows_for_inactive_and_class_means():
   assert np.all(p[1] == 0)
   np.testing.assert_allclose(p[[0, 2]].sum(-1), 1.0, rtol=1e-5)
   means, counts = fed.class_mean_probs(st)
+  fed.class_mean_probs(st)  # a later round: same slots, no new compile
+  assert fed.cohorts[1].kernels._class_sums._cache_size() == 1  # compiled once per cohort
   # counts are each client's label histogram; means are averages of predictions.
   np.testing.assert_array_equal(np.asarray(counts), fed.data.client_labels())
   x = np.asarray(data.x_private)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import pathlib
 import time
 import warnings
 
@@ -13,15 +11,9 @@ import pytest
 from fedjax_kd.data import partition as P
 from fedjax_kd.errors import ConfigError, DataError
 
-# MNIST train class counts (dsfl.md / shared/data/README.md).
-MNIST_COUNTS = (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949)
 
 
-def _mnist_path() -> pathlib.Path:
-  env = os.environ.get('FEDJAX_KD_MNIST')
-  if env:
-    return pathlib.Path(env)
-  return pathlib.Path(__file__).resolve().parents[2] / 'shared/data/mnist.npz'
+from tests.conftest import MNIST_COUNTS, mnist_path as _mnist_path
 
 
 def _balanced(n_per_class: int = 6000, c: int = 10,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import pathlib
 
 import numpy as np
 import pytest
@@ -11,14 +9,9 @@ import pytest
 from fedjax_kd.data.sources import ArrayDataset, load_source
 from fedjax_kd.errors import ConfigError, DataError
 
-MNIST_COUNTS = (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949)
 
 
-def _mnist_path() -> pathlib.Path:
-  env = os.environ.get('FEDJAX_KD_MNIST')
-  if env:
-    return pathlib.Path(env)
-  return pathlib.Path(__file__).resolve().parents[2] / 'shared/data/mnist.npz'
+from tests.conftest import MNIST_COUNTS, mnist_path as _mnist_path
 
 
 def _write_keras_npz(path, n_train=50, n_test=20, seed=0, **overrides):

@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from fedjax_kd.core import rng
-from fedjax_kd.core.kernels import CohortKernels, LossFn, class_prob_sums, client_mesh
+from fedjax_kd.core.kernels import CohortKernels, LossFn, client_mesh
 from fedjax_kd.core.state import ModelState
 from fedjax_kd.ops import losses
 
@@ -326,9 +326,10 @@ class Federation:
       if not valid.any():
         continue
       g = jnp.asarray(gids)
-      s, n = class_prob_sums(cohort.kernels, state, jnp.asarray(slots), d.x_private,
-                             d.y_private, jnp.take(d.client_idx, g, axis=0, mode='clip'),
-                             jnp.take(n_all, g, mode='clip'), c, chunk=chunk)
+      s, n = cohort.kernels.class_prob_sums(
+          state, jnp.asarray(slots), d.x_private, d.y_private,
+          jnp.take(d.client_idx, g, axis=0, mode='clip'), jnp.take(n_all, g, mode='clip'), c,
+          chunk=chunk)
       w = np.where(valid, gids, self.num_clients)
       sums = self._scatter_clients(sums, w, s)
       counts = self._scatter_clients(counts, w, n)
@@ -379,20 +380,24 @@ class SingleModel:
   def init(self, key: Array) -> ModelState:
     return self.kernels.init(key[None], self.input_shape)
 
+  def _fit(self, state, key, shared: dict, loss_fn: LossFn, *, epochs, batch_size,
+           opt_slot, augment):
+    m = shared['x'].shape[0]
+    return self.kernels.fit(state, self._slots, self._valid, key[None],
+                            jnp.arange(m, dtype=jnp.int32), jnp.full((1,), m, jnp.int32),
+                            shared, {}, loss_fn=loss_fn, epochs=epochs, batch_size=batch_size,
+                            opt_slot=opt_slot, augment=augment)
+
   def distill(self, state: ModelState, key: Array, x: Array, targets: Array, *,
               epochs: int, batch_size: int, opt_slot: str = 'train', augment=None):
-    m = x.shape[0]
-    return self.kernels.fit(state, self._slots, self._valid, key[None],
-                            jnp.arange(m, dtype=jnp.int32), jnp.full((1,), m, jnp.int32),
-                            {'x': x, 't': targets}, {}, loss_fn=soft_ce_loss, epochs=epochs,
-                            batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+    """Distils on soft targets ``[m, C]`` (DS-FL's server step, eq. 11)."""
+    return self._fit(state, key, {'x': x, 't': targets}, soft_ce_loss, epochs=epochs,
+                     batch_size=batch_size, opt_slot=opt_slot, augment=augment)
 
   def fit(self, state, key, x, y, *, epochs, batch_size, opt_slot='train', augment=None):
-    m = x.shape[0]
-    return self.kernels.fit(state, self._slots, self._valid, key[None],
-                            jnp.arange(m, dtype=jnp.int32), jnp.full((1,), m, jnp.int32),
-                            {'x': x, 'y': y}, {}, loss_fn=ce_loss, epochs=epochs,
-                            batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+    """Trains on labelled data (e.g. a centralized reference model)."""
+    return self._fit(state, key, {'x': x, 'y': y}, ce_loss, epochs=epochs,
+                     batch_size=batch_size, opt_slot=opt_slot, augment=augment)
 
   def evaluate(self, state, x, y, chunk: int = 512) -> tuple[float, float]:
     a, l = self.kernels.evaluate(state, self._slots, x, y, chunk=chunk)

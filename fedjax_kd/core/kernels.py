@@ -77,6 +77,7 @@ class CohortKernels:
     self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log'))
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
     self._init = jax.jit(self._init_impl, static_argnames=('input_shape',))
+    self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk'))
 
   # ------------------------------------------------------------------ init
   def _init_impl(self, keys: Array, input_shape: tuple[int, ...]) -> ModelState:
@@ -268,43 +269,39 @@ class CohortKernels:
     return self._evaluate(state, slots, x, y, idx, n, chunk=chunk,
                           idx_shared=(idx.ndim == 1))
 
+  # ----------------------------------------------------------- class sums
+  def _class_sums_impl(self, state, slots, x, y, idx, n, *, num_classes, chunk):
+    sub = _constrain(take_clients(state, slots), self.mesh)
+    m = idx.shape[-1]
+    pad = (-m) % chunk
+    idxp = jnp.pad(idx, [(0, 0), (0, pad)])
+    pos = jnp.arange(m + pad).reshape(-1, chunk)
+
+    def one_client(st, cidx, cn):
+      def body(carry, p):
+        rows = cidx[p]
+        probs = jax.nn.softmax(self.module.apply(_variables(st.params, st.batch_stats),
+                                                 x[rows], train=False), -1)
+        onehot = jax.nn.one_hot(y[rows], num_classes) * (p < cn)[:, None]
+        return (carry[0] + onehot.T @ probs, carry[1] + onehot.sum(0)), None
+
+      init = (jnp.zeros((num_classes, num_classes)), jnp.zeros((num_classes,)))
+      (sums, counts), _ = jax.lax.scan(body, init, pos)
+      return sums, counts
+
+    return jax.vmap(one_client)(sub, idxp, n)
+
+  def class_prob_sums(self, state: ModelState, slots: Array, x: Array, y: Array,
+                      idx: Array, n: Array, num_classes: int,
+                      chunk: int = 512) -> tuple[Array, Array]:
+    """Per-client sums of predicted probabilities grouped by true label.
+
+    Returns ``sums [S, C, C]`` (row = true label) and ``counts [S, C]`` over each
+    slot's rows ``x[idx[s, :n[s]]]`` in inference mode (FD, Jeong et al. eq. 4).
+    """
+    chunk = max(1, min(chunk, idx.shape[-1]))
+    return self._class_sums(state, slots, x, y, idx, n, num_classes=num_classes, chunk=chunk)
+
 
 def sub_size(tree: Any) -> int:
   return jax.tree.leaves(tree)[0].shape[0]
-
-
-def _class_sums_impl(module, state, slots, x, y, idx, n, num_classes, chunk, mesh):
-  sub = _constrain(take_clients(state, slots), mesh)
-  m = idx.shape[-1]
-  pad = (-m) % chunk
-  idxp = jnp.pad(idx, [(0, 0), (0, pad)])
-  pos = jnp.arange(m + pad).reshape(-1, chunk)
-
-  def one_client(st, cidx, cn):
-    def body(carry, p):
-      rows = cidx[p]
-      probs = jax.nn.softmax(module.apply(_variables(st.params, st.batch_stats), x[rows],
-                                          train=False), -1)
-      onehot = jax.nn.one_hot(y[rows], num_classes) * (p < cn)[:, None]
-      return (carry[0] + onehot.T @ probs, carry[1] + onehot.sum(0)), None
-
-    init = (jnp.zeros((num_classes, num_classes)), jnp.zeros((num_classes,)))
-    (sums, counts), _ = jax.lax.scan(body, init, pos)
-    return sums, counts
-
-  return jax.vmap(one_client)(sub, idxp, n)
-
-
-def class_prob_sums(kernels: CohortKernels, state: ModelState, slots: Array, x: Array,
-                    y: Array, idx: Array, n: Array, num_classes: int,
-                    chunk: int = 512) -> tuple[Array, Array]:
-  """Per-client sums of predicted probabilities grouped by true label.
-
-  Returns ``sums [S, C, C]`` (row = true label) and ``counts [S, C]`` over each
-  slot's rows ``x[idx[s, :n[s]]]`` in inference mode (FD, Jeong et al. eq. 4).
-  """
-  fn = kernels.__dict__.setdefault('_class_sums', jax.jit(
-      functools.partial(_class_sums_impl, kernels.module, mesh=kernels.mesh),
-      static_argnames=('num_classes', 'chunk')))
-  chunk = max(1, min(chunk, idx.shape[-1]))
-  return fn(state, slots, x, y, idx, n, num_classes=num_classes, chunk=chunk)
