@@ -3,11 +3,21 @@ r"""Runs several algorithms on the same data, seed and clients; prints a markdow
   python benchmarks/compare_algorithms.py --preset=digits --out=runs/compare_digits
   python benchmarks/compare_algorithms.py --preset=mnist_cpu \
       --source=npz:../shared/data/mnist.npz --out=runs/compare_mnist
+  python benchmarks/compare_algorithms.py --preset=scarlet_digits
+  python benchmarks/compare_algorithms.py --preset=scarlet_mnist_cpu \
+      --source=npz:../shared/data/mnist.npz --out=runs/scarlet_mnist
 
-Columns: final and best test accuracy (DS-FL and FedAvg: the server/global
-model; FD and single: the mean over client models), the mean client accuracy,
-cumulative communication (DS-FL paper rules, incl. the one-time open-data
-broadcast), ComU@x (bytes until accuracy x is first reached) and wall time.
+The DS-FL presets (``digits``, ``mnist_cpu``) compare DS-FL, FD, FedAvg and a
+single client under the DS-FL paper's byte rules (incl. the one-time open-data
+broadcast). The SCARLET presets compare SCARLET with DS-FL on the same seed
+(the authors' round order and byte rules) and, with ``--only`` or ``--all``,
+CFD, COMET, Selective-FD (with and without the cache), Individual and
+Centralized.
+
+Columns: final and best test accuracy (DS-FL, SCARLET and the other public-set
+methods: the server model; FD and single: the mean over client models), the
+mean client accuracy, cumulative communication, its ratio to the first row,
+ComU@x (bytes until accuracy x is first reached) and wall time.
 """
 
 from __future__ import annotations
@@ -25,11 +35,27 @@ RUNS = {
     'FedAvg': ('fedavg', {}),
     'Single client': ('single', {}),
 }
+SCARLET_RUNS = {
+    'SCARLET': ('scarlet', {}),
+    'DS-FL (ERA)': ('dsfl', {}),
+    'CFD': ('cfd', {}),
+    'COMET': ('comet', {}),
+    'Selective-FD': ('selective_fd', {}),
+    'CFD + cache': ('cfd', {'cache.mode': 'on'}),
+    'COMET + cache': ('comet', {'cache.mode': 'on'}),
+    'Selective-FD + cache': ('selective_fd', {'cache.mode': 'on'}),
+    'Individual': ('individual', {}),
+    'Centralized': ('centralized', {}),
+}
+SCARLET_DEFAULT = ('SCARLET', 'DS-FL (ERA)')
 
 
 def make(preset: str, algorithm: str, source: str | None):
   if preset == 'digits':
     c = presets.digits(algorithm)
+  elif preset.startswith('scarlet'):
+    source = 'digits' if preset == 'scarlet_digits' else (source or 'tfds:mnist')
+    c = presets.scarlet_cpu(source, algorithm)
   else:
     c = presets.dsfl_paper_cpu(source or 'tfds:mnist')
     c.algorithm = algorithm
@@ -38,29 +64,26 @@ def make(preset: str, algorithm: str, source: str | None):
   return c
 
 
-def _set(c, field: str, value):
-  node = c
-  *path, last = field.split('.')
-  for p in path:
-    node = node[p]
-  node[last] = value
-
-
 def main():
   p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  p.add_argument('--preset', choices=('digits', 'mnist_cpu'), default='digits')
+  p.add_argument('--preset', choices=('digits', 'mnist_cpu', 'scarlet_digits',
+                                      'scarlet_mnist_cpu'), default='digits')
+  p.add_argument('--all', action='store_true', help='SCARLET presets: every baseline')
   p.add_argument('--source', default=None)
   p.add_argument('--rounds', type=int, default=0)
   p.add_argument('--only', default='', help='semicolon-separated subset of the run names')
   p.add_argument('--out', default='runs/compare')
   args = p.parse_args()
   rows = []
-  for name, (algorithm, overrides) in RUNS.items():
-    if args.only and name not in args.only.split(';'):
+  scarlet = args.preset.startswith('scarlet')
+  runs = SCARLET_RUNS if scarlet else RUNS
+  only = args.only.split(';') if args.only else (
+      list(SCARLET_DEFAULT) if scarlet and not args.all else list(runs))
+  for name, (algorithm, overrides) in runs.items():
+    if name not in only:
       continue
     c = make(args.preset, algorithm, args.source)
-    for k, v in overrides.items():
-      _set(c, k, v)
+    config_lib.override(c, overrides)
     if args.rounds:
       c.rounds = args.rounds
     c.checkpoint.every = 0
@@ -71,18 +94,21 @@ def main():
     rows.append((name, s, spec))
     print(f'{name}: {s["final_acc"]:.4f}', flush=True)
   thresholds = rows[0][2].comm_thresholds
-  head = ('| method | final acc | best acc | mean client acc | cum. comm | '
+  head = ('| method | final acc | best acc | mean client acc | cum. comm | vs first | '
           + ' | '.join(f'ComU@{x:g}' for x in thresholds) + ' | wall |')
   print('\n' + head)
   print('|' + '---|' * (head.count('|') - 1))
   mb = lambda b: '-' if b is None else f'{b / 1e6:.2f} MB'
+  first = rows[0][1]['cum_bytes']
   for name, s, spec in rows:
     client = s['final_client_acc']
+    ratio = f'{s["cum_bytes"] / first:.3f}' if first else '-'
     print(f'| {name} | {s["final_acc"]:.3f} | {s["top_acc"]:.3f} | '
-          f'{"-" if client is None else f"{client:.3f}"} | {mb(s["cum_bytes"])} | '
+          f'{"-" if client is None else f"{client:.3f}"} | {mb(s["cum_bytes"])} | {ratio} | '
           + ' | '.join(mb(s[f'comu@{x:g}']) for x in thresholds)
           + f' | {s["wall_time_s"]:.0f} s |')
-  print(f'\n{rows[0][2].rounds} rounds, seed {rows[0][2].seed}, {rows[0][2].num_clients} clients.')
+  print(f'\n{rows[0][2].rounds} rounds, seed {rows[0][2].seed}, {rows[0][2].num_clients} clients, '
+        f'byte rules: {rows[0][1]["comm_rules"]}.')
 
 
 if __name__ == '__main__':

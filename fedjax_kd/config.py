@@ -39,6 +39,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.data.classes_per_client = 2
   c.data.min_size = 10              # per-class Dirichlet: min samples per client
   c.data.per_client_test = False    # per-client test splits with the same priors
+  c.data.augment = 'none'           # 'none' | 'flip_crop' (training and distillation batches)
 
   c.clients = ml_collections.ConfigDict()
   c.clients.num_clients = 10
@@ -65,11 +66,29 @@ def default_config() -> ml_collections.ConfigDict:
   c.distill.weight_decay = 0.0
   c.distill.batch_size = 100
   c.distill.epochs = 5
-  c.distill.public_per_round = 1000      # |o_r|
+  c.distill.public_per_round = 300       # |o_r| (<= data.num_public)
 
   c.dsfl = ml_collections.ConfigDict()
   c.dsfl.aggregation = 'era'
   c.dsfl.temperature = 0.1
+  c.dsfl.schedule = 'same_round'         # 'same_round' (paper) | 'next_round' (SCARLET's code)
+
+  c.scarlet = ml_collections.ConfigDict()
+  c.scarlet.beta = 2.0                   # Enhanced ERA exponent (> 0; 1 = plain mean)
+
+  c.cache = ml_collections.ConfigDict()  # SCARLET's soft-label cache, any public-set algorithm
+  c.cache.mode = 'auto'                  # 'auto' (on for scarlet only) | 'on' | 'off'
+  c.cache.duration = 50                  # D: reuse while t - t_cached <= D
+
+  c.comet = ml_collections.ConfigDict()
+  c.comet.clusters = 2                   # c, k-means clusters per public sample
+  c.comet.weight = 1.0                   # lambda, distillation loss weight
+
+  c.selective_fd = ml_collections.ConfigDict()
+  c.selective_fd.tau_client = 0.0625     # KuLSIF quantile threshold
+  c.selective_fd.tau_server = 2.0        # L1 server selector (2.0 keeps all)
+  c.selective_fd.sigma = 5.0             # Gaussian kernel width
+  c.selective_fd.lambda_exponent = 0.5   # lambda = n_private ** exponent
 
   c.fd = ml_collections.ConfigDict()
   c.fd.gamma = 1.0
@@ -89,6 +108,17 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
+def override(config: ml_collections.ConfigDict, fields: dict[str, Any]) -> ml_collections.ConfigDict:
+  """Sets dotted fields in place, e.g. ``{'cache.duration': 25}``; returns ``config``."""
+  for field, value in fields.items():
+    node = config
+    *path, last = field.split('.')
+    for part in path:
+      node = node[part]
+    node[last] = value
+  return config
+
+
 @dataclasses.dataclass(frozen=True)
 class DataSpec:
   source: str
@@ -102,6 +132,7 @@ class DataSpec:
   classes_per_client: int
   min_size: int
   per_client_test: bool
+  augment: str = 'none'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +257,8 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       shards_per_client=_int(config, 'data.shards_per_client', 1),
       classes_per_client=_int(config, 'data.classes_per_client', 1),
       min_size=_int(config, 'data.min_size', 0),
-      per_client_test=bool(_get(config, 'data.per_client_test')))
+      per_client_test=bool(_get(config, 'data.per_client_test')),
+      augment=_choice(config, 'data.augment', ('none', 'flip_crop')))
 
   num_clients = _int(config, 'clients.num_clients', 1)
   models = _get(config, 'clients.models')

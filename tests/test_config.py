@@ -12,16 +12,11 @@ def tiny(**overrides):
   c = presets.digits('dsfl')
   c.data.source = 'synthetic:400'
   c.data.num_public = 100
+  c.distill.public_per_round = 100
   c.clients.num_clients = 4
   c.clients.models = ['mlp@0.25']
   c.server.model = 'mlp@0.25'
-  for k, v in overrides.items():
-    node = c
-    *path, last = k.split('.')
-    for p in path:
-      node = node[p]
-    node[last] = v
-  return c
+  return config_lib.override(c, overrides)
 
 
 @pytest.mark.parametrize('field,value,message', [

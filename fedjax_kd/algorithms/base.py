@@ -21,6 +21,7 @@ import optax
 
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import Federation, SingleModel
+from fedjax_kd.data import augment as augment_lib
 from fedjax_kd.ops import comm
 
 Array = jax.Array
@@ -79,6 +80,8 @@ class Algorithm:
       self.server_model = SingleModel(ctx.modules[self.spec.server_model], ctx.optimizers,
                                       ctx.data.input_shape)
     self.distill_slot = 'train' if self.spec.distill is None else 'distill'
+    # One function object per run, so it is a stable jit static argument.
+    self.augment = augment_lib.get_augment(self.spec.data.augment)
 
   # ---------------------------------------------------------------- config
   @classmethod
@@ -113,7 +116,8 @@ class Algorithm:
   def train_clients(self, state: AlgState, t: int, active: np.ndarray):
     tr = self.spec.train
     clients, loss = self.fed.train_private(state.clients, self.ctx.root, t, epochs=tr.epochs,
-                                           batch_size=tr.batch_size, active=active)
+                                           batch_size=tr.batch_size, active=active,
+                                           augment=self.augment)
     return state.replace(clients=clients), _nanmean(loss)
 
   def sample_public(self, t: int) -> tuple[np.ndarray, Array]:
@@ -124,18 +128,23 @@ class Algorithm:
     return idx, jnp.take(self.ctx.data.x_public, jnp.asarray(idx), axis=0)
 
   def distill_clients(self, state: AlgState, t: int, x: Array, targets: Array,
-                      active: np.ndarray):
+                      active: np.ndarray, count: int | None = None,
+                      weights: Array | None = None):
+    """Every active client distils on ``(x[:count], targets[..., :count, :])``."""
     clients, loss = self.fed.distill(state.clients, self.ctx.root, t, x, targets,
                                      epochs=self.spec.distill_epochs,
                                      batch_size=self.spec.distill_batch_size, active=active,
-                                     opt_slot=self.distill_slot)
+                                     opt_slot=self.distill_slot, count=count,
+                                     weights=weights, augment=self.augment)
     return state.replace(clients=clients), _nanmean(loss)
 
-  def distill_server(self, state: AlgState, t: int, x: Array, targets: Array):
+  def distill_server(self, state: AlgState, t: int, x: Array, targets: Array,
+                     count: int | None = None):
+    """The server model distils on ``(x[:count], targets[:count])``."""
     server, loss = self.server_model.distill(
         state.server, rng.server_key(self.ctx.root, t, 'distill'), x, targets,
         epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
-        opt_slot=self.distill_slot)
+        opt_slot=self.distill_slot, count=count, augment=self.augment)
     return state.replace(server=server), float(loss[0])
 
   def client_metrics(self, state: AlgState, prefix: str = 'client_') -> dict[str, float]:

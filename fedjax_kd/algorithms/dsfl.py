@@ -4,7 +4,8 @@ S. Itahara, T. Nishio, Y. Koda, M. Morikura, K. Yamamoto, "Distillation-Based
 Semi-Supervised Federated Learning for Communication-Efficient Collaborative
 Training With Non-IID Private Data", IEEE TMC 2021 (Algorithm 1).
 
-One round (spec ``dsfl.md`` §2.3):
+One round (spec ``dsfl.md`` §2.3), on the shared round engine
+(:mod:`fedjax_kd.algorithms.protocol`):
   1. every client runs ``train.epochs`` epochs on its private data, starting
      from its own persistent model (A1);
   2. the server draws ``o_r`` (``distill.public_per_round`` open samples,
@@ -13,6 +14,11 @@ One round (spec ``dsfl.md`` §2.3):
      ERA, applies ``softmax(mean / T)`` (eq. 13);
   5-6. clients and the server's global model ``w_g`` distil on ``(D^{or}, T)``
      for ``distill.epochs`` epochs (eqs. 10, 11). ``w_g`` is the evaluated model.
+
+``dsfl.schedule='same_round'`` (default) is the paper's order; ``'next_round'``
+is the order of SCARLET's code, where DS-FL is a baseline: clients distil on
+round t's labels at the start of round t+1, and client accuracy is measured
+after local training.
 """
 
 from __future__ import annotations
@@ -20,50 +26,40 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
-import numpy as np
 
-from fedjax_kd.algorithms import base
+from fedjax_kd.algorithms import protocol
 from fedjax_kd.config import _choice, _float
-from fedjax_kd.ops import aggregate, comm
+from fedjax_kd.ops import aggregate
 
 
 @dataclasses.dataclass(frozen=True)
 class DSFLOptions:
   aggregation: str   # 'sa' | 'era'
   temperature: float
+  schedule: str      # 'same_round' | 'next_round'
+  cache: protocol.CacheOptions
 
 
-class DSFL(base.Algorithm):
+class DSFL(protocol.Protocol):
   """DS-FL with SA or ERA; the server model is distilled and evaluated."""
   name = 'dsfl'
   paper_rules = 'dsfl'
-  uses_public = True
-  has_server_model = True
 
   @classmethod
   def options_from_config(cls, config, spec) -> DSFLOptions:
     return DSFLOptions(aggregation=_choice(config, 'dsfl.aggregation', aggregate.AGGREGATIONS),
-                       temperature=_float(config, 'dsfl.temperature', 0.0, lo_open=True))
+                       temperature=_float(config, 'dsfl.temperature', 0.0, lo_open=True),
+                       schedule=_choice(config, 'dsfl.schedule', protocol.SCHEDULES),
+                       cache=protocol.cache_options(config, spec, default_on=False))
 
-  def round(self, state, t, active):
-    state, train_loss = self.train_clients(state, t, active)
-    _, x = self.sample_public(t)
-    probs = self.fed.predict(state.clients, x, active, chunk=self.spec.eval_chunk)
-    weights = jnp.asarray(active, jnp.float32)
-    mean = aggregate.mean_aggregate(probs, weights)
-    targets = (aggregate.era(mean, self.options.temperature)
-               if self.options.aggregation == 'era' else mean)
-    state, distill_loss = self.distill_clients(state, t, x, targets, active)
-    state, server_loss = self.distill_server(state, t, x, targets)
-    metrics = {'train_loss': train_loss, 'distill_loss': distill_loss,
-               'server_distill_loss': server_loss,
-               'entropy': float(aggregate.mean_entropy(targets)),
-               'sa_entropy': float(aggregate.mean_entropy(mean))}
-    payloads = comm.soft_label_exchange(int(np.sum(active)), int(x.shape[0]),
-                                        self.ctx.data.num_classes)
-    return state, base.RoundOutput(metrics, payloads)
+  @property
+  def schedule(self) -> str:
+    return self.options.schedule
 
-  def evaluate(self, state):
-    out = self.server_metrics(state)
-    out.update(self.client_metrics(state))
-    return out
+  def aggregate(self, probs, mask):
+    mean, count = aggregate.masked_mean(probs, mask)
+    labels = (aggregate.era(mean, self.options.temperature)
+              if self.options.aggregation == 'era' else mean)
+    keep = count > 0
+    sa_entropy = jnp.sum(aggregate.entropy(mean) * keep) / jnp.maximum(jnp.sum(keep), 1)
+    return labels, keep, {'sa_entropy': sa_entropy}

@@ -44,6 +44,11 @@ def client_soft_ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
   return losses.soft_cross_entropy(logits, aux['t'][batch['_pos']])
 
 
+def weighted_client_soft_ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
+  """``aux['w']`` (one weight per client, e.g. COMET's lambda) times the above."""
+  return aux['w'] * client_soft_ce_loss(logits, batch, aux)
+
+
 # ------------------------------------------------------------------- data
 @dataclasses.dataclass(frozen=True)
 class FederatedData:
@@ -277,14 +282,26 @@ class Federation:
                     batch_size=batch_size, opt_slot=opt_slot, active=active, augment=augment)
 
   def distill(self, states, root, t, x: Array, targets: Array, *, epochs: int,
-              batch_size: int, active=None, opt_slot='train', augment=None):
+              batch_size: int, active=None, opt_slot='train', augment=None,
+              count: int | None = None, weights: Array | None = None):
     """Distillation on shared inputs ``x`` ``[m, ...]`` (DS-FL eq. 10).
 
     ``targets`` is ``[m, C]`` (the same for every client) or ``[K, m, C]``.
+    ``count`` uses only the first ``count`` rows (shapes stay fixed, so a
+    varying count does not recompile); ``weights`` ``[K]`` scales each
+    client's loss.
     """
     m = x.shape[0]
     idx = jnp.arange(m, dtype=jnp.int32)
-    n = np.full(self.num_clients, m, np.int32)
+    n = np.full(self.num_clients, m if count is None else count, np.int32)
+    if weights is not None:
+      if targets.ndim == 2:
+        targets = jnp.broadcast_to(targets, (self.num_clients,) + targets.shape)
+      return self.fit(states, root, t, 'distill', shared={'x': x}, idx=idx, n=n,
+                      aux={'t': targets, 'w': jnp.asarray(weights, jnp.float32)},
+                      loss_fn=weighted_client_soft_ce_loss, epochs=epochs,
+                      batch_size=batch_size, opt_slot=opt_slot, active=active,
+                      augment=augment)
     if targets.ndim == 2:
       return self.fit(states, root, t, 'distill', shared={'x': x, 't': targets}, idx=idx,
                       n=n, loss_fn=soft_ce_loss, epochs=epochs, batch_size=batch_size,
@@ -381,18 +398,23 @@ class SingleModel:
     return self.kernels.init(key[None], self.input_shape)
 
   def _fit(self, state, key, shared: dict, loss_fn: LossFn, *, epochs, batch_size,
-           opt_slot, augment):
+           opt_slot, augment, count=None):
     m = shared['x'].shape[0]
     return self.kernels.fit(state, self._slots, self._valid, key[None],
-                            jnp.arange(m, dtype=jnp.int32), jnp.full((1,), m, jnp.int32),
+                            jnp.arange(m, dtype=jnp.int32),
+                            jnp.full((1,), m if count is None else count, jnp.int32),
                             shared, {}, loss_fn=loss_fn, epochs=epochs, batch_size=batch_size,
                             opt_slot=opt_slot, augment=augment)
 
   def distill(self, state: ModelState, key: Array, x: Array, targets: Array, *,
-              epochs: int, batch_size: int, opt_slot: str = 'train', augment=None):
-    """Distils on soft targets ``[m, C]`` (DS-FL's server step, eq. 11)."""
+              epochs: int, batch_size: int, opt_slot: str = 'train', augment=None,
+              count: int | None = None):
+    """Distils on soft targets ``[m, C]`` (DS-FL's server step, eq. 11).
+
+    ``count`` trains on the first ``count`` rows only.
+    """
     return self._fit(state, key, {'x': x, 't': targets}, soft_ce_loss, epochs=epochs,
-                     batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+                     batch_size=batch_size, opt_slot=opt_slot, augment=augment, count=count)
 
   def fit(self, state, key, x, y, *, epochs, batch_size, opt_slot='train', augment=None):
     """Trains on labelled data (e.g. a centralized reference model)."""

@@ -7,7 +7,9 @@ Implements
     IEEE TMC 2021 (DS-FL), eqs. (13)-(16);
   * Enhanced ERA (power sharpening, ``p^beta`` renormalised) from
     "Soft-Label Caching and Sharpening for Communication-Efficient Federated
-    Distillation" (SCARLET), IEEE TMC 2026;
+    Distillation" (SCARLET), IEEE TMC 2026, and the per-sample means over
+    uploaders its baselines use: CFD's vote frequencies (Sattler et al.,
+    2020) and Selective-FD's L1 server selector (Shao et al., 2024);
   * the entropy used for DS-FL's global-logit entropy plots, eq. (12).
 
 Every function is pure and jitted. Inputs are probability vectors (the DS-FL
@@ -42,6 +44,54 @@ def mean_aggregate(probs: Array, weights: Array | None = None) -> Array:
     return jnp.mean(probs, axis=0)
   w = jnp.asarray(weights, probs.dtype)
   return jnp.einsum('k,knc->nc', w, probs) / jnp.sum(w)
+
+
+@jax.jit
+def masked_mean(probs: Array, mask: Array) -> tuple[Array, Array]:
+  """Per-sample mean over the clients that uploaded that sample.
+
+  SCARLET's denominator (spec ``scarlet.md`` §8.21): ``K`` under full
+  participation, the uploaders otherwise (Selective-FD: inlier clients only).
+
+  Args:
+    probs: ``[K, n, C]`` client vectors.
+    mask: ``[K, n]`` bool, which client uploaded which sample.
+
+  Returns:
+    ``(mean [n, C], count [n])``; rows nobody uploaded are uniform with count 0.
+  """
+  w = mask.astype(probs.dtype)
+  count = jnp.sum(w, axis=0)
+  total = jnp.einsum('kn,knc->nc', w, probs)
+  uniform = jnp.full_like(total, 1.0 / probs.shape[-1])
+  mean = jnp.where(count[:, None] > 0, total / jnp.maximum(count, 1.0)[:, None], uniform)
+  return mean, count
+
+
+@jax.jit
+def vote(probs: Array, mask: Array) -> tuple[Array, Array]:
+  """CFD: vote frequencies of the clients' hard labels ``argmax_c p``.
+
+  Args:
+    probs: ``[K, n, C]`` client probabilities.
+    mask: ``[K, n]`` uploads.
+
+  Returns:
+    ``(frequencies [n, C], count [n])``.
+  """
+  onehot = jax.nn.one_hot(jnp.argmax(probs, -1), probs.shape[-1], dtype=probs.dtype)
+  return masked_mean(onehot, mask)
+
+
+@jax.jit
+def l1_to_onehot(probs: Array) -> Array:
+  """``|| onehot(argmax p) - p ||_1`` per row, ties giving several ones.
+
+  Selective-FD's server-side selector keeps a sample iff this is below
+  ``tau_server`` (Shao et al., Nat. Commun. 2024; spec ``scarlet.md`` §5.4).
+  """
+  onehot = (probs == jnp.max(probs, axis=-1, keepdims=True)).astype(probs.dtype)
+  return jnp.sum(jnp.abs(onehot - probs), axis=-1)
 
 
 @functools.partial(jax.jit, static_argnames=())

@@ -8,12 +8,16 @@ there are no per-algorithm byte formulas.
 Rule sets:
   * ``dsfl`` -- the DS-FL paper's rules (Itahara et al., IEEE TMC 2021, §5):
     every number is a 4-byte float, a server broadcast is a multicast counted
-    once, the open-set indices are not counted (shared seed). These reproduce the
-    paper's Tables 1 and 2 exactly (see ``tests/test_comm.py``).
-  * ``scarlet`` -- the SCARLET authors' code: float32 labels, int64 indices and
-    signals, broadcasts counted once per receiving client.
+    once, the open-set indices are not counted (shared seed), the one-time
+    open-data broadcast is (ComU@I). These reproduce the paper's Tables 1 and 2
+    exactly (see ``tests/test_comm.py``).
+  * ``scarlet`` -- the SCARLET authors' code (``pipeline.py``; spec
+    ``scarlet.md`` §6): float32 labels, int64 indices, signals and CFD hard
+    labels, broadcasts counted once per receiving client, and the one-time
+    public-set download excluded.
   * ``minimal`` -- what a careful implementation would send: float32 labels,
-    int32 indices, 2-bit signals, multicasts counted once.
+    int32 indices, 2-bit signals, ``ceil(log2 C)``-bit hard labels, multicasts
+    counted once.
 
 ``paper`` in a config resolves to the rule set of the algorithm's own paper.
 """
@@ -28,7 +32,7 @@ from fedjax_kd.errors import ConfigError
 
 UP = 'up'
 DOWN = 'down'
-KINDS = ('float', 'index', 'signal', 'raw')
+KINDS = ('float', 'index', 'signal', 'label', 'raw', 'dataset')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +43,15 @@ class Payload:
     name: what is sent, e.g. ``'soft_labels'``, ``'params'``, ``'open_data'``.
     direction: ``'up'`` (clients -> server) or ``'down'`` (server -> clients).
     kind: ``'float'`` (model outputs or weights), ``'index'`` (sample ids),
-      ``'signal'`` (cache signals) or ``'raw'`` (``bytes_per_element`` given).
+      ``'signal'`` (cache signals), ``'label'`` (hard class labels, needs
+      ``classes``), ``'raw'`` (``bytes_per_element`` given) or ``'dataset'``
+      (a one-time data-set download, ``bytes_per_element`` given).
     elements: number of elements in one copy.
     copies: number of senders (up) or receivers (down).
     multicast: for ``down``: every receiver gets the same content, so rule sets
       with ``multicast_once`` count it once.
-    bytes_per_element: only for ``kind='raw'``.
+    bytes_per_element: only for ``kind='raw'`` and ``'dataset'``.
+    classes: number of classes, for ``kind='label'``.
   """
   name: str
   direction: str
@@ -53,6 +60,7 @@ class Payload:
   copies: int = 1
   multicast: bool = False
   bytes_per_element: float = 0.0
+  classes: int = 0
 
   def __post_init__(self):
     if self.direction not in (UP, DOWN):
@@ -69,15 +77,17 @@ class CommRules:
   index_bytes: int = 4
   signal_bits: int = 2
   multicast_once: bool = True
+  label_bits: int = 0            # hard labels; 0 = ceil(log2 C)
+  count_dataset: bool = True     # count the one-time public-set download
 
 
 RULES: dict[str, CommRules] = {
-    'dsfl': CommRules('dsfl', float_bytes=4, index_bytes=4, signal_bits=32,
-                      multicast_once=True),
+    'dsfl': CommRules('dsfl', float_bytes=4, index_bytes=0, signal_bits=32,
+                      multicast_once=True, label_bits=32, count_dataset=True),
     'scarlet': CommRules('scarlet', float_bytes=4, index_bytes=8, signal_bits=64,
-                         multicast_once=False),
+                         multicast_once=False, label_bits=64, count_dataset=False),
     'minimal': CommRules('minimal', float_bytes=4, index_bytes=4, signal_bits=2,
-                         multicast_once=True),
+                         multicast_once=True, label_bits=0, count_dataset=True),
 }
 
 
@@ -99,6 +109,11 @@ def payload_bytes(p: Payload, rules: CommRules) -> int:
     per = p.elements * rules.index_bytes
   elif p.kind == 'signal':
     per = math.ceil(p.elements * rules.signal_bits / 8)
+  elif p.kind == 'label':
+    bits = rules.label_bits or max(1, math.ceil(math.log2(max(p.classes, 2))))
+    per = math.ceil(p.elements * bits / 8)
+  elif p.kind == 'dataset' and not rules.count_dataset:
+    per = 0
   else:
     per = math.ceil(p.elements * p.bytes_per_element)
   copies = 1 if (p.direction == DOWN and p.multicast and rules.multicast_once) else p.copies
@@ -134,7 +149,7 @@ def model_exchange(num_clients: int, num_model_elements: int) -> list[Payload]:
 def open_data_broadcast(num_open: int, bytes_per_sample: float,
                         num_clients: int) -> list[Payload]:
   """One-time multicast of the open (public) data set: DS-FL's ComU@I."""
-  return [Payload('open_data', DOWN, 'raw', num_open, num_clients, multicast=True,
+  return [Payload('open_data', DOWN, 'dataset', num_open, num_clients, multicast=True,
                   bytes_per_element=bytes_per_sample)]
 
 

@@ -1,0 +1,84 @@
+"""COMET: clustered knowledge transfer, per public sample.
+
+Y. J. Cho, J. Wang, T. Chirvolu, G. Joshi, "Communication-Efficient and
+Model-Heterogeneous Personalized Federated Learning via Clustered Knowledge
+Transfer" (COMET), IEEE JSTSP 2023; as the baseline of SCARLET (Azuma et al.,
+2025; spec ``scarlet.md`` §5.3), which clusters *per public sample*.
+
+Round (shared engine, :mod:`fedjax_kd.algorithms.protocol`): clients upload soft
+labels as in DS-FL; for every sample the server runs k-means with
+``comet.clusters`` clusters over the client vectors
+(:func:`fedjax_kd.ops.cluster.kmeans_per_sample`) and sends the centroids down;
+each client distils, with weight ``comet.weight`` (lambda), on the centroid
+nearest to its own current (inference-mode) prediction. The server model
+distils on the plain mean. Under full participation the centroid downlink is
+counted once per client divided by ``c`` (each client effectively receives
+its own centroid), as the authors' accounting does. With the cache on, the
+server caches mean labels and each client caches its selected centroid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from fedjax_kd.algorithms import protocol
+from fedjax_kd.config import _float, _int
+from fedjax_kd.core import rng
+from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops import aggregate, cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class COMETOptions:
+  clusters: int
+  weight: float
+  cache: protocol.CacheOptions
+
+
+class COMET(protocol.Protocol):
+  name = 'comet'
+  paper_rules = 'scarlet'
+  downlink_is_server_labels = False
+  per_client_targets = True
+
+  @classmethod
+  def options_from_config(cls, config, spec) -> COMETOptions:
+    opts = COMETOptions(clusters=_int(config, 'comet.clusters', 1),
+                        weight=_float(config, 'comet.weight', 0.0, lo_open=True),
+                        cache=protocol.cache_options(config, spec, default_on=False))
+    if opts.cache.enabled and spec.participation < 1.0:
+      raise ConfigError('cache.mode', 'on',
+                        "'off' for COMET under partial participation (clients cache "
+                        'their own centroid choice, which a missed round cannot restore)')
+    return opts
+
+  def payload_shape(self):
+    return (self.options.clusters, self.num_classes)
+
+  @property
+  def down_elements_per_row(self):
+    c = self.options.clusters
+    full = self.spec.participation >= 1.0
+    return self.num_classes if full else c * self.num_classes
+
+  def aggregate(self, probs, mask):
+    mean, count = aggregate.masked_mean(probs, mask)
+    return mean, count > 0, {}
+
+  def downlink(self, state, t, x, labels, probs, mask):
+    del x, labels
+    key = rng.server_key(self.ctx.root, t, 'server')
+    centroids, _ = cluster.kmeans_per_sample(jnp.swapaxes(probs, 0, 1), mask.T,
+                                             self.options.clusters, key)
+    return state, jnp.where(jnp.isfinite(centroids), centroids, 0.0)
+
+  def client_targets(self, state, t, x, payload, active):
+    del t
+    own = self.fed.predict(state.clients, x, active, chunk=self.spec.eval_chunk)
+    targets = cluster.nearest_centroid(own, payload)
+    weights = None
+    if self.options.weight != 1.0:
+      weights = jnp.full((self.fed.num_clients,), self.options.weight, jnp.float32)
+    return targets, weights

@@ -1,0 +1,297 @@
+"""The public-set distillation round shared by DS-FL, SCARLET, CFD, COMET and Selective-FD.
+
+The round structure is DS-FL's (Itahara et al., IEEE TMC 2021, Algorithm 1)
+as run by SCARLET's code (Azuma et al., "Soft-Label Caching and Sharpening for
+Communication-Efficient Federated Distillation", 2025, Algorithm 1 and spec
+``scarlet.md`` §2.7):
+
+  1. downlink: the previous round's labels (only the fresh ones when the
+     soft-label cache is on), their indices, cache signals and this round's
+     request; every participating client rebuilds its targets and distils on
+     them (``schedule='next_round'``);
+  2. local training on private data;
+  3. prediction on the requested public indices and upload;
+  4. server: aggregate, merge with the cache (:mod:`fedjax_kd.ops.cache`),
+     distil the server model ``w_g`` (the evaluated model).
+
+``schedule='same_round'`` (DS-FL's paper) runs step 1 at the end of the same
+round instead; the sequence of updates each client sees is identical, only the
+point where client accuracy is measured differs (after distillation instead of
+after local training).
+
+Algorithms differ only in hooks: what a client may upload
+(:meth:`upload_mask`), what it uploads (soft or hard labels), how the server
+aggregates (:meth:`aggregate`), what it sends down (:meth:`downlink`) and how
+a client turns that into targets (:meth:`client_targets`). Everything carried
+between rounds (caches, the pending downlink) is a device array in
+``AlgState.extra``, so checkpoints hold it and resume loses nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_kd.algorithms import base
+from fedjax_kd.config import _choice, _int
+from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops import aggregate
+from fedjax_kd.ops import cache as cache_ops
+from fedjax_kd.ops import comm
+
+Array = jax.Array
+SCHEDULES = ('next_round', 'same_round')
+CACHE_MODES = ('auto', 'on', 'off')
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheOptions:
+  enabled: bool
+  duration: int
+
+
+def cache_options(config, spec, default_on: bool) -> CacheOptions:
+  """Validates ``cache.mode`` / ``cache.duration`` (SCARLET's D) and the public sizes.
+
+  ``cache.mode='auto'`` means on for SCARLET and off for the baselines.
+  """
+  mode = _choice(config, 'cache.mode', CACHE_MODES)
+  duration = _int(config, 'cache.duration', 0)
+  if spec.public_per_round > spec.data.num_public:
+    raise ConfigError('distill.public_per_round', spec.public_per_round,
+                      f'an integer <= data.num_public ({spec.data.num_public}): '
+                      'the per-round sample is drawn from the public set')
+  return CacheOptions(enabled=default_on if mode == 'auto' else mode == 'on',
+                      duration=duration)
+
+
+class Protocol(base.Algorithm):
+  """Base class of the public-set FD family; see the module docstring."""
+  uses_public = True
+  has_server_model = True
+  per_client_targets = False   # True: targets differ per client (COMET)
+
+  def __init__(self, ctx):
+    super().__init__(ctx)
+    self.n_public = int(self.ctx.data.x_public.shape[0])
+    self.n_round = min(self.spec.public_per_round, self.n_public)
+    if self.spec.public_per_round > self.n_public:
+      raise ConfigError('distill.public_per_round', self.spec.public_per_round,
+                        f'an integer <= the public set size ({self.n_public})')
+    self.num_classes = self.ctx.data.num_classes
+    self.track_clients = self.cache.enabled and self.spec.participation < 1.0
+    # Debug mode (spec scarlet.md §2.6.5): assert that the labels a client
+    # rebuilds from its cache equal the server's zhat, where they should.
+    self.debug = bool(os.environ.get('FEDJAX_KD_DEBUG'))
+
+  # ------------------------------------------------------------- options
+  @property
+  def cache(self) -> CacheOptions:
+    return self.options.cache
+
+  @property
+  def schedule(self) -> str:
+    return 'next_round'
+
+  # --------------------------------------------------------------- hooks
+  def upload_mask(self, idx: Array) -> Array | None:
+    """``[K, n]`` bool: who may upload each drawn sample (None: everyone)."""
+    del idx
+    return None
+
+  upload_kind = 'float'   # 'float' soft labels, or 'label' hard labels (CFD)
+
+  def aggregate(self, probs: Array, mask: Array) -> tuple[Array, Array, dict]:
+    """Server aggregation of uploads.
+
+    Args:
+      probs: ``[K, n, C]`` client probabilities (zero where ``mask`` is False).
+      mask: ``[K, n]`` which client uploaded which sample.
+
+    Returns:
+      ``(labels [n, C], keep [n] bool, metrics)``: the server's training
+      labels, which samples got one, and scalar diagnostics.
+    """
+    raise NotImplementedError
+
+  def downlink(self, state, t: int, x: Array, labels: Array, probs: Array,
+               mask: Array) -> tuple[base.AlgState, Array]:
+    """What the server sends for the fresh samples, aligned with ``x``.
+
+    Default: the server's labels (DS-FL, SCARLET, Selective-FD).
+    """
+    del t, x, probs, mask
+    return state, labels
+
+  down_elements_per_row = None   # floats per fresh sample sent down (default C)
+  downlink_is_server_labels = True  # False when clients get other content (CFD, COMET)
+
+  def client_targets(self, state, t: int, x: Array, payload: Array,
+                     active: np.ndarray) -> tuple[Array, Array | None]:
+    """Turns the downlink payload into distillation targets.
+
+    Returns:
+      ``(targets [n, C] or [K, n, C], loss weights [K] or None)``.
+    """
+    del state, t, x, active
+    return payload, None
+
+  # ----------------------------------------------------------- lifecycle
+  def init(self):
+    state = super().init()
+    n, c = self.n_round, self.num_classes
+    extra = {
+        'has_prev': jnp.zeros((), bool),
+        'prev_round': jnp.zeros((), jnp.int32),
+        'prev_idx': jnp.zeros((n,), jnp.int32),
+        'prev_use': jnp.zeros((n,), bool),
+        'prev_signals': jnp.zeros((n,), jnp.int32),
+        'prev_payload': jnp.zeros((n,) + self.payload_shape(), jnp.float32),
+        'prev_server_labels': jnp.zeros((n, c), jnp.float32),
+    }
+    if self.cache.enabled:
+      server = cache_ops.empty_cache(self.n_public, c)
+      local = cache_ops.empty_cache(self.n_public, c, self.fed.num_clients
+                                    if self.per_client_targets else None)
+      extra.update(cache_labels=server.labels, cache_stamp=server.stamp,
+                   local_labels=local.labels, local_stamp=local.stamp)
+    if self.track_clients:
+      extra.update(client_stamp=jnp.full((self.fed.num_clients, self.n_public),
+                                         cache_ops.EMPTY, jnp.int32),
+                   prev_pre_stamp=jnp.zeros((n,), jnp.int32),
+                   prev_post_stamp=jnp.zeros((n,), jnp.int32))
+    return state.replace(extra=extra)
+
+  def payload_shape(self) -> tuple[int, ...]:
+    return (self.num_classes,)
+
+  def round(self, state, t, active):
+    metrics: dict[str, float] = {}
+    payloads: list[comm.Payload] = []
+    if self.schedule == 'next_round':
+      state = self._client_step(state, t, active, metrics, payloads)
+    state, metrics['train_loss'] = self.train_clients(state, t, active)
+    state = self._server_step(state, t, active, metrics, payloads)
+    if self.schedule == 'same_round':
+      state = self._client_step(state, t, active, metrics, payloads)
+    return state, base.RoundOutput(metrics, payloads)
+
+  def evaluate(self, state):
+    out = self.server_metrics(state)
+    out.update(self.client_metrics(state))
+    return out
+
+  # ------------------------------------------------------------ server
+  def _server_step(self, state, t, active, metrics, payloads):
+    ex = dict(state.extra)
+    draw, _ = self.sample_public(t)
+    draw = jnp.asarray(draw, jnp.int32)
+    if self.cache.enabled:
+      idx, req = cache_ops.select(ex['cache_stamp'], draw, t, self.cache.duration)
+    else:
+      idx, req = draw, jnp.ones(draw.shape, bool)
+    x = jnp.take(self.ctx.data.x_public, idx, axis=0)
+    act = jnp.asarray(active)
+    mask = act[:, None] & req[None, :]
+    allowed = self.upload_mask(idx)
+    if allowed is not None:
+      mask = mask & allowed
+    probs = self.fed.predict(state.clients, x, active, chunk=self.spec.eval_chunk)
+    probs = probs * mask[:, :, None]
+    labels, keep, agg_metrics = self.aggregate(probs, mask)
+    metrics.update({k: float(v) for k, v in agg_metrics.items()})
+    if self.cache.enabled:
+      pre_stamp = ex['cache_stamp'][idx]
+      server = cache_ops.SoftLabelCache(ex['cache_labels'], ex['cache_stamp'])
+      server, zhat, signals = cache_ops.update_global(server, idx, labels, keep & req, t,
+                                                      self.cache.duration)
+      ex.update(cache_labels=server.labels, cache_stamp=server.stamp)
+      if self.track_clients:
+        ex.update(prev_pre_stamp=pre_stamp, prev_post_stamp=server.stamp[idx])
+      use = signals != cache_ops.ABSENT
+      counts = cache_ops.signal_counts(signals)
+      metrics.update({f'n_{k}': v for k, v in counts.items() if k != 'absent'})
+      metrics['hit_ratio'] = counts['cached'] / float(self.n_round)
+    else:
+      zhat, signals, use = labels, jnp.full(idx.shape, cache_ops.NEWLY_CACHED, jnp.int32), keep
+    metrics['entropy'] = float(jnp.sum(aggregate.entropy(zhat) * use)
+                               / jnp.maximum(jnp.sum(use), 1))
+    state = state.replace(extra=ex)
+    state, metrics['server_distill_loss'] = self._distill_server(state, t, x, zhat, use)
+    state, payload = self.downlink(state, t, x, zhat, probs, mask)
+    ex = dict(state.extra)
+    ex.update(has_prev=jnp.ones((), bool), prev_round=jnp.asarray(t, jnp.int32), prev_idx=idx,
+              prev_use=use,
+              prev_signals=signals, prev_payload=payload.astype(jnp.float32),
+              prev_server_labels=zhat)
+    rows = int(jnp.sum(mask))
+    metrics['requested'] = int(jnp.sum(req))
+    metrics['labelled'] = int(jnp.sum(use))
+    payloads += [comm.Payload('request', comm.DOWN, 'index', int(jnp.sum(req)), int(np.sum(active)),
+                              multicast=True),
+                 comm.Payload('uploads', comm.UP, self.upload_kind,
+                              rows if self.upload_kind == 'label' else rows * self.num_classes,
+                              classes=self.num_classes),
+                 comm.Payload('upload_indices', comm.UP, 'index', rows)]
+    return state.replace(extra=ex)
+
+  def _distill_server(self, state, t, x, targets, use):
+    order = jnp.argsort(~use, stable=True)
+    count = int(jnp.sum(use))
+    if count == 0:
+      return state, float('nan')
+    return self.distill_server(state, t, jnp.take(x, order, axis=0),
+                               jnp.take(targets, order, axis=0), count=count)
+
+  # ------------------------------------------------------------ client
+  def _client_step(self, state, t, active, metrics, payloads):
+    ex = dict(state.extra)
+    if not bool(ex['has_prev']):
+      return state
+    idx, signals, use = ex['prev_idx'], ex['prev_signals'], ex['prev_use']
+    x = jnp.take(self.ctx.data.x_public, idx, axis=0)
+    targets, weights = self.client_targets(state, t, x, ex['prev_payload'], active)
+    fresh = cache_ops.is_fresh(signals)
+    receivers = int(np.sum(active))
+    if self.cache.enabled:
+      local = cache_ops.SoftLabelCache(ex['local_labels'], ex['local_stamp'])
+      queue = cache_ops.fifo_queue(targets, signals)
+      local, targets = cache_ops.rebuild_local(local, idx, signals, queue, ex['prev_round'])
+      ex.update(local_labels=local.labels, local_stamp=local.stamp)
+      if self.debug and self.downlink_is_server_labels:
+        diff = jnp.max(jnp.abs(targets - ex['prev_server_labels']) * use[:, None])
+        if float(diff) > 0:
+          raise AssertionError(f'round {t}: client cache out of sync with the server '
+                               f'(max label difference {float(diff):.3g})')
+      payloads.append(comm.Payload('signals', comm.DOWN, 'signal', int(jnp.sum(use)),
+                                   receivers, multicast=True))
+      if self.track_clients:
+        act = jnp.asarray(active)
+        upd, stale = cache_ops.catch_up_counts(ex['client_stamp'], idx, ex['prev_pre_stamp'],
+                                               act)
+        ex['client_stamp'] = cache_ops.sync_clients(ex['client_stamp'], idx,
+                                                    ex['prev_post_stamp'], act)
+        n_upd, n_stale = int(jnp.sum(upd)), int(jnp.sum(stale))
+        metrics['catch_up_entries'] = n_upd + n_stale
+        payloads += [comm.Payload('catch_up_labels', comm.DOWN, 'float',
+                                  n_upd * self.num_classes),
+                     comm.Payload('catch_up_indices', comm.DOWN, 'index', n_upd + n_stale)]
+    per_row = self.down_elements_per_row or self.num_classes
+    payloads += [comm.Payload('labels', comm.DOWN, 'float', int(jnp.sum(fresh & use)) * per_row,
+                              receivers, multicast=True),
+                 comm.Payload('indices', comm.DOWN, 'index', int(jnp.sum(use)), receivers,
+                              multicast=True)]
+    order = jnp.argsort(~use, stable=True)
+    count = int(jnp.sum(use))
+    if count:
+      state = state.replace(extra=ex)
+      state, metrics['distill_loss'] = self.distill_clients(
+          state, t, jnp.take(x, order, axis=0), jnp.take(targets, order, axis=-2), active,
+          count=count, weights=weights)
+      ex = dict(state.extra)
+    return state.replace(extra=ex)
+
