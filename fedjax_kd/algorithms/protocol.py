@@ -78,10 +78,7 @@ class Protocol(base.Algorithm):
   def __init__(self, ctx):
     super().__init__(ctx)
     self.n_public = int(self.ctx.data.x_public.shape[0])
-    self.n_round = min(self.spec.public_per_round, self.n_public)
-    if self.spec.public_per_round > self.n_public:
-      raise ConfigError('distill.public_per_round', self.spec.public_per_round,
-                        f'an integer <= the public set size ({self.n_public})')
+    self.n_round = self.spec.public_per_round   # <= n_public, checked by cache_options
     self.num_classes = self.ctx.data.num_classes
     self.track_clients = self.cache.enabled and self.spec.participation < 1.0
     # Debug mode (spec scarlet.md §2.6.5): assert that the labels a client
