@@ -40,6 +40,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.data.min_size = 10              # per-class Dirichlet: min samples per client
   c.data.per_client_test = False    # per-client test splits with the same priors
   c.data.augment = 'none'           # 'none' | 'flip_crop' (training and distillation batches)
+  c.data.augment_predict = True     # with data.augment: clients also augment what they predict on
 
   c.clients = ml_collections.ConfigDict()
   c.clients.num_clients = 10
@@ -133,6 +134,7 @@ class DataSpec:
   min_size: int
   per_client_test: bool
   augment: str = 'none'
+  augment_predict: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +260,8 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       classes_per_client=_int(config, 'data.classes_per_client', 1),
       min_size=_int(config, 'data.min_size', 0),
       per_client_test=bool(_get(config, 'data.per_client_test')),
-      augment=_choice(config, 'data.augment', ('none', 'flip_crop')))
+      augment=_choice(config, 'data.augment', ('none', 'flip_crop')),
+      augment_predict=bool(_get(config, 'data.augment_predict')))
 
   num_clients = _int(config, 'clients.num_clients', 1)
   models = _get(config, 'clients.models')

@@ -1,14 +1,19 @@
 """SCARLET and its baselines (CFD, COMET, Selective-FD) end to end, with byte counts by hand."""
 
+import importlib.util
 import json
 import os
 
+import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import runner
+from fedjax_kd import experiment, runner
+from fedjax_kd.core.federation import SingleModel
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm
 from tests.test_main import read_rows, tiny
@@ -185,7 +190,6 @@ def test_label_payload_bits():
 
 
 def _load(name):
-  import importlib.util  # pylint: disable=g-import-not-at-top
   path = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'configs', f'{name}.py')
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
@@ -213,3 +217,37 @@ def test_scarlet_cifar10_is_the_papers_setting(alpha, beta, rounds):
   assert spec.train.learning_rate == 0.1 and spec.shared_init
   c100 = config_lib.validate(_load('scarlet_cifar100').get_config())
   assert c100.options.beta == 1.25 and set(c100.client_models) == {'resnet32@1'}
+
+
+def test_prediction_augmentation_is_per_client_and_optional():
+  """Clients augment the public images they predict on with their own keys (spec §8.8)."""
+
+  c = scarlet_tiny(rounds=1, **{'clients.models': ['mlp@0.25'], 'clients.shared_init': True,
+                                'data.augment': 'flip_crop'})
+  algo = experiment.build(config_lib.validate(c)).algorithm
+  state = algo.init()
+  x = algo.ctx.data.x_public[:20]
+  active = np.ones(K, bool)
+  aug = np.asarray(algo.predict_clients(state, 1, x, active))
+  assert not np.allclose(aug[0], aug[1])          # same weights, different augmentations
+  np.testing.assert_array_equal(aug, np.asarray(algo.predict_clients(state, 1, x, active)))
+  algo.predict_augment = None
+  clean = np.asarray(algo.predict_clients(state, 1, x, active))
+  np.testing.assert_allclose(clean[0], clean[1], atol=1e-6)
+  assert not np.allclose(aug[0], clean[0])
+
+
+
+def test_server_top5_accuracy_by_hand():
+  class Identity(nn.Module):
+    @nn.compact
+    def __call__(self, x, train=False, mask=None):
+      eye = lambda key, shape, dtype=jnp.float32: jnp.eye(*shape, dtype=dtype)
+      return nn.Dense(6, use_bias=False, kernel_init=eye)(x)   # logits = x
+
+  model = SingleModel(Identity(), {'train': optax.sgd(0.1)}, (6,))
+  state = model.init(jax.random.PRNGKey(0))
+  x = jnp.tile(jnp.asarray([[6., 5., 4., 3., 2., 1.]]), (3, 1))
+  y = jnp.asarray([0, 4, 5])            # ranks 1, 5 and 6
+  acc, _, acc5 = model.evaluate(state, x, y, chunk=2)
+  assert acc == pytest.approx(1 / 3) and acc5 == pytest.approx(2 / 3)

@@ -82,6 +82,8 @@ class Algorithm:
     self.distill_slot = 'train' if self.spec.distill is None else 'distill'
     # One function object per run, so it is a stable jit static argument.
     self.augment = augment_lib.get_augment(self.spec.data.augment)
+    # SCARLET's code also augments the public images clients predict on (§8.8).
+    self.predict_augment = self.augment if self.spec.data.augment_predict else None
 
   # ---------------------------------------------------------------- config
   @classmethod
@@ -147,6 +149,11 @@ class Algorithm:
         opt_slot=self.distill_slot, count=count, augment=self.augment)
     return state.replace(server=server), float(loss[0])
 
+  def predict_clients(self, state: AlgState, t: int, x: Array, active: np.ndarray) -> Array:
+    """``[K, m, C]`` client probabilities on public inputs (zeros for inactive)."""
+    return self.fed.predict(state.clients, x, active, chunk=self.spec.eval_chunk,
+                            augment=self.predict_augment, root=self.ctx.root, t=t)
+
   def client_metrics(self, state: AlgState, prefix: str = 'client_') -> dict[str, float]:
     if not self.spec.eval_clients and prefix:
       return {}
@@ -161,9 +168,10 @@ class Algorithm:
 
   def server_metrics(self, state: AlgState) -> dict[str, float]:
     d = self.ctx.data
-    acc, loss = self.server_model.evaluate(state.server, d.x_test, d.y_test,
-                                           chunk=self.spec.eval_chunk)
-    return {'test_acc': acc, 'test_loss': loss}
+    acc, loss, acc5 = self.server_model.evaluate(state.server, d.x_test, d.y_test,
+                                                 chunk=self.spec.eval_chunk)
+    # Top-5 too: SCARLET's code prints it for CIFAR-100 (spec scarlet.md §8.10).
+    return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
 
 
 def _nanmean(x) -> float:

@@ -75,8 +75,7 @@ class COMET(protocol.Protocol):
     return state, jnp.where(jnp.isfinite(centroids), centroids, 0.0)
 
   def client_targets(self, state, t, x, payload, active):
-    del t
-    own = self.fed.predict(state.clients, x, active, chunk=self.spec.eval_chunk)
+    own = self.predict_clients(state, t, x, active)
     targets = cluster.nearest_centroid(own, payload)
     weights = None
     if self.options.weight != 1.0:

@@ -197,7 +197,7 @@ class Protocol(base.Algorithm):
     allowed = self.upload_mask(idx)
     if allowed is not None:
       mask = mask & allowed
-    probs = self.fed.predict(state.clients, x, active, chunk=self.spec.eval_chunk)
+    probs = self.predict_clients(state, t, x, active)
     probs = probs * mask[:, :, None]
     labels, keep, agg_metrics = self.aggregate(probs, mask)
     metrics.update({k: float(v) for k, v in agg_metrics.items()})

@@ -313,15 +313,24 @@ class Federation:
 
   # ------------------------------------------------------------ predict
   def predict(self, states, x: Array, active=None, *, chunk: int = 512,
-              log: bool = False) -> Array:
-    """``[K, m, C]`` client probabilities on ``x``; zero rows for inactive clients."""
+              log: bool = False, augment: Callable | None = None, root: Array | None = None,
+              t: int = 0) -> Array:
+    """``[K, m, C]`` client probabilities on ``x``; zero rows for inactive clients.
+
+    ``augment`` transforms each client's copy of ``x`` with its own key from
+    ``(root, t, client, 'predict')``.
+    """
     active = self._active(active)
     full = jnp.zeros((self.num_clients, x.shape[0], self.data.num_classes), jnp.float32)
     for cohort, state in zip(self.cohorts, states):
       slots, valid, gids = self.plan(cohort, active)
       if not valid.any():
         continue
-      probs = cohort.kernels.predict(state, jnp.asarray(slots), x, chunk=chunk, log=log)
+      keys = None
+      if augment is not None:
+        keys = rng.client_keys(root, t, np.minimum(gids, self.num_clients - 1), 'predict')
+      probs = cohort.kernels.predict(state, jnp.asarray(slots), x, chunk=chunk, log=log,
+                                     keys=keys, augment=augment)
       full = self._scatter_clients(full, np.where(valid, gids, self.num_clients), probs)
     return full
 
@@ -371,12 +380,12 @@ class Federation:
         continue
       if per_client_test:
         g = jnp.asarray(gids)
-        a, l = cohort.kernels.evaluate(
+        a, l, _ = cohort.kernels.evaluate(
             state, jnp.asarray(slots), d.x_test, d.y_test,
             jnp.take(d.test_idx, g, axis=0, mode='clip'),
             jnp.take(jnp.asarray(d.test_n), g, mode='clip'), chunk=chunk)
       else:
-        a, l = cohort.kernels.evaluate(state, jnp.asarray(slots), d.x_test, d.y_test,
+        a, l, _ = cohort.kernels.evaluate(state, jnp.asarray(slots), d.x_test, d.y_test,
                                        chunk=chunk)
       w = np.where(valid, gids, self.num_clients)
       acc = self._scatter_clients(acc, w, a)
@@ -421,9 +430,10 @@ class SingleModel:
     return self._fit(state, key, {'x': x, 'y': y}, ce_loss, epochs=epochs,
                      batch_size=batch_size, opt_slot=opt_slot, augment=augment)
 
-  def evaluate(self, state, x, y, chunk: int = 512) -> tuple[float, float]:
-    a, l = self.kernels.evaluate(state, self._slots, x, y, chunk=chunk)
-    return float(a[0]), float(l[0])
+  def evaluate(self, state, x, y, chunk: int = 512) -> tuple[float, float, float]:
+    """Top-1 accuracy, mean cross-entropy and top-5 accuracy on ``(x, y)``."""
+    a, l, a5 = self.kernels.evaluate(state, self._slots, x, y, chunk=chunk)
+    return float(a[0]), float(l[0]), float(a5[0])
 
   def predict(self, state, x, chunk: int = 512) -> Array:
     return self.kernels.predict(state, self._slots, x, chunk=chunk)[0]

@@ -74,7 +74,7 @@ class CohortKernels:
     self._fit = jax.jit(self._fit_impl, donate_argnums=(0,),
                         static_argnames=('loss_fn', 'epochs', 'batch_size',
                                          'opt_slot', 'idx_shared', 'augment'))
-    self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log'))
+    self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment'))
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
     self._init = jax.jit(self._init_impl, static_argnames=('input_shape',))
     self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk'))
@@ -201,31 +201,49 @@ class CohortKernels:
                      idx_shared=(idx.ndim == 1), augment=augment)
 
   # --------------------------------------------------------------- predict
-  def _logits_chunks(self, sub: ModelState, x: Array, chunk: int) -> Array:
-    """``[S, m, C]`` inference-mode logits of every slot on shared inputs ``x``."""
+  def _logits_chunks(self, sub: ModelState, x: Array, chunk: int, keys: Array | None = None,
+                     augment: Callable | None = None) -> Array:
+    """``[S, m, C]`` inference-mode logits of every slot on shared inputs ``x``.
+
+    With ``augment``, slot s sees ``augment(fold_in(keys[s], chunk_index), x_chunk)``.
+    """
     m = x.shape[0]
     pad = (-m) % chunk
     xp = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
     xs = xp.reshape((-1, chunk) + x.shape[1:])
 
-    def one_chunk(xc):
-      return jax.vmap(lambda st: self.module.apply(
-          _variables(st.params, st.batch_stats), xc, train=False))(sub)
+    def one_chunk(inputs):
+      xc, i = inputs
 
-    out = jax.lax.map(one_chunk, xs)  # [n_chunks, S, chunk, C]
+      def one_slot(st, key):
+        xin = xc if augment is None else augment(jax.random.fold_in(key, i), xc)
+        return self.module.apply(_variables(st.params, st.batch_stats), xin, train=False)
+
+      slot_keys = keys if keys is not None else jnp.zeros((sub_size(sub), 2), jnp.uint32)
+      return jax.vmap(one_slot)(sub, slot_keys)
+
+    out = jax.lax.map(one_chunk, (xs, jnp.arange(xs.shape[0], dtype=jnp.uint32)))
     out = jnp.moveaxis(out, 1, 0).reshape(sub_size(sub), -1, out.shape[-1])
     return out[:, :m]
 
-  def _predict_impl(self, state, slots, x, *, chunk, log):
+  def _predict_impl(self, state, slots, x, keys, *, chunk, log, augment):
     sub = _constrain(take_clients(state, slots), self.mesh)
-    logits = self._logits_chunks(sub, x, chunk)
+    logits = self._logits_chunks(sub, x, chunk, keys, augment)
     return jax.nn.log_softmax(logits, -1) if log else jax.nn.softmax(logits, -1)
 
   def predict(self, state: ModelState, slots: Array, x: Array, *, chunk: int = 512,
-              log: bool = False) -> Array:
-    """Softmax outputs ``[S, m, C]`` (inference-mode BN) on shared inputs ``x``."""
+              log: bool = False, keys: Array | None = None,
+              augment: Callable | None = None) -> Array:
+    """Softmax outputs ``[S, m, C]`` (inference-mode BN) on shared inputs ``x``.
+
+    ``augment`` (with per-slot ``keys``) transforms the inputs of each slot
+    independently, as a client's data loader would (SCARLET's code augments
+    the public images it predicts on).
+    """
     chunk = max(1, min(chunk, x.shape[0]))
-    return self._predict(state, slots, x, chunk=chunk, log=log)
+    if augment is None:
+      keys = None
+    return self._predict(state, slots, x, keys, chunk=chunk, log=log, augment=augment)
 
   # -------------------------------------------------------------- evaluate
   def _evaluate_impl(self, state, slots, x, y, idx, n, *, chunk, idx_shared):
@@ -243,20 +261,22 @@ class CohortKernels:
                                    train=False)
         ok = (p < cn).astype(jnp.float32)
         correct = jnp.sum((jnp.argmax(logits, -1) == y[rows]) * ok)
+        _, top = jax.lax.top_k(logits, min(5, logits.shape[-1]))
+        correct5 = jnp.sum(jnp.any(top == y[rows][:, None], -1) * ok)
         logp = jax.nn.log_softmax(logits, -1)
         nll = -jnp.sum(jnp.take_along_axis(logp, y[rows][:, None], -1)[:, 0] * ok)
-        return (carry[0] + correct, carry[1] + nll), None
+        return (carry[0] + correct, carry[1] + nll, carry[2] + correct5), None
 
-      (correct, nll), _ = jax.lax.scan(body, (0.0, 0.0), pos)
+      (correct, nll, correct5), _ = jax.lax.scan(body, (0.0, 0.0, 0.0), pos)
       denom = jnp.maximum(cn.astype(jnp.float32), 1.0)
-      return correct / denom, nll / denom
+      return correct / denom, nll / denom, correct5 / denom
 
     return jax.vmap(one_client, in_axes=(0, None if idx_shared else 0, 0))(sub, idxp, n)
 
   def evaluate(self, state: ModelState, slots: Array, x: Array, y: Array,
                idx: Array | None = None, n: Array | None = None, *,
-               chunk: int = 512) -> tuple[Array, Array]:
-    """Accuracy and mean cross-entropy ``[S]`` on ``x[idx]``, ``y[idx]``.
+               chunk: int = 512) -> tuple[Array, Array, Array]:
+    """Top-1 accuracy, mean cross-entropy and top-5 accuracy ``[S]`` on ``x[idx]``, ``y[idx]``.
 
     ``idx=None`` evaluates every slot on all of ``x``; ``idx`` ``[S, m]`` with
     counts ``n`` ``[S]`` gives per-client test sets.
