@@ -315,5 +315,9 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       eval_clients=bool(_get(config, 'eval.clients')),
       eval_chunk=_int(config, 'eval.chunk', 1),
       checkpoint_every=_int(config, 'checkpoint.every', 0), raw=config)
+  if algorithms.ALGORITHMS[algorithm].uses_public and public_per_round > data.num_public:
+    raise ConfigError('distill.public_per_round', public_per_round,
+                      f'an integer <= data.num_public ({data.num_public}): '
+                      'the per-round sample is drawn from the public set')
   options = algorithms.ALGORITHMS[algorithm].options_from_config(config, spec)
   return dataclasses.replace(spec, options=options)

@@ -73,3 +73,20 @@ def test_power_sharpen_hand_values():
 def test_entropy_max_for_ten_classes():
   assert float(aggregate.entropy(jnp.full((10,), 0.1))) == pytest.approx(np.log(10), rel=1e-6)
   assert float(aggregate.entropy(jnp.asarray([1.0, 0.0]))) == 0.0
+
+
+def test_uploader_mean_vote_and_l1_selector_by_hand():
+  probs = jnp.asarray([[[0.6, 0.4], [0.2, 0.8], [0.5, 0.5]],
+                       [[0.8, 0.2], [0.9, 0.1], [0.3, 0.7]],
+                       [[0.1, 0.9], [0.0, 1.0], [0.0, 0.0]]])    # [K=3, n=3, C=2]
+  mask = jnp.asarray([[True, True, False],
+                      [True, False, False],
+                      [False, True, False]])
+  mean, count = aggregate.uploader_mean(probs, mask)
+  np.testing.assert_allclose(mean, [[0.7, 0.3], [0.1, 0.9], [0.5, 0.5]], atol=1e-6)
+  np.testing.assert_array_equal(count, [2, 2, 0])      # nobody uploaded sample 2: uniform
+  votes, _ = aggregate.vote(probs, mask)
+  np.testing.assert_allclose(votes, [[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
+  # |onehot - p|_1 = 2 (1 - max p); a tie gets two ones: |1-.5| + |1-.5| = 1
+  np.testing.assert_allclose(aggregate.l1_to_onehot(jnp.asarray([[0.7, 0.3], [0.5, 0.5]])),
+                             [0.6, 1.0], atol=1e-6)

@@ -64,7 +64,7 @@ class COMET(protocol.Protocol):
     return self.num_classes if full else c * self.num_classes
 
   def aggregate(self, probs, mask):
-    mean, count = aggregate.masked_mean(probs, mask)
+    mean, count = aggregate.uploader_mean(probs, mask)
     return mean, count > 0, {}
 
   def downlink(self, state, t, x, labels, probs, mask):

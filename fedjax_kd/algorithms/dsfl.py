@@ -57,7 +57,7 @@ class DSFL(protocol.Protocol):
     return self.options.schedule
 
   def aggregate(self, probs, mask):
-    mean, count = aggregate.masked_mean(probs, mask)
+    mean, count = aggregate.uploader_mean(probs, mask)
     labels = (aggregate.era(mean, self.options.temperature)
               if self.options.aggregation == 'era' else mean)
     keep = count > 0

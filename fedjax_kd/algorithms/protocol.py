@@ -38,7 +38,6 @@ import numpy as np
 
 from fedjax_kd.algorithms import base
 from fedjax_kd.config import _choice, _int
-from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate
 from fedjax_kd.ops import cache as cache_ops
 from fedjax_kd.ops import comm
@@ -55,16 +54,13 @@ class CacheOptions:
 
 
 def cache_options(config, spec, default_on: bool) -> CacheOptions:
-  """Validates ``cache.mode`` / ``cache.duration`` (SCARLET's D) and the public sizes.
+  """Validates ``cache.mode`` / ``cache.duration`` (SCARLET's D).
 
   ``cache.mode='auto'`` means on for SCARLET and off for the baselines.
   """
+  del spec
   mode = _choice(config, 'cache.mode', CACHE_MODES)
   duration = _int(config, 'cache.duration', 0)
-  if spec.public_per_round > spec.data.num_public:
-    raise ConfigError('distill.public_per_round', spec.public_per_round,
-                      f'an integer <= data.num_public ({spec.data.num_public}): '
-                      'the per-round sample is drawn from the public set')
   return CacheOptions(enabled=default_on if mode == 'auto' else mode == 'on',
                       duration=duration)
 
@@ -78,7 +74,7 @@ class Protocol(base.Algorithm):
   def __init__(self, ctx):
     super().__init__(ctx)
     self.n_public = int(self.ctx.data.x_public.shape[0])
-    self.n_round = self.spec.public_per_round   # <= n_public, checked by cache_options
+    self.n_round = self.spec.public_per_round   # <= n_public, checked by config.validate
     self.num_classes = self.ctx.data.num_classes
     self.track_clients = self.cache.enabled and self.spec.participation < 1.0
     # Debug mode (spec scarlet.md §2.6.5): assert that the labels a client
@@ -225,10 +221,10 @@ class Protocol(base.Algorithm):
               prev_use=use,
               prev_signals=signals, prev_payload=payload.astype(jnp.float32),
               prev_server_labels=zhat)
-    rows = int(jnp.sum(mask))
-    metrics['requested'] = int(jnp.sum(req))
+    rows, requested = int(jnp.sum(mask)), int(jnp.sum(req))
+    metrics['requested'] = requested
     metrics['labelled'] = int(jnp.sum(use))
-    payloads += [comm.Payload('request', comm.DOWN, 'index', int(jnp.sum(req)), int(np.sum(active)),
+    payloads += [comm.Payload('request', comm.DOWN, 'index', requested, int(np.sum(active)),
                               multicast=True),
                  comm.Payload('uploads', comm.UP, self.upload_kind,
                               rows if self.upload_kind == 'label' else rows * self.num_classes,
@@ -237,12 +233,10 @@ class Protocol(base.Algorithm):
     return state.replace(extra=ex)
 
   def _distill_server(self, state, t, x, targets, use):
-    order = jnp.argsort(~use, stable=True)
-    count = int(jnp.sum(use))
+    x, targets, count = _labelled_first(x, targets, use)
     if count == 0:
       return state, float('nan')
-    return self.distill_server(state, t, jnp.take(x, order, axis=0),
-                               jnp.take(targets, order, axis=0), count=count)
+    return self.distill_server(state, t, x, targets, count=count)
 
   # ------------------------------------------------------------ client
   def _client_step(self, state, t, active, metrics, payloads):
@@ -278,17 +272,24 @@ class Protocol(base.Algorithm):
                                   n_upd * self.num_classes),
                      comm.Payload('catch_up_indices', comm.DOWN, 'index', n_upd + n_stale)]
     per_row = self.down_elements_per_row or self.num_classes
+    x, targets, count = _labelled_first(x, targets, use)
     payloads += [comm.Payload('labels', comm.DOWN, 'float', int(jnp.sum(fresh & use)) * per_row,
                               receivers, multicast=True),
-                 comm.Payload('indices', comm.DOWN, 'index', int(jnp.sum(use)), receivers,
-                              multicast=True)]
-    order = jnp.argsort(~use, stable=True)
-    count = int(jnp.sum(use))
+                 comm.Payload('indices', comm.DOWN, 'index', count, receivers, multicast=True)]
     if count:
       state = state.replace(extra=ex)
       state, metrics['distill_loss'] = self.distill_clients(
-          state, t, jnp.take(x, order, axis=0), jnp.take(targets, order, axis=-2), active,
-          count=count, weights=weights)
+          state, t, x, targets, active, count=count, weights=weights)
       ex = dict(state.extra)
     return state.replace(extra=ex)
 
+
+def _labelled_first(x: Array, targets: Array, use: Array) -> tuple[Array, Array, int]:
+  """Moves the samples that have a label to the front (fixed shapes, no recompiles).
+
+  Returns ``(x, targets, count)``; distillation then reads the first ``count``
+  rows. ``targets`` may carry a leading client axis.
+  """
+  order = jnp.argsort(~use, stable=True)
+  return (jnp.take(x, order, axis=0), jnp.take(targets, order, axis=-2),
+          int(jnp.sum(use)))

@@ -42,5 +42,5 @@ class SCARLET(protocol.Protocol):
                           cache=protocol.cache_options(config, spec, default_on=True))
 
   def aggregate(self, probs, mask):
-    mean, count = aggregate.masked_mean(probs, mask)
+    mean, count = aggregate.uploader_mean(probs, mask)
     return aggregate.power_sharpen(mean, self.options.beta), count > 0, {}

@@ -68,6 +68,6 @@ class SelectiveFD(protocol.Protocol):
     return jnp.take(self.inliers, idx, axis=1)
 
   def aggregate(self, probs, mask):
-    mean, count = aggregate.masked_mean(probs, mask)
+    mean, count = aggregate.uploader_mean(probs, mask)
     keep = (count > 0) & (aggregate.l1_to_onehot(mean) < self.options.tau_server)
     return mean, keep, {'inlier_fraction': jnp.mean(mask.astype(jnp.float32))}

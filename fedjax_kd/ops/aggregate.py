@@ -47,7 +47,7 @@ def mean_aggregate(probs: Array, weights: Array | None = None) -> Array:
 
 
 @jax.jit
-def masked_mean(probs: Array, mask: Array) -> tuple[Array, Array]:
+def uploader_mean(probs: Array, mask: Array) -> tuple[Array, Array]:
   """Per-sample mean over the clients that uploaded that sample.
 
   SCARLET's denominator (spec ``scarlet.md`` §8.21): ``K`` under full
@@ -80,7 +80,7 @@ def vote(probs: Array, mask: Array) -> tuple[Array, Array]:
     ``(frequencies [n, C], count [n])``.
   """
   onehot = jax.nn.one_hot(jnp.argmax(probs, -1), probs.shape[-1], dtype=probs.dtype)
-  return masked_mean(onehot, mask)
+  return uploader_mean(onehot, mask)
 
 
 @jax.jit
