@@ -6,23 +6,31 @@ r"""Runs several algorithms on the same data, seed and clients; prints a markdow
   python benchmarks/compare_algorithms.py --preset=scarlet_digits
   python benchmarks/compare_algorithms.py --preset=scarlet_mnist_cpu \
       --source=npz:../shared/data/mnist.npz --out=runs/scarlet_mnist
+  python benchmarks/compare_algorithms.py --preset=fedcache2_digits
+  python benchmarks/compare_algorithms.py --preset=fedcache2_mnist_cpu \
+      --source=npz:../shared/data/mnist.npz --out=runs/fc2_mnist
 
 The DS-FL presets (``digits``, ``mnist_cpu``) compare DS-FL, FD, FedAvg and a
 single client under the DS-FL paper's byte rules (incl. the one-time open-data
 broadcast). The SCARLET presets compare SCARLET with DS-FL on the same seed
 (the authors' round order and byte rules) and, with ``--only`` or ``--all``,
 CFD, COMET, Selective-FD (with and without the cache), Individual and
-Centralized.
+Centralized. The FedCache 2.0 presets compare FedCache 2.0, DS-FL and a single
+client on the same private data and per-client test splits: every run carves
+the same public set from the training data, which only DS-FL uses.
 
 Columns: final and best test accuracy (DS-FL, SCARLET and the other public-set
 methods: the server model; FD and single: the mean over client models), the
 mean client accuracy, cumulative communication, its ratio to the first row,
-ComU@x (bytes until accuracy x is first reached) and wall time.
+ComU@x (bytes until accuracy x is first reached) and wall time. The FedCache 2.0
+table reports UA (the mean of the clients' personalised test accuracies) for
+every method, DS-FL's server accuracy beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 from fedjax_kd import config as config_lib
@@ -48,11 +56,23 @@ SCARLET_RUNS = {
     'Centralized': ('centralized', {}),
 }
 SCARLET_DEFAULT = ('SCARLET', 'DS-FL (ERA)')
+FEDCACHE2_RUNS = {
+    'FedCache 2.0': ('fedcache2', {}),
+    'DS-FL (ERA)': ('dsfl', {}),
+    'Single client': ('single', {}),
+}
+# Public set carved from the training data for every run (only DS-FL uses it), per-round sample.
+_FC2_PUBLIC = {'fedcache2_digits': (400, 300), 'fedcache2_mnist_cpu': (3000, 500)}
 
 
 def make(preset: str, algorithm: str, source: str | None):
   if preset == 'digits':
     c = presets.digits(algorithm)
+  elif preset.startswith('fedcache2'):
+    c = presets.fedcache2_cpu('digits' if preset == 'fedcache2_digits'
+                              else (source or 'tfds:mnist'))
+    c.algorithm = algorithm
+    c.data.num_public, c.distill.public_per_round = _FC2_PUBLIC[preset]
   elif preset.startswith('scarlet'):
     source = 'digits' if preset == 'scarlet_digits' else (source or 'tfds:mnist')
     c = presets.scarlet_cpu(source, algorithm)
@@ -67,7 +87,8 @@ def make(preset: str, algorithm: str, source: str | None):
 def main():
   p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   p.add_argument('--preset', choices=('digits', 'mnist_cpu', 'scarlet_digits',
-                                      'scarlet_mnist_cpu'), default='digits')
+                                      'scarlet_mnist_cpu', 'fedcache2_digits',
+                                      'fedcache2_mnist_cpu'), default='digits')
   p.add_argument('--all', action='store_true', help='SCARLET presets: every baseline')
   p.add_argument('--source', default=None)
   p.add_argument('--rounds', type=int, default=0)
@@ -76,7 +97,8 @@ def main():
   args = p.parse_args()
   rows = []
   scarlet = args.preset.startswith('scarlet')
-  runs = SCARLET_RUNS if scarlet else RUNS
+  fc2 = args.preset.startswith('fedcache2')
+  runs = SCARLET_RUNS if scarlet else (FEDCACHE2_RUNS if fc2 else RUNS)
   only = args.only.split(';') if args.only else (
       list(SCARLET_DEFAULT) if scarlet and not args.all else list(runs))
   for name, (algorithm, overrides) in runs.items():
@@ -91,8 +113,11 @@ def main():
     workdir = os.path.join(args.out, algorithm + '_' + '_'.join(
         str(v) for v in overrides.values()))
     s = runner.run(spec, workdir, resume=False, progress=False)
-    rows.append((name, s, spec))
+    rows.append((name, s, spec, workdir))
     print(f'{name}: {s["final_acc"]:.4f}', flush=True)
+  if fc2:
+    print_ua_table(rows)
+    return
   thresholds = rows[0][2].comm_thresholds
   head = ('| method | final acc | best acc | mean client acc | cum. comm | vs first | '
           + ' | '.join(f'ComU@{x:g}' for x in thresholds) + ' | wall |')
@@ -100,7 +125,7 @@ def main():
   print('|' + '---|' * (head.count('|') - 1))
   mb = lambda b: '-' if b is None else f'{b / 1e6:.2f} MB'
   first = rows[0][1]['cum_bytes']
-  for name, s, spec in rows:
+  for name, s, spec, _ in rows:
     client = s['final_client_acc']
     ratio = f'{s["cum_bytes"] / first:.3f}' if first else '-'
     print(f'| {name} | {s["final_acc"]:.3f} | {s["top_acc"]:.3f} | '
@@ -109,6 +134,28 @@ def main():
           + f' | {s["wall_time_s"]:.0f} s |')
   print(f'\n{rows[0][2].rounds} rounds, seed {rows[0][2].seed}, {rows[0][2].num_clients} clients, '
         f'byte rules: {rows[0][1]["comm_rules"]}.')
+
+
+def print_ua_table(rows):
+  """UA (mean personalised client accuracy) table for the FedCache 2.0 presets."""
+  print('\n| method | final UA | best UA (round) | server acc | cum. comm | '
+        + ' | '.join(f'ComU@{x:g}' for x in rows[0][2].comm_thresholds) + ' | wall |')
+  print('|' + '---|' * (6 + len(rows[0][2].comm_thresholds)))
+  mb = lambda b: '-' if b is None else f'{b / 1e6:.2f} MB'
+  for name, s, spec, workdir in rows:
+    with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+      evals = [r for r in map(json.loads, f) if r.get('test_acc') is not None]
+    ua = [r.get('client_acc', r['test_acc']) for r in evals]
+    best = max(range(len(ua)), key=ua.__getitem__)
+    server = f'{s["final_acc"]:.3f}' if spec.algorithm == 'dsfl' else '-'
+    comu = [next((r['cum_bytes'] for r, a in zip(evals, ua) if a >= x), None)
+            for x in spec.comm_thresholds]
+    print(f'| {name} | {ua[-1]:.3f} | {ua[best]:.3f} ({evals[best]["round"]}) | {server} | '
+          f'{mb(s["cum_bytes"])} | ' + ' | '.join(mb(b) for b in comu)
+          + f' | {s["wall_time_s"]:.0f} s |')
+  spec = rows[0][2]
+  print(f'\n{spec.rounds} rounds, seed {spec.seed}, {spec.num_clients} clients, Dirichlet '
+        f'alpha {spec.data.alpha}, per-client test splits; byte rules: each algorithm\'s own.')
 
 
 if __name__ == '__main__':

@@ -91,6 +91,22 @@ def default_config() -> ml_collections.ConfigDict:
   c.selective_fd.sigma = 5.0             # Gaussian kernel width
   c.selective_fd.lambda_exponent = 0.5   # lambda = n_private ** exponent
 
+  c.fedcache2 = ml_collections.ConfigDict()  # FedCache 2.0 (spec fedcache2.md §8)
+  c.fedcache2.tau = 0.5                  # eq. 17: draw tau + (1 - tau) p_c^k of class c, in [0, 1]
+  c.fedcache2.sampling = 'count'         # 'count' (A9) | 'bernoulli' | 'repo' (authors' max-norm)
+  c.fedcache2.max_download = 0           # cap on downloaded samples per client; 0 = none
+  c.fedcache2.exclude_own = False        # leave a client's own uploads out of its download
+  c.fedcache2.ipc = 1                    # synthetic samples per class per client (App. D: 1)
+  c.fedcache2.proto_init = 'own'         # 'own' (released code) | 'sigma' (eq. 8 donor)
+  c.fedcache2.sigma_period = 1           # rounds between new donor permutations ('sigma')
+  c.fedcache2.dd_epochs = 10             # passes over the local targets per round
+  c.fedcache2.dd_batch_size = 64
+  c.fedcache2.dd_lr = 1e-3               # paper's distillation learning rate (code: 3e-4)
+  c.fedcache2.dd_reg = 1e-6              # KRR ridge = dd_reg * tr(K_bb) / n
+  c.fedcache2.dd_bn_mode = 'eval'        # 'eval' (A4) | 'train' (authors' code)
+  c.fedcache2.encoding = 'raw'           # counted as 'raw' uint8 | 'png' (code) | 'jpeg' (paper)
+  c.fedcache2.jpeg_quality = 75
+
   c.fd = ml_collections.ConfigDict()
   c.fd.gamma = 1.0
   c.fd.update_every_round = False

@@ -16,13 +16,14 @@ class TinyMLP(nn.Module):
   bn: bool = False
 
   @nn.compact
-  def __call__(self, x, train=False, mask=None):
+  def __call__(self, x, train=False, mask=None, embed=False):
     x = x.reshape(x.shape[0], -1)
     x = nn.Dense(self.width)(x)
     if self.bn:
       m = None if mask is None else jnp.broadcast_to(mask[:, None], x.shape)
       x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x, mask=m)
-    return nn.Dense(3)(nn.relu(x))
+    x = nn.relu(x)
+    return x if embed else nn.Dense(3)(x)
 
 
 def make_data(sizes, seed=0):

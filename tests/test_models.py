@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedjax_kd.errors import ConfigError
-from fedjax_kd.models import layers, registry
+from fedjax_kd.models import layers, registry, resnet
 from fedjax_kd.models import CNN, DSFLCNN, CifarResNet, count_params, get_model, init_variables
 
 
@@ -54,6 +54,14 @@ def _shapes(spec, num_classes, input_shape):
     ('resnet32', 10, (32, 32, 3), 464_154, 466_426),
     ('lenet5', 10, (32, 32, 3), 62_006, 62_006),
     ('lenet5', 20, (32, 32, 3), 62_856, 62_856),
+    # FedCache 2.0 (arXiv 2405.13378) Table XIV, K = 1024: 171.0K, 265.9K, 360.8K, 455.8K.
+    # 1x1-conv shortcuts without BN on the two stride-2 blocks: 16*32 + 32*64 = 2,560 weights.
+    ('resnet_t', 10, (32, 32, 3), 175_066, 175_994),
+    ('resnet_s', 10, (32, 32, 3), 272_282, 273_658),
+    ('resnet_m', 10, (32, 32, 3), 369_498, 371_322),
+    ('resnet_l', 10, (32, 32, 3), 466_714, 468_986),
+    ('fcn', 10, (40,), 154_890, 154_890),  # FCN-U, 151.3K
+    ('fcn', 5, (65,), 166_405, 166_405),  # FCN-T, 162.5K
 ])
 def test_param_counts(spec, classes, shape, trainable, total):
   variables, counts = _shapes(spec, classes, shape)
@@ -83,6 +91,7 @@ CONV_CASES = [
     ((2, 8, 9, 3), (4, 4), 2, 'SAME'),
     ((2, 6, 6, 3), (1, 1), 1, 'VALID'),
     ((2, 7, 7, 2), (3, 3), 3, ((1, 2), (0, 1))),
+    ((2, 8, 8, 4), (1, 1), 2, 0),  # the 'conv' shortcut of the FedCache 2.0 ResNets
 ]
 
 
@@ -299,8 +308,10 @@ def test_parse_spec():
   assert registry.parse_spec('cnn', 'f') == ('cnn', 1.0)
   assert registry.parse_spec('resnet20@0.5', 'f') == ('resnet20', 0.5)
   assert registry.parse_spec(' LeNet5@2 ', 'f') == ('lenet5', 2.0)
+  assert registry.parse_spec('ResNet_T@0.5', 'f') == ('resnet_t', 0.5)
   assert set(registry.MODELS) == {'mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20',
-                                  'resnet32', 'lenet5'}
+                                  'resnet32', 'lenet5', 'resnet_t', 'resnet_s', 'resnet_m',
+                                  'resnet_l', 'fcn'}
 
 
 @pytest.mark.parametrize('spec', ['vgg11', 'cnn@0', 'cnn@abc', 'cnn@-1', 'cnn@nan', 'cnn@',
@@ -325,6 +336,11 @@ def test_registry_input_errors():
   get_model('dsfl_cnn', num_classes=10, input_shape=(16, 16, 1))
   get_model('resnet20', num_classes=10, input_shape=(8, 8, 1))
   get_model('cnn', num_classes=10, input_shape=(8, 8))
+  # 'fcn' flattens any input, like 'mlp'; the FedCache 2.0 ResNets need images.
+  get_model('fcn', num_classes=10, input_shape=(40,))
+  get_model('fcn', num_classes=10, input_shape=(2, 3, 4, 5))
+  with pytest.raises(ConfigError, match='clients.models'):
+    get_model('resnet_t', num_classes=10, input_shape=(40,))
 
 
 def test_cnn_on_small_inputs():
@@ -333,3 +349,174 @@ def test_cnn_on_small_inputs():
   assert jax.jit(model.apply)(v, jnp.ones((2, 8, 8, 1))).shape == (2, 10)
   assert jax.jit(model.apply)(v, jnp.ones((2, 8, 8))).shape == (2, 10)  # [B, H, W] input
   assert isinstance(get_model('dsfl_cnn', num_classes=3, input_shape=(28, 28, 1)), DSFLCNN)
+
+
+# ------------------------------------------------------------------------------ embeddings
+
+def _final_dense(params):
+  """The parameters of the last-created top-level Dense layer (the highest Dense_N)."""
+  names = [k for k in params if k.startswith('Dense_')]
+  return params[max(names, key=lambda k: int(k.split('_')[1]))]
+
+
+# (spec, input shape, embedding size at that spec)
+EMBED_CASES = [
+    ('mlp', (8, 8, 1), 200),
+    ('mlp@0.5', (8, 8, 1), 100),
+    ('cnn@0.5', (8, 8, 1), 64),
+    ('dsfl_cnn@0.25', (16, 16, 1), 128),
+    ('dsfl_fmnist_cnn@0.25', (8, 8, 1), 48),
+    ('resnet20@0.5', (8, 8, 3), 32),
+    ('resnet32@0.25', (8, 8, 3), 16),
+    ('lenet5@0.5', (16, 16, 3), 42),
+    ('resnet_t', (8, 8, 3), 64),
+    ('resnet_s', (8, 8, 3), 64),
+    ('resnet_m@0.5', (8, 8, 3), 32),
+    ('resnet_l', (8, 8, 3), 64),
+    ('fcn', (40,), 256),
+    ('fcn@0.5', (65,), 128),
+]
+
+
+def test_embed_cases_cover_registry():
+  assert {registry.parse_spec(spec)[0] for spec, _, _ in EMBED_CASES} == set(registry.MODELS)
+
+
+@pytest.mark.parametrize('spec,shape,dim', EMBED_CASES)
+def test_embed_is_final_dense_input(spec, shape, dim):
+  classes = 7
+  # XLA's convolution compiles faster than im2col (same function, see test_lowerings_agree).
+  model = get_model(spec, num_classes=classes, input_shape=shape, lowering='xla')
+  v = _random_variables(model, shape)
+  x = jax.random.normal(jax.random.PRNGKey(1), (3,) + shape)
+  mask = jnp.array([1., 0., 1.])
+
+  @jax.jit
+  def both(v, x):
+    out = {}
+    for train in (False, True):
+      kw = dict(train=train, mask=mask, rngs={'dropout': jax.random.PRNGKey(2)})
+      if train:
+        kw['mutable'] = ['batch_stats']
+      logits = model.apply(v, x, **kw)
+      feats = model.apply(v, x, embed=True, **kw)
+      if train:
+        logits, feats = logits[0], feats[0]
+      out[train] = (logits, feats)
+    return out
+
+  dense = _final_dense(v['params'])
+  assert dense['kernel'].shape == (dim, classes)
+  for train, (logits, feats) in both(v, x).items():
+    assert logits.shape == (3, classes)
+    assert feats.shape == (3, dim), (train, feats.shape)
+    manual = feats @ dense['kernel'] + dense['bias']
+    np.testing.assert_allclose(logits, manual, rtol=1e-4,
+                               atol=1e-4 * float(jnp.abs(logits).max()))
+
+
+def test_embed_paper_sizes():
+  # Full-width embedding sizes: 64 for the ResNets, 256 for the FCN, 84 for LeNet-5, ...
+  for spec, shape, dim in [('resnet_t', (32, 32, 3), 64), ('resnet_l', (32, 32, 3), 64),
+                           ('resnet20', (32, 32, 3), 64), ('fcn', (40,), 256),
+                           ('mlp', (28, 28, 1), 200), ('cnn', (28, 28, 1), 128),
+                           ('dsfl_cnn', (28, 28, 1), 512), ('dsfl_fmnist_cnn', (28, 28, 1), 192),
+                           ('lenet5', (32, 32, 3), 84)]:
+    model = get_model(spec, num_classes=10, input_shape=shape)
+    v = jax.eval_shape(lambda k: init_variables(model, k, shape), jax.random.PRNGKey(0))
+    out = jax.eval_shape(lambda v, x: model.apply(v, x, embed=True), v,
+                         jax.ShapeDtypeStruct((2,) + shape, jnp.float32))
+    assert out.shape == (2, dim), spec
+
+
+# ------------------------------------------------------------------------------ FCN dropout
+
+def test_fcn_dropout():
+  model = get_model('fcn', num_classes=10, input_shape=(40,))
+  v = _random_variables(model, (40,))
+  x = jax.random.normal(jax.random.PRNGKey(1), (4, 40))
+  apply = jax.jit(lambda x, key, train, embed: model.apply(
+      v, x, train=train, embed=embed, rngs={'dropout': key}), static_argnums=(2, 3))
+  k1, k2 = jax.random.PRNGKey(5), jax.random.PRNGKey(6)
+  # train=True: different keys give different outputs; the same key the same output.
+  assert not np.allclose(apply(x, k1, True, False), apply(x, k2, True, False))
+  np.testing.assert_array_equal(apply(x, k1, True, False), apply(x, k1, True, False))
+  # Dropout(0.5): about half the features are zeroed, the others scaled by 2.
+  clean, dropped = apply(x, k1, False, True), apply(x, k1, True, True)
+  kept = np.asarray(dropped) != 0
+  assert 0.3 < kept[np.asarray(clean) != 0].mean() < 0.7
+  np.testing.assert_allclose(np.asarray(dropped)[kept], 2 * np.asarray(clean)[kept], rtol=1e-5)
+  # train=False: deterministic, no rng needed.
+  np.testing.assert_array_equal(apply(x, k1, False, False), apply(x, k2, False, False))
+  np.testing.assert_array_equal(apply(x, k1, False, False), model.apply(v, x))
+  assert set(v) == {'params'}
+  np.testing.assert_array_equal(model.apply(v, x, mask=jnp.zeros(4)), model.apply(v, x))
+
+
+# ------------------------------------------------------------------------------ FedCache ResNets
+
+def test_conv_shortcut_block():
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 16, 16, 32))
+  down = resnet.BasicBlock(64, strides=2, lowering='xla', shortcut='conv')
+  v = down.init(jax.random.PRNGKey(1), x, False, None)
+  # The projection is a bias-free 1x1 conv without BN: 2 BNs, 3 convs, 1x1x32x64 kernel.
+  assert sorted(v['params']) == ['BatchNorm_0', 'BatchNorm_1', 'Conv_0', 'Conv_1', 'Conv_2']
+  assert set(v['params']['Conv_2']) == {'kernel'}
+  assert v['params']['Conv_2']['kernel'].shape == (1, 1, 32, 64)
+  y = down.apply(v, x, False, None)
+  assert y.shape == (2, 8, 8, 64)
+  # Zero the main path's second BN scale and bias: the block is relu(conv1x1_stride2(x)).
+  p = dict(v['params'])
+  p['BatchNorm_1'] = jax.tree.map(jnp.zeros_like, p['BatchNorm_1'])
+  y0 = down.apply({**v, 'params': p}, x, False, None)
+  ref = jax.nn.relu(layers.conv_xla(x, p['Conv_2']['kernel'], 2, 0))
+  np.testing.assert_allclose(y0, ref, rtol=1e-5, atol=1e-5)
+  # Option A on the same shapes has no parameters in the shortcut.
+  a = resnet.BasicBlock(64, strides=2, lowering='xla')
+  assert sorted(a.init(jax.random.PRNGKey(1), x, False, None)['params']) == [
+      'BatchNorm_0', 'BatchNorm_1', 'Conv_0', 'Conv_1']
+  # Identity where the shape is unchanged: no projection.
+  same = resnet.BasicBlock(32, lowering='xla', shortcut='conv')
+  assert 'Conv_2' not in same.init(jax.random.PRNGKey(1), x, False, None)['params']
+  with pytest.raises(ValueError, match='shortcut'):
+    resnet.BasicBlock(64, shortcut='b').init(jax.random.PRNGKey(1), x, False, None)
+
+
+def test_fedcache_resnet_feature_map():
+  # 32x32 input -> 8x8x64 before the global pool (two stride-2 stages).
+  model = get_model('resnet_t', num_classes=10, input_shape=(32, 32, 3))
+  assert isinstance(model, CifarResNet) and model.shortcut == 'conv'
+  assert model.blocks_per_stage == 2
+  v = jax.eval_shape(lambda k: init_variables(model, k, (32, 32, 3)), jax.random.PRNGKey(0))
+  x = jax.ShapeDtypeStruct((2, 32, 32, 3), jnp.float32)
+  _, inter = jax.eval_shape(
+      lambda v, x: model.apply(v, x, capture_intermediates=True, mutable=['intermediates']),
+      v, x)
+  last = inter['intermediates']['BasicBlock_5']['__call__'][0]
+  assert last.shape == (2, 8, 8, 64)
+  # The projections sit in the first blocks of stages 2 and 3 only.
+  shortcuts = {k: v['params'][k]['Conv_2']['kernel'].shape for k in v['params']
+               if k.startswith('BasicBlock_') and 'Conv_2' in v['params'][k]}
+  assert shortcuts == {'BasicBlock_2': (1, 1, 16, 32), 'BasicBlock_4': (1, 1, 32, 64)}
+  # resnet20 keeps option A.
+  r20 = get_model('resnet20', num_classes=10, input_shape=(32, 32, 3))
+  assert r20.shortcut == 'a'
+
+
+@pytest.mark.parametrize('spec', ['resnet_t', 'resnet_l'])
+def test_fedcache_resnet_forward_with_mask(spec):
+  shape = (8, 8, 3)
+  model = get_model(spec, num_classes=10, input_shape=shape, lowering='xla')
+  v = _random_variables(model, shape)
+  x = jax.random.normal(jax.random.PRNGKey(1), (4,) + shape)
+  mask = jnp.array([1, 1, 0, 1], jnp.float32)
+  apply = jax.jit(lambda x, m: model.apply(v, x, train=True, mask=m, mutable=['batch_stats']))
+  logits, state = apply(x, mask)
+  assert logits.shape == (4, 10) and bool(jnp.all(jnp.isfinite(logits)))
+  # Masked-out rows do not change the valid rows or the BN statistics.
+  logits_bad, state_bad = apply(x.at[2].set(1e3), mask)
+  idx = np.array([0, 1, 3])
+  np.testing.assert_allclose(logits_bad[idx], logits[idx], rtol=1e-4, atol=1e-4)
+  for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(state_bad)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+  assert jax.jit(model.apply)(v, x).shape == (4, 10)

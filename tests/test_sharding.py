@@ -24,12 +24,22 @@ SCRIPT = textwrap.dedent('''
       p = fed.predict(st, data.x_public)
       st, _ = fed.distill(st, root, 1, data.x_public, p.mean(0), epochs=1, batch_size=10)
       acc, _ = fed.evaluate(st)
-      outs.append((np.asarray(fed.predict(st, data.x_public)), acc))
+      # FedCache 2.0's KRR distillation of per-client synthetic inputs (3 per class).
+      x0 = jax.numpy.asarray(np.random.RandomState(1).rand(5, 3, 4), jax.numpy.float32)
+      v0 = jax.numpy.asarray(np.random.RandomState(2).rand(5, 3) > 0.3)
+      xb, dd_loss, _ = fed.distill_inputs(st, root, 1, x0, v0, jax.numpy.eye(3), epochs=2,
+                                          batch_size=4, lr=0.01, reg=1e-6, active=active,
+                                          value_range=(-1.0, 1.0))
+      outs.append((np.asarray(fed.predict(st, data.x_public)), acc, np.asarray(xb), dd_loss))
       if use_mesh:
         s = st[0].params['Dense_0']['kernel'].sharding
         print('slots sharded over', len(fed.mesh.devices.flat), 'devices;', s)
     np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(outs[0][1], outs[1][1])
+    np.testing.assert_allclose(outs[0][2], outs[1][2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outs[0][3], outs[1][3], rtol=1e-5)
+    assert not np.allclose(outs[0][2][0], np.asarray(x0)[0])   # an active client moved
+    np.testing.assert_array_equal(outs[0][2][2], np.asarray(x0)[2])   # inactive: untouched
     print('OK')
 ''')
 

@@ -7,12 +7,13 @@ from fedjax_kd.algorithms.comet import COMET
 from fedjax_kd.algorithms.dsfl import DSFL
 from fedjax_kd.algorithms.fd import FD
 from fedjax_kd.algorithms.fedavg import FedAvg
+from fedjax_kd.algorithms.fedcache2 import FedCache2
 from fedjax_kd.algorithms.scarlet import SCARLET
 from fedjax_kd.algorithms.selective_fd import SelectiveFD
 from fedjax_kd.algorithms.single import Single
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (DSFL, FedAvg, FD, Single, SCARLET, CFD, COMET, SelectiveFD,
-                              Centralized)
+                              Centralized, FedCache2)
 }
 ALGORITHMS['individual'] = Single   # SCARLET's name for the same baseline

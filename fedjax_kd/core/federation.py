@@ -122,6 +122,17 @@ def build_federated_data(x_private, y_private, client_indices, x_public, x_test,
       y_public=None if y_public is None else np.asarray(y_public))
 
 
+@jax.jit
+def _join_rows(idx: Array, n: Array, extra: Array, extra_n: Array) -> tuple[Array, Array]:
+  """Per-client row tables ``idx[k, :n[k]] ++ extra[k, :extra_n[k]]`` ``[K, n_max + s_max]``."""
+  n_max = idx.shape[1]
+  pos = jnp.broadcast_to(jnp.arange(n_max + extra.shape[1], dtype=jnp.int32),
+                         (idx.shape[0], n_max + extra.shape[1]))
+  own = jnp.take_along_axis(idx, jnp.minimum(pos, n_max - 1), axis=1)
+  add = jnp.take_along_axis(extra, jnp.clip(pos - n[:, None], 0, extra.shape[1] - 1), axis=1)
+  return jnp.where(pos < n[:, None], own, add), n + extra_n
+
+
 # ---------------------------------------------------------------- cohorts
 @dataclasses.dataclass(frozen=True, eq=False)
 class Cohort:
@@ -310,6 +321,66 @@ class Federation:
                     aux={'t': targets}, loss_fn=client_soft_ce_loss, epochs=epochs,
                     batch_size=batch_size, opt_slot=opt_slot, active=active,
                     augment=augment)
+
+  def train_with_extra(self, states, root, t, *, x_pool: Array, y_pool: Array,
+                       extra_idx: Array, extra_n: Array, epochs: int, batch_size: int,
+                       active=None, opt_slot='train', augment=None):
+    """Local update on private data plus per-client extra labelled rows (CE).
+
+    FedCache 2.0's eq. 14 (as the authors' code does it): the downloaded
+    synthetic samples are appended to the client's data set and shuffled
+    with it.
+
+    Args:
+      x_pool, y_pool: ``x_private``/``y_private`` followed by the extra rows.
+      extra_idx: ``[K, s_max]`` rows of the pool each client adds (first ``extra_n[k]`` real).
+      extra_n: ``[K]`` number of extra rows per client.
+    """
+    d = self.data
+    idx, n = _join_rows(d.client_idx, jnp.asarray(d.client_n, jnp.int32), extra_idx,
+                        jnp.asarray(extra_n, jnp.int32))
+    return self.fit(states, root, t, 'train', shared={'x': x_pool, 'y': y_pool}, idx=idx,
+                    n=n, loss_fn=ce_loss, epochs=epochs, batch_size=batch_size,
+                    opt_slot=opt_slot, active=active, augment=augment)
+
+  def distill_inputs(self, states, root, t, x_b: Array, valid_b: Array, y_b: Array, *,
+                     epochs: int, batch_size: int, lr: float, reg: float, bn_mode: str = 'eval',
+                     active=None, augment=None, chunk: int = 256,
+                     value_range: tuple[float, float] = (0.0, 1.0)):
+    """Dataset distillation of every active client's synthetic set (FedCache 2.0 eqs. 10-12).
+
+    Args:
+      x_b: ``[K, P, ...]`` synthetic inputs to start from.
+      valid_b: ``[K, P]`` bool mask of real synthetic rows.
+      y_b: ``[P, C]`` their one-hot labels (the same layout for every client).
+      other args: see :meth:`CohortKernels.distill_inputs`.
+
+    Returns:
+      ``x_b`` with the active clients' rows optimised, the mean KRR loss per
+      client ``[K]`` (NaN for inactive) and the skipped-step count ``[K]``.
+    """
+    active = self._active(active)
+    d = self.data
+    loss_full = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
+    bad_full = jnp.zeros((self.num_clients,), jnp.int32)
+    n_all = jnp.asarray(d.client_n, jnp.int32)
+    for cohort, state in zip(self.cohorts, states):
+      slots, valid, gids = self.plan(cohort, active)
+      if not valid.any():
+        continue
+      g = jnp.asarray(gids)
+      keys = rng.client_keys(root, t, np.minimum(gids, self.num_clients - 1), 'distill')
+      take = lambda a: jnp.take(a, g, axis=0, mode='clip')
+      new_x, loss, bad = cohort.kernels.distill_inputs(
+          state, jnp.asarray(slots), keys, take(x_b), take(valid_b), y_b, take(d.client_idx),
+          jnp.where(jnp.asarray(valid), take(n_all), 0), d.x_private, d.y_private,
+          epochs=epochs, batch_size=batch_size, lr=lr, reg=reg, bn_mode=bn_mode,
+          augment=augment, chunk=chunk, value_range=value_range)
+      w = np.where(valid, gids, self.num_clients)
+      x_b = self._scatter_clients(x_b, w, new_x)
+      loss_full = self._scatter_clients(loss_full, w, loss)
+      bad_full = self._scatter_clients(bad_full, w, bad.astype(jnp.int32))
+    return x_b, np.asarray(loss_full), np.asarray(bad_full)
 
   # ------------------------------------------------------------ predict
   def predict(self, states, x: Array, active=None, *, chunk: int = 512,

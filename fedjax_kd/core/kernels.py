@@ -28,6 +28,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_kd.core.state import ModelState, put_clients, take_clients
+from fedjax_kd.ops import krr
 from fedjax_kd.ops.losses import masked_mean
 
 Array = jax.Array
@@ -48,6 +49,40 @@ def _constrain(tree: Any, mesh: Mesh | None) -> Any:
     return tree
   sharding = NamedSharding(mesh, PartitionSpec('clients'))
   return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
+
+
+def epoch_positions(key: Array, n_max: int, n: Array, epochs: int,
+                    batch_size: int) -> tuple[Array, Array]:
+  """Keras-style minibatch positions and per-step keys for one client.
+
+  Every epoch reshuffles the ``n`` real positions of ``[0, n_max)`` (padding
+  positions, and the tail of the last batch, get the out-of-range id
+  ``n_max``). Keys go by identity (epoch, position, step), never by array
+  shape, so a client's shuffles and dropout masks do not depend on how far it
+  is padded.
+
+  Returns:
+    ``positions [epochs * steps_per_epoch, batch_size]`` int32 and one key per step.
+  """
+  steps_per_epoch = -(-n_max // batch_size)
+  total = steps_per_epoch * batch_size
+  perm_key, step_key = jax.random.split(key)
+  position_ids = jnp.arange(n_max, dtype=jnp.uint32)
+
+  def permutation(e):
+    ek = jax.random.fold_in(perm_key, e)
+    r = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(ek, i)))(position_ids)
+    r = jnp.where(jnp.arange(n_max) < n, r, 2.0)  # real positions first
+    p = jnp.argsort(r).astype(jnp.int32)
+    return jnp.concatenate([p, jnp.full((total - n_max,), n_max, jnp.int32)])
+
+  positions = jax.vmap(permutation)(jnp.arange(epochs, dtype=jnp.uint32)).reshape(
+      epochs * steps_per_epoch, batch_size)
+  # Step s of epoch e keeps its key whatever steps_per_epoch is.
+  step_ids = (jnp.arange(epochs, dtype=jnp.uint32)[:, None] * 1_000_003
+              + jnp.arange(steps_per_epoch, dtype=jnp.uint32)[None, :]).reshape(-1)
+  step_keys = jax.vmap(lambda i: jax.random.fold_in(step_key, i))(step_ids)
+  return positions, step_keys
 
 
 def _variables(params, batch_stats):
@@ -78,6 +113,10 @@ class CohortKernels:
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
     self._init = jax.jit(self._init_impl, static_argnames=('input_shape',))
     self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk'))
+    self._distill_inputs = jax.jit(
+        self._distill_inputs_impl,
+        static_argnames=('epochs', 'batch_size', 'lr', 'reg', 'bn_mode', 'augment', 'chunk',
+                         'value_range'))
 
   # ------------------------------------------------------------------ init
   def _init_impl(self, keys: Array, input_shape: tuple[int, ...]) -> ModelState:
@@ -102,26 +141,7 @@ class CohortKernels:
                batch_size: int, opt_slot: str, augment: Callable | None):
     tx = self.optimizers[opt_slot]
     n_max = idx.shape[0]
-    steps_per_epoch = -(-n_max // batch_size)
-    total = steps_per_epoch * batch_size
-    # Keys by identity (epoch, position, step), never by array shape: a client's
-    # shuffles and dropout masks do not depend on how far it is padded.
-    perm_key, step_key = jax.random.split(key)
-    position_ids = jnp.arange(n_max, dtype=jnp.uint32)
-
-    def permutation(e):
-      ek = jax.random.fold_in(perm_key, e)
-      r = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(ek, i)))(position_ids)
-      r = jnp.where(jnp.arange(n_max) < n, r, 2.0)  # real positions first
-      p = jnp.argsort(r).astype(jnp.int32)
-      return jnp.concatenate([p, jnp.full((total - n_max,), n_max, jnp.int32)])
-
-    positions = jax.vmap(permutation)(jnp.arange(epochs, dtype=jnp.uint32)).reshape(
-        epochs * steps_per_epoch, batch_size)
-    # Step s of epoch e keeps its key whatever steps_per_epoch is.
-    step_ids = (jnp.arange(epochs, dtype=jnp.uint32)[:, None] * 1_000_003
-                + jnp.arange(steps_per_epoch, dtype=jnp.uint32)[None, :]).reshape(-1)
-    step_keys = jax.vmap(lambda i: jax.random.fold_in(step_key, i))(step_ids)
+    positions, step_keys = epoch_positions(key, n_max, n, epochs, batch_size)
 
     def step(st: ModelState, inputs):
       pos, k = inputs
@@ -322,6 +342,121 @@ class CohortKernels:
     chunk = max(1, min(chunk, idx.shape[-1]))
     return self._class_sums(state, slots, x, y, idx, n, num_classes=num_classes, chunk=chunk)
 
+  # ------------------------------------------------- dataset distillation (KRR)
+  def _distill_inputs_impl(self, state, slots, keys, x_b, valid_b, y_b, idx, n, x, y, *,
+                           epochs, batch_size, lr, reg, bn_mode, augment, chunk, value_range):
+    sub = _constrain(take_clients(state, slots), self.mesh)
+    one = functools.partial(_distill_inputs_one, self.module, epochs=epochs,
+                            batch_size=batch_size, lr=lr, reg=reg, bn_mode=bn_mode,
+                            augment=augment, chunk=chunk, value_range=value_range)
+    return jax.vmap(one, in_axes=(0, 0, 0, 0, None, 0, 0, None, None))(
+        sub, _constrain(keys, self.mesh), x_b, valid_b, y_b, idx, n, x, y)
+
+  def distill_inputs(self, state: ModelState, slots: Array, keys: Array, x_b: Array,
+                     valid_b: Array, y_b: Array, idx: Array, n: Array, x: Array, y: Array, *,
+                     epochs: int, batch_size: int, lr: float, reg: float = 1e-6,
+                     bn_mode: str = 'eval', augment: Callable | None = None, chunk: int = 256,
+                     value_range: tuple[float, float] = (0.0, 1.0)):
+    """FedCache 2.0's on-device dataset distillation for the slotted clients.
+
+    Each slot's synthetic inputs ``x_b`` are optimised with Adam(``lr``) to
+    minimise the KRR loss (``fedjax_kd.ops.krr.krr_loss``) of predicting the
+    client's real data ``(x[idx[:n]], y[idx[:n]])`` from the synthetic set, with a
+    linear kernel on the client model's penultimate features; ``epochs`` passes
+    over the targets in minibatches of ``batch_size``. The model is not changed.
+
+    Args:
+      state: cohort state (read only).
+      slots: ``[S]`` cohort rows.
+      keys: ``[S]`` PRNG keys.
+      x_b: ``[S, P, ...]`` initial synthetic inputs.
+      valid_b: ``[S, P]`` bool, real synthetic rows (a class the client lacks is masked).
+      y_b: ``[P, C]`` one-hot labels of the synthetic rows (fixed, not learned).
+      idx, n: ``[S, n_max]`` rows of ``x``/``y`` that each client owns, and their count.
+      x, y: the pooled private data.
+      bn_mode: ``'eval'`` (running statistics) or ``'train'`` (the synthetic batch's own
+        statistics, as the authors' code; running stats are not updated).
+      augment: optional augmentation of the target inputs (one pass).
+      value_range: ``(lo, hi)`` the inputs are clipped to after every step.
+
+    Returns:
+      New ``x_b``, the mean KRR loss per slot (NaN if no step ran) and the number
+      of steps skipped for a non-finite loss or gradient.
+    """
+    return self._distill_inputs(state, slots, keys, x_b, valid_b, y_b, idx, n, x, y,
+                                epochs=epochs, batch_size=batch_size, lr=float(lr),
+                                reg=float(reg), bn_mode=bn_mode, augment=augment,
+                                chunk=max(1, min(chunk, idx.shape[-1])),
+                                value_range=(float(value_range[0]), float(value_range[1])))
+
 
 def sub_size(tree: Any) -> int:
   return jax.tree.leaves(tree)[0].shape[0]
+
+
+# ------------------------------------------------- dataset distillation (KRR)
+def _embed(module: nn.Module, st: ModelState, x: Array, train: bool = False,
+           mask: Array | None = None) -> Array:
+  """Penultimate features F_f(x) ``[B, d]`` (the input of the final Dense)."""
+  variables = _variables(st.params, st.batch_stats)
+  if train and st.batch_stats:
+    out, _ = module.apply(variables, x, train=True, mask=mask, embed=True,
+                          mutable=['batch_stats'])  # running stats are not written back
+    return out
+  return module.apply(variables, x, train=False, embed=True)
+
+
+def _target_features(module: nn.Module, st: ModelState, x: Array, idx: Array, key: Array,
+                     chunk: int, augment: Callable | None) -> Array:
+  """Inference-mode features of ``x[idx]`` ``[n_max, d]``, computed ``chunk`` rows at a time."""
+  m = idx.shape[0]
+  pad = (-m) % chunk
+  rows = jnp.pad(idx, (0, pad)).reshape(-1, chunk)
+
+  def body(inputs):
+    i, r = inputs
+    xb = x[r]
+    if augment is not None:
+      xb = augment(jax.random.fold_in(key, i), xb)
+    return _embed(module, st, xb)
+
+  feats = jax.lax.map(body, (jnp.arange(rows.shape[0], dtype=jnp.uint32), rows))
+  return feats.reshape(-1, feats.shape[-1])[:m]
+
+
+def _distill_inputs_one(module, st, key, x_b, valid_b, y_b, idx, n, x, y, *, epochs,
+                        batch_size, lr, reg, bn_mode, augment, chunk, value_range):
+  """Optimises one client's synthetic inputs ``x_b`` by KRR on its own features."""
+  n_max = idx.shape[0]
+  k_feat, k_pos = jax.random.split(key)
+  # Targets: the client's real data through its current (trained) extractor,
+  # detached -- only the synthetic inputs are learned (FedCache 2.0 A3, A5).
+  phi_all = jax.lax.stop_gradient(_target_features(module, st, x, idx, k_feat, chunk, augment))
+  y_all = jax.nn.one_hot(y[idx], y_b.shape[-1], dtype=jnp.float32)
+  positions, _ = epoch_positions(k_pos, n_max, n, epochs, batch_size)
+  vb = valid_b.astype(jnp.float32)
+  tx = optax.adam(lr)
+  lo, hi = value_range
+
+  def loss_fn(xb, pos):
+    phi_b = _embed(module, st, xb, train=(bn_mode == 'train'), mask=valid_b)
+    p = jnp.minimum(pos, n_max - 1)
+    return krr.krr_loss(phi_all[p], y_all[p], phi_b, y_b, vb, pos < n, reg)
+
+  def step(carry, pos):
+    xb, opt = carry
+    value, grads = jax.value_and_grad(loss_fn)(xb, pos)
+    updates, new_opt = tx.update(grads, opt, xb)
+    new_xb = jnp.clip(optax.apply_updates(xb, updates), lo, hi)
+    used = jnp.any(pos < n) & jnp.any(valid_b)
+    # A non-finite loss or gradient skips the step (counted), so NaNs never reach the cache.
+    ok = used & jnp.isfinite(value) & jnp.all(jnp.isfinite(grads))
+    xb = jnp.where(ok, new_xb, xb)
+    opt = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_opt, opt)
+    return (xb, opt), (value, ok, used)
+
+  (x_b, _), (values, ok, used) = jax.lax.scan(step, (x_b, tx.init(x_b)), positions)
+  okf = ok.astype(jnp.float32)
+  loss = jnp.sum(jnp.where(ok, values, 0.0)) / jnp.maximum(jnp.sum(okf), 1.0)
+  loss = jnp.where(jnp.any(ok), loss, jnp.nan)
+  return x_b, loss, jnp.sum(used & ~ok)

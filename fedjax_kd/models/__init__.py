@@ -1,18 +1,23 @@
-"""Model zoo: flax.linen models with `__call__(x, train=False, mask=None) -> logits`.
+"""Model zoo: flax.linen models with `__call__(x, train=False, mask=None, embed=False)`.
+
+They return logits, or with `embed=True` the input of the final Dense layer.
 
 Use `get_model("name@width", num_classes=..., input_shape=...)`; see `registry` for the list
 and the papers each architecture comes from, and `layers` for the CPU-fast convolution.
 """
 
 from fedjax_kd.models.cnn import CNN, DSFLCNN, DSFLFMNISTCNN
+from fedjax_kd.models.fcn import FCN
 from fedjax_kd.models.layers import BatchNorm, Conv, conv_im2col, conv_xla, max_pool2
 from fedjax_kd.models.lenet import LeNet5
 from fedjax_kd.models.mlp import MLP
 from fedjax_kd.models.registry import MODELS, count_params, get_model, init_variables, parse_spec
-from fedjax_kd.models.resnet import CifarResNet, resnet20, resnet32
+from fedjax_kd.models.resnet import (CifarResNet, resnet20, resnet32, resnet_l, resnet_m,
+                                      resnet_s, resnet_t)
 
 __all__ = [
-    'BatchNorm', 'CNN', 'CifarResNet', 'Conv', 'DSFLCNN', 'DSFLFMNISTCNN', 'LeNet5', 'MLP',
-    'MODELS', 'conv_im2col', 'conv_xla', 'count_params', 'get_model', 'init_variables',
-    'max_pool2', 'parse_spec', 'resnet20', 'resnet32',
+    'BatchNorm', 'CNN', 'CifarResNet', 'Conv', 'DSFLCNN', 'DSFLFMNISTCNN', 'FCN', 'LeNet5',
+    'MLP', 'MODELS', 'conv_im2col', 'conv_xla', 'count_params', 'get_model', 'init_variables',
+    'max_pool2', 'parse_spec', 'resnet20', 'resnet32', 'resnet_l', 'resnet_m', 'resnet_s',
+    'resnet_t',
 ]

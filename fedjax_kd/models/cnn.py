@@ -36,17 +36,19 @@ class CNN(nn.Module):
   lowering: str = 'auto'
 
   @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False,
-               mask: jax.Array | None = None) -> jax.Array:
-    """Computes logits.
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
+               embed: bool = False) -> jax.Array:
+    """Computes logits, or the penultimate features with `embed=True`.
 
     Args:
       x: [B, H, W, C] (or [B, H, W]) images, H and W at least 4.
       train: unused.
       mask: unused.
+      embed: return the [B, 128 * width] input of the final Dense layer (after its activation)
+        instead of the logits.
 
     Returns:
-      [B, num_classes] logits.
+      [B, num_classes] logits, or [B, d] features if `embed`.
     """
     del train, mask
     s = lambda n: layers.scaled(n, self.width)
@@ -55,6 +57,8 @@ class CNN(nn.Module):
     x = layers.max_pool2(nn.relu(layers.Conv(s(32), 5, lowering=self.lowering)(x)))
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(s(128))(x))
+    if embed:
+      return x
     return nn.Dense(self.num_classes)(x)
 
 
@@ -82,18 +86,20 @@ class DSFLCNN(nn.Module):
   lowering: str = 'auto'
 
   @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False,
-               mask: jax.Array | None = None) -> jax.Array:
-    """Computes logits.
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
+               embed: bool = False) -> jax.Array:
+    """Computes logits, or the penultimate features with `embed=True`.
 
     Args:
       x: [B, H, W, C] (or [B, H, W]) images, H and W at least 16 (28 in the paper).
       train: BatchNorm uses batch statistics (over masked-in rows) and updates its running
         averages if True, else it uses the running averages.
       mask: optional [B] vector of valid samples (nonzero = valid).
+      embed: return the [B, 512 * width] input of the final Dense layer (after its
+        BatchNorm and ReLU) instead of the logits.
 
     Returns:
-      [B, num_classes] logits.
+      [B, num_classes] logits, or [B, d] features if `embed`.
     """
     s = lambda n: layers.scaled(n, self.width)
     x = layers.as_image(x)
@@ -103,6 +109,8 @@ class DSFLCNN(nn.Module):
       x = layers.max_pool2(_bn_act(x, train, mask, self.relu_before_bn))
     x = x.reshape((x.shape[0], -1))
     x = _bn_act(nn.Dense(s(512), kernel_init=_glorot)(x), train, mask, self.relu_before_bn)
+    if embed:
+      return x
     return nn.Dense(self.num_classes, kernel_init=_glorot)(x)
 
 
@@ -124,18 +132,20 @@ class DSFLFMNISTCNN(nn.Module):
   lowering: str = 'auto'
 
   @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False,
-               mask: jax.Array | None = None) -> jax.Array:
-    """Computes logits.
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
+               embed: bool = False) -> jax.Array:
+    """Computes logits, or the penultimate features with `embed=True`.
 
     Args:
       x: [B, H, W, C] (or [B, H, W]) images, H and W at least 4 (28 in the paper).
       train: BatchNorm uses batch statistics (over masked-in rows) and updates its running
         averages if True, else it uses the running averages.
       mask: optional [B] vector of valid samples (nonzero = valid).
+      embed: return the [B, 192 * width] input of the final Dense layer (after its
+        BatchNorm and ReLU) instead of the logits.
 
     Returns:
-      [B, num_classes] logits.
+      [B, num_classes] logits, or [B, d] features if `embed`.
     """
     s = lambda n: layers.scaled(n, self.width)
     x = layers.as_image(x)
@@ -150,6 +160,8 @@ class DSFLFMNISTCNN(nn.Module):
     for units in (382, 192):
       x = _bn_act(nn.Dense(s(units), kernel_init=_glorot)(x), train, mask,
                   self.relu_before_bn)
+    if embed:
+      return x
     return nn.Dense(self.num_classes, kernel_init=_glorot)(x)
 
 

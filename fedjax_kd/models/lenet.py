@@ -33,17 +33,19 @@ class LeNet5(nn.Module):
   lowering: str = 'auto'
 
   @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False,
-               mask: jax.Array | None = None) -> jax.Array:
-    """Computes logits.
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
+               embed: bool = False) -> jax.Array:
+    """Computes logits, or the penultimate features with `embed=True`.
 
     Args:
       x: [B, H, W, C] (or [B, H, W]) images, H and W at least 16.
       train: unused.
       mask: unused.
+      embed: return the [B, 84 * width] input of the final Dense layer (after its activation)
+        instead of the logits.
 
     Returns:
-      [B, num_classes] logits.
+      [B, num_classes] logits, or [B, d] features if `embed`.
     """
     del train, mask
     s = lambda n: layers.scaled(n, self.width)
@@ -55,4 +57,6 @@ class LeNet5(nn.Module):
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(s(120))(x))
     x = nn.relu(nn.Dense(s(84))(x))
+    if embed:
+      return x
     return nn.Dense(self.num_classes)(x)

@@ -24,21 +24,25 @@ class MLP(nn.Module):
   hidden: int = 200
 
   @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False,
-               mask: jax.Array | None = None) -> jax.Array:
-    """Computes logits.
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
+               embed: bool = False) -> jax.Array:
+    """Computes logits, or the penultimate features with `embed=True`.
 
     Args:
       x: [B, ...] inputs, flattened per example.
       train: unused (no dropout or BatchNorm).
       mask: unused.
+      embed: return the [B, 200 * width] input of the final Dense layer (after its activation)
+        instead of the logits.
 
     Returns:
-      [B, num_classes] logits.
+      [B, num_classes] logits, or [B, d] features if `embed`.
     """
     del train, mask
     h = layers.scaled(self.hidden, self.width)
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(h)(x))
     x = nn.relu(nn.Dense(h)(x))
+    if embed:
+      return x
     return nn.Dense(self.num_classes)(x)

@@ -1,8 +1,13 @@
 """Model registry: builds a model from a spec string "name@width".
 
 `get_model('cnn@0.5', num_classes=10, input_shape=(28, 28, 1))` returns a `flax.linen.Module`
-whose `__call__(x, train=False, mask=None)` maps a batch [B, *input_shape] to logits
-[B, num_classes]. See the model modules for the papers behind each architecture:
+whose `__call__(x, train=False, mask=None, embed=False)` maps a batch [B, *input_shape] to
+logits [B, num_classes]. BatchNorm models take a [B] `mask` of valid rows (the others ignore
+it); models with dropout ('fcn') apply it only with `train=True`, drawing from the 'dropout'
+rng. With `embed=True` every model returns instead its penultimate representation [B, d]: the
+exact input of its final Dense layer (after that layer's activation, pooling and dropout), so
+that `logits == embed_output @ W + b` with the final Dense parameters (FedCache 2.0's feature
+extractor). See the model modules for the papers behind each architecture:
 
 | name | module | paper |
 |---|---|---|
@@ -12,6 +17,12 @@ whose `__call__(x, train=False, mask=None)` maps a batch [B, *input_shape] to lo
 | dsfl_fmnist_cnn | `cnn.DSFLFMNISTCNN` | Itahara et al. 2021 (DS-FL), Fashion-MNIST |
 | resnet20, resnet32 | `resnet.CifarResNet` | He et al. 2016, §4.2 |
 | lenet5 | `lenet.LeNet5` | LeCun et al. 1998 (CIFAR variant) |
+| resnet_t/s/m/l | `resnet.CifarResNet` | Pan et al., FedCache 2.0, arXiv 2405.13378, Table XIV |
+| fcn | `fcn.FCN` | Pan et al., FedCache 2.0, arXiv 2405.13378, Table XIV (FCN-U, FCN-T) |
+
+The FedCache 2.0 ResNets (ResNet-T/S/M/L: 2, 3, 4, 5 blocks per stage) differ from resnet20/32
+only in their 1x1-convolution shortcuts (`shortcut='conv'`, no BatchNorm) where a block changes
+the shape.
 """
 
 from __future__ import annotations
@@ -25,10 +36,13 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_kd.errors import ConfigError
-from fedjax_kd.models import cnn, layers, lenet, mlp, resnet
+from fedjax_kd.models import cnn, fcn, layers, lenet, mlp, resnet
 
 MODELS: tuple[str, ...] = ('mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
-                           'lenet5')
+                           'lenet5', 'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l', 'fcn')
+
+# Models that flatten their input and accept any input shape.
+_FLAT_MODELS: tuple[str, ...] = ('mlp', 'fcn')
 
 _SPEC_HELP = ("'name' or 'name@width' with name one of " + ', '.join(MODELS) +
               ' and width a number > 0')
@@ -37,7 +51,8 @@ _SPEC_HELP = ("'name' or 'name@width' with name one of " + ', '.join(MODELS) +
 def _min_side(name: str) -> int:
   """Smallest image height/width the model accepts (0: not an image model)."""
   return {'mlp': 0, 'cnn': 4, 'dsfl_cnn': 16, 'dsfl_fmnist_cnn': 4, 'resnet20': 1,
-          'resnet32': 1, 'lenet5': 16}[name]
+          'resnet32': 1, 'lenet5': 16, 'resnet_t': 1, 'resnet_s': 1, 'resnet_m': 1,
+          'resnet_l': 1, 'fcn': 0}[name]
 
 
 def _spatial_ok(name: str, side: int) -> bool:
@@ -88,12 +103,13 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       least 1; default 1.0).
     num_classes: number of output logits (>= 1).
     input_shape: shape of one example, without the batch axis: (H, W, C) or (H, W) for the
-      image models, anything for 'mlp'.
+      image models, anything for 'mlp' and 'fcn'.
     field: the config field the spec came from (named in errors).
     lowering: convolution lowering for the conv models ('auto', 'im2col', 'xla').
 
   Returns:
-    An unbound flax module; `module.apply(variables, x, train=..., mask=...)` gives logits.
+    An unbound flax module; `module.apply(variables, x, train=..., mask=...)` gives logits
+    (`embed=True`: the input of the final Dense layer).
 
   Raises:
     ConfigError: bad spec, num_classes, input_shape, or an input the model cannot take.
@@ -106,7 +122,7 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
                           for d in shape):
     raise ConfigError('input_shape', input_shape, 'a non-empty tuple of positive ints')
   layers.resolve_lowering(lowering)
-  if name != 'mlp':
+  if name not in _FLAT_MODELS:
     if len(shape) not in (2, 3):
       raise ConfigError(field, spec, f"an input of shape (H, W) or (H, W, C) for '{name}'; "
                         f'got input_shape={shape}')
@@ -123,6 +139,11 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       'resnet20': lambda: resnet.resnet20(num_classes, width, lowering),
       'resnet32': lambda: resnet.resnet32(num_classes, width, lowering),
       'lenet5': lambda: lenet.LeNet5(num_classes=num_classes, width=width, lowering=lowering),
+      'resnet_t': lambda: resnet.resnet_t(num_classes, width, lowering),
+      'resnet_s': lambda: resnet.resnet_s(num_classes, width, lowering),
+      'resnet_m': lambda: resnet.resnet_m(num_classes, width, lowering),
+      'resnet_l': lambda: resnet.resnet_l(num_classes, width, lowering),
+      'fcn': lambda: fcn.FCN(num_classes=num_classes, width=width),
   }
   return builders[name]()
 

@@ -16,6 +16,21 @@ the BN running mean/var):
   The figure 272,474 belongs to option-B shortcuts (1x1 conv + BN projections on the two
   stride-2 blocks: 16*32 + 32*64 + 2*(32 + 64) = 2,752 more parameters).
 * resnet32 (n = 5): 464,154 trainable, 466,426 total ("0.46M").
+
+The ResNets of Pan et al., "FedCache 2.0: Federated Edge Learning with Knowledge Caching and
+Dataset Distillation" (arXiv 2405.13378, Table XIV) are the same network with 2, 3, 4 or 5
+blocks per stage (ResNet-T/S/M/L) and a different shortcut where the shape changes: a 1x1
+stride-2 convolution without bias and without BatchNorm (`shortcut='conv'`; identity
+elsewhere). Trainable parameters for 10 classes, width 1 and 32x32x3 inputs (the paper's
+Table XIV gives them in K = 1024):
+
+* resnet_t (2, 2, 2): 175,066 (171.0K).
+* resnet_s (3, 3, 3): 272,282 (265.9K); resnet20 + 16*32 + 32*64 = 2,560 projection weights.
+* resnet_m (4, 4, 4): 369,498 (360.8K).
+* resnet_l (5, 5, 5): 466,714 (455.8K).
+
+Every model returns the pooled 64 * width features (the input of the final Dense layer) with
+`embed=True`: the feature extractor F_f of FedCache 2.0.
 """
 
 from __future__ import annotations
@@ -28,18 +43,24 @@ from fedjax_kd.models import layers
 
 _kaiming = nn.initializers.he_normal()
 
+SHORTCUTS = ('a', 'conv')
+
 
 class BasicBlock(nn.Module):
-  """Two 3x3 convolutions with an option-A shortcut.
+  """Two 3x3 convolutions with a residual shortcut.
 
   Attributes:
     features: output channels.
     strides: 1, or 2 to halve the spatial size.
     lowering: convolution lowering, see `layers.Conv`.
+    shortcut: where the shape changes, 'a' (He et al. option A: subsample and zero-pad the
+      extra channels, no parameters) or 'conv' (a 1x1 convolution with the block's stride, no
+      bias, no BatchNorm; FedCache 2.0). Identity where the shape is unchanged.
   """
   features: int
   strides: int = 1
   lowering: str = 'auto'
+  shortcut: str = 'a'
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool, mask: jax.Array | None) -> jax.Array:
@@ -49,7 +70,13 @@ class BasicBlock(nn.Module):
                                  kernel_init=_kaiming, lowering=self.lowering)
     y = nn.relu(bn()(conv(self.strides)(x), train=train, mask=mask))
     y = bn()(conv(1)(y), train=train, mask=mask)
+    if self.shortcut not in SHORTCUTS:
+      raise ValueError(f'shortcut must be one of {SHORTCUTS}, got {self.shortcut!r}')
     shortcut = x
+    if self.shortcut == 'conv' and (self.strides != 1 or self.features != x.shape[-1]):
+      shortcut = layers.Conv(self.features, 1, strides=self.strides, padding=0, use_bias=False,
+                             kernel_init=_kaiming, lowering=self.lowering)(x)
+      return nn.relu(y + shortcut)
     if self.strides != 1:
       shortcut = shortcut[:, ::self.strides, ::self.strides, :]
     extra = self.features - shortcut.shape[-1]
@@ -66,28 +93,34 @@ class CifarResNet(nn.Module):
 
   Attributes:
     num_classes: number of output logits.
-    blocks_per_stage: n (3 for ResNet-20, 5 for ResNet-32).
+    blocks_per_stage: n (3 for ResNet-20, 5 for ResNet-32; 2 to 5 for FedCache 2.0's
+      ResNet-T/S/M/L).
     width: multiplier of the channel counts (16, 32, 64).
     lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
+    shortcut: 'a' (option A, He et al.) or 'conv' (1x1 projection without BatchNorm,
+      FedCache 2.0) where a block changes the shape; see `BasicBlock`.
   """
   num_classes: int
   blocks_per_stage: int = 3
   width: float = 1.0
   lowering: str = 'auto'
+  shortcut: str = 'a'
 
   @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False,
-               mask: jax.Array | None = None) -> jax.Array:
-    """Computes logits.
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
+               embed: bool = False) -> jax.Array:
+    """Computes logits, or the pooled features with `embed=True`.
 
     Args:
       x: [B, H, W, C] (or [B, H, W]) images of any size (32x32 in the paper).
       train: BatchNorm uses batch statistics (over masked-in rows) and updates its running
         averages if True, else it uses the running averages.
       mask: optional [B] vector of valid samples (nonzero = valid).
+      embed: return the [B, 64 * width] globally average-pooled features (the input of the
+        final Dense layer) instead of the logits.
 
     Returns:
-      [B, num_classes] logits.
+      [B, num_classes] logits, or [B, d] features if `embed`.
     """
     s = lambda n: layers.scaled(n, self.width)
     x = layers.as_image(x)
@@ -97,8 +130,10 @@ class CifarResNet(nn.Module):
     for stage, feats in enumerate((16, 32, 64)):
       for block in range(self.blocks_per_stage):
         strides = 2 if stage > 0 and block == 0 else 1
-        x = BasicBlock(s(feats), strides, self.lowering)(x, train, mask)
+        x = BasicBlock(s(feats), strides, self.lowering, self.shortcut)(x, train, mask)
     x = jnp.mean(x, axis=(1, 2))
+    if embed:
+      return x
     return nn.Dense(self.num_classes, kernel_init=_kaiming)(x)
 
 
@@ -112,3 +147,28 @@ def resnet32(num_classes: int, width: float = 1.0, lowering: str = 'auto') -> Ci
   """ResNet-32 (n = 5)."""
   return CifarResNet(num_classes=num_classes, blocks_per_stage=5, width=width,
                      lowering=lowering)
+
+
+def _fedcache_resnet(n: int, num_classes: int, width: float, lowering: str) -> CifarResNet:
+  return CifarResNet(num_classes=num_classes, blocks_per_stage=n, width=width,
+                     lowering=lowering, shortcut='conv')
+
+
+def resnet_t(num_classes: int, width: float = 1.0, lowering: str = 'auto') -> CifarResNet:
+  """FedCache 2.0 ResNet-T: (2, 2, 2) blocks, 1x1-conv shortcuts; 175,066 params at C = 10."""
+  return _fedcache_resnet(2, num_classes, width, lowering)
+
+
+def resnet_s(num_classes: int, width: float = 1.0, lowering: str = 'auto') -> CifarResNet:
+  """FedCache 2.0 ResNet-S: (3, 3, 3) blocks, 1x1-conv shortcuts; 272,282 params at C = 10."""
+  return _fedcache_resnet(3, num_classes, width, lowering)
+
+
+def resnet_m(num_classes: int, width: float = 1.0, lowering: str = 'auto') -> CifarResNet:
+  """FedCache 2.0 ResNet-M: (4, 4, 4) blocks, 1x1-conv shortcuts; 369,498 params at C = 10."""
+  return _fedcache_resnet(4, num_classes, width, lowering)
+
+
+def resnet_l(num_classes: int, width: float = 1.0, lowering: str = 'auto') -> CifarResNet:
+  """FedCache 2.0 ResNet-L: (5, 5, 5) blocks, 1x1-conv shortcuts; 466,714 params at C = 10."""
+  return _fedcache_resnet(5, num_classes, width, lowering)

@@ -15,6 +15,10 @@ Rule sets:
     ``scarlet.md`` §6): float32 labels, int64 indices, signals and CFD hard
     labels, broadcasts counted once per receiving client, and the one-time
     public-set download excluded.
+  * ``fedcache2`` -- FedCache 2.0 (spec ``fedcache2.md`` §6): distilled samples
+    are counted by their encoded size (``kind='raw'``: uint8 pixels, PNG or
+    JPEG file sizes, or float32 for non-image inputs), each hard label as one
+    byte (the paper and code ignore labels; they are small but not free).
   * ``minimal`` -- what a careful implementation would send: float32 labels,
     int32 indices, 2-bit signals, ``ceil(log2 C)``-bit hard labels, multicasts
     counted once.
@@ -86,6 +90,8 @@ RULES: dict[str, CommRules] = {
                       multicast_once=True, label_bits=32, count_dataset=True),
     'scarlet': CommRules('scarlet', float_bytes=4, index_bytes=8, signal_bits=64,
                          multicast_once=False, label_bits=64, count_dataset=False),
+    'fedcache2': CommRules('fedcache2', float_bytes=4, index_bytes=4, signal_bits=2,
+                           multicast_once=True, label_bits=8, count_dataset=True),
     'minimal': CommRules('minimal', float_bytes=4, index_bytes=4, signal_bits=2,
                          multicast_once=True, label_bits=0, count_dataset=True),
 }
