@@ -186,12 +186,14 @@ class FedCache2(base.Algorithm):
                               exclude_rows=exclude)
     flat = (masks & act[:, None, None]).reshape(k_all, -1)
     down_n = jnp.sum(flat, axis=1).astype(jnp.int32)
-    most = int(jnp.max(down_n))
+    receivers = int(np.sum(active))
+    # One host read for the round's download sizes (the widest one sets the kernel shape).
+    most, n_down, down_bytes = jax.device_get(
+        (jnp.max(down_n), jnp.sum(down_n), jnp.sum(flat * cache.nbytes.reshape(1, -1))))
+    most, n_down = int(most), int(n_down)
     if most > 0:
-      down_bytes = float(jnp.sum(flat * cache.nbytes.reshape(1, -1)))
-      payloads += self._sample_payloads(comm.DOWN, down_bytes, int(jnp.sum(down_n)),
-                                        int(np.sum(active)))
-    metrics['down_items'] = float(jnp.sum(down_n)) / max(int(np.sum(active)), 1)
+      payloads += self._sample_payloads(comm.DOWN, float(down_bytes), n_down, receivers)
+    metrics['down_items'] = n_down / max(receivers, 1)
 
     # 2. Local training on private + downloaded synthetic data (eq. 14).
     tr = self.spec.train
@@ -220,11 +222,11 @@ class FedCache2(base.Algorithm):
     # 4. Upload: the new set replaces the client's slot (eq. 13).
     x_recv, nbytes = self._encode(x_new, v0, active)
     cache = kc.write(cache, x_recv, v0, nbytes, act, t)
-    up_items = int(jnp.sum(v0 & act[:, None]))
-    payloads += self._sample_payloads(comm.UP, float(jnp.sum(nbytes * act[:, None])), up_items,
-                                      int(np.sum(active)))
-    metrics['up_items'] = up_items
-    metrics['cache_items'] = int(jnp.sum(cache.valid))
+    up_items, up_bytes, cache_items = jax.device_get(
+        (jnp.sum(v0 & act[:, None]), jnp.sum(nbytes * act[:, None]), jnp.sum(cache.valid)))
+    payloads += self._sample_payloads(comm.UP, float(up_bytes), int(up_items), receivers)
+    metrics['up_items'] = int(up_items)
+    metrics['cache_items'] = int(cache_items)
     extra = {'proto': _where_rows(act, x_new, state.extra['proto']),
              'proto_valid': _where_rows(act, v0, state.extra['proto_valid']),
              'cache': cache}
