@@ -9,6 +9,9 @@ r"""Runs several algorithms on the same data, seed and clients; prints a markdow
   python benchmarks/compare_algorithms.py --preset=fedcache2_digits
   python benchmarks/compare_algorithms.py --preset=fedcache2_mnist_cpu \
       --source=npz:../shared/data/mnist.npz --out=runs/fc2_mnist
+  python benchmarks/compare_algorithms.py --preset=acepfl_digits --out=runs/ace_digits
+  python benchmarks/compare_algorithms.py --preset=acepfl_mnist_cpu \
+      --source=npz:../shared/data/mnist.npz --out=runs/ace_mnist
 
 The DS-FL presets (``digits``, ``mnist_cpu``) compare DS-FL, FD, FedAvg and a
 single client under the DS-FL paper's byte rules (incl. the one-time open-data
@@ -25,6 +28,13 @@ mean client accuracy, cumulative communication, its ratio to the first row,
 ComU@x (bytes until accuracy x is first reached) and wall time. The FedCache 2.0
 table reports UA (the mean of the clients' personalised test accuracies) for
 every method, DS-FL's server accuracy beside it.
+
+The ACE-pFL presets run ACE-pFL, one ablation per component (clustering off,
+fixed temperature, double and single distillation), per-cluster teachers, the
+spec's renormalised top-K rows (A8), FedMD-style mean aggregation (without and
+with the public-label CE), DS-FL and a single client, all on the same seed,
+partition, labelled public set and per-client test splits, bytes under the
+``acepfl`` rules. The table reports UA (the mean personalised test accuracy).
 """
 
 from __future__ import annotations
@@ -61,6 +71,20 @@ FEDCACHE2_RUNS = {
     'DS-FL (ERA)': ('dsfl', {}),
     'Single client': ('single', {}),
 }
+ACEPFL_RUNS = {
+    'ACE-pFL': ('acepfl', {}),
+    'w/o clustering': ('acepfl', {'acepfl.clustering': False}),
+    'fixed T = T0': ('acepfl', {'acepfl.dynamic_temperature': False}),
+    'double (no L_GD)': ('acepfl', {'acepfl.distillation': 'double'}),
+    'single (L_CE + L_KD)': ('acepfl', {'acepfl.distillation': 'single'}),
+    'per-cluster teachers': ('acepfl', {'acepfl.aggregation': 'per_cluster'}),
+    'top-K renormalised (A8)': ('acepfl', {'acepfl.renormalize': 'client'}),
+    'public CE only (no KD terms)': ('acepfl', {'acepfl.weights': [0.4, 0.0, 0.0, 0.0]}),
+    'FedMD-style mean': ('fedmd', {}),
+    'FedMD-style mean + public CE': ('fedmd', {'fedmd.public_ce': 0.4}),
+    'DS-FL (ERA)': ('dsfl', {}),
+    'Single client': ('single', {}),
+}
 # Public set carved from the training data for every run (only DS-FL uses it), per-round sample.
 _FC2_PUBLIC = {'fedcache2_digits': (400, 300), 'fedcache2_mnist_cpu': (3000, 500)}
 
@@ -73,6 +97,9 @@ def make(preset: str, algorithm: str, source: str | None):
                               else (source or 'tfds:mnist'))
     c.algorithm = algorithm
     c.data.num_public, c.distill.public_per_round = _FC2_PUBLIC[preset]
+  elif preset.startswith('acepfl'):
+    c = presets.acepfl_cpu('digits' if preset == 'acepfl_digits' else (source or 'tfds:mnist'),
+                           algorithm)
   elif preset.startswith('scarlet'):
     source = 'digits' if preset == 'scarlet_digits' else (source or 'tfds:mnist')
     c = presets.scarlet_cpu(source, algorithm)
@@ -88,7 +115,8 @@ def main():
   p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   p.add_argument('--preset', choices=('digits', 'mnist_cpu', 'scarlet_digits',
                                       'scarlet_mnist_cpu', 'fedcache2_digits',
-                                      'fedcache2_mnist_cpu'), default='digits')
+                                      'fedcache2_mnist_cpu', 'acepfl_digits',
+                                      'acepfl_mnist_cpu'), default='digits')
   p.add_argument('--all', action='store_true', help='SCARLET presets: every baseline')
   p.add_argument('--source', default=None)
   p.add_argument('--rounds', type=int, default=0)
@@ -98,7 +126,9 @@ def main():
   rows = []
   scarlet = args.preset.startswith('scarlet')
   fc2 = args.preset.startswith('fedcache2')
-  runs = SCARLET_RUNS if scarlet else (FEDCACHE2_RUNS if fc2 else RUNS)
+  ace = args.preset.startswith('acepfl')
+  runs = (SCARLET_RUNS if scarlet else FEDCACHE2_RUNS if fc2 else ACEPFL_RUNS if ace
+          else RUNS)
   only = args.only.split(';') if args.only else (
       list(SCARLET_DEFAULT) if scarlet and not args.all else list(runs))
   for name, (algorithm, overrides) in runs.items():
@@ -111,11 +141,11 @@ def main():
     c.checkpoint.every = 0
     spec = config_lib.validate(c)
     workdir = os.path.join(args.out, algorithm + '_' + '_'.join(
-        str(v) for v in overrides.values()))
+        f'{k.split(".")[-1]}-{v}' for k, v in overrides.items()).replace(' ', ''))
     s = runner.run(spec, workdir, resume=False, progress=False)
     rows.append((name, s, spec, workdir))
     print(f'{name}: {s["final_acc"]:.4f}', flush=True)
-  if fc2:
+  if fc2 or ace:
     print_ua_table(rows)
     return
   thresholds = rows[0][2].comm_thresholds
@@ -154,8 +184,10 @@ def print_ua_table(rows):
           f'{mb(s["cum_bytes"])} | ' + ' | '.join(mb(b) for b in comu)
           + f' | {s["wall_time_s"]:.0f} s |')
   spec = rows[0][2]
+  rules = rows[0][1]['comm_rules']
   print(f'\n{spec.rounds} rounds, seed {spec.seed}, {spec.num_clients} clients, Dirichlet '
-        f'alpha {spec.data.alpha}, per-client test splits; byte rules: each algorithm\'s own.')
+        f'alpha {spec.data.alpha}, per-client test splits; byte rules: '
+        + ('each algorithm\'s own.' if spec.comm_rules == 'paper' else f'{rules} for all.'))
 
 
 if __name__ == '__main__':

@@ -39,12 +39,13 @@ def default_config() -> ml_collections.ConfigDict:
   c.data.classes_per_client = 2
   c.data.min_size = 10              # per-class Dirichlet: min samples per client
   c.data.per_client_test = False    # per-client test splits with the same priors
+  c.data.val_fraction = 0.0         # per-client validation rows held out of each shard
   c.data.augment = 'none'           # 'none' | 'flip_crop' (training and distillation batches)
   c.data.augment_predict = True     # with data.augment: clients also augment what they predict on
 
   c.clients = ml_collections.ConfigDict()
   c.clients.num_clients = 10
-  c.clients.models = ['cnn@1.0']
+  c.clients.models = ('cnn@1.0',)    # tuples, so --config.x="('a','b')" can override
   c.clients.assignment = 'round_robin'   # 'round_robin', 'blocks' or model indices '0,1,1,0'
   c.clients.participation = 1.0          # fraction of clients sampled per round
   c.clients.shared_init = False          # DS-FL A2: independent init by default
@@ -107,13 +108,43 @@ def default_config() -> ml_collections.ConfigDict:
   c.fedcache2.encoding = 'raw'           # counted as 'raw' uint8 | 'png' (code) | 'jpeg' (paper)
   c.fedcache2.jpeg_quality = 75
 
+  c.acepfl = ml_collections.ConfigDict()   # ACE-pFL (spec acepfl.md §10)
+  c.acepfl.clusters = 3                  # |V|, <= clients.num_clients
+  c.acepfl.clustering = True             # ablation switch: False = one cluster (Table XI w/o)
+  c.acepfl.cluster_method = 'vector'     # 'vector' (Algorithm 2) | 'matrix' (Table V, A4)
+  c.acepfl.distance = 'tv'               # 'tv' (A1) | 'l1' | 'emd1d' | 'sorted_literal'
+  c.acepfl.reference = -1                # reference client z; -1 = uniform from the seed
+  c.acepfl.aggregation = 'eq3_global'    # 'eq3_global' (A9) | 'per_cluster' | 'mean' (Eq. 1)
+  c.acepfl.top_k = 5                     # K kept per uploaded row; 0 = all classes
+  c.acepfl.renormalize = 'fill'          # top-K rows: 'fill' | 'client' (A8) | 'server' | 'none'
+  c.acepfl.t0 = 30.0                     # Eq. 2: initial temperature (> 0)
+  c.acepfl.k1 = 5.0
+  c.acepfl.k2 = 5.0
+  c.acepfl.r0 = 100
+  c.acepfl.curve = 'f1'                  # 'f1' (Eq. 2) | 'f2'..'f5' (Table XIII) | 'fixed'
+  c.acepfl.dynamic_temperature = True    # ablation switch: False = T0 every round (Table XII)
+  c.acepfl.stage_div = 'r0'              # 'r0' (A6) | 'T0' (as printed)
+  c.acepfl.normalize_delta = True        # A7: sigmoid of (r mod r0) / r0
+  c.acepfl.weights = (0.4, 0.3, 0.2, 0.1)  # alpha1..4: CE, KD, SD, GD (Eq. 4)
+  c.acepfl.distillation = 'triple'       # ablation switch: 'triple' | 'double' | 'single'
+  c.acepfl.kl_direction = 'teacher_student'  # A2 | 'student_teacher' (as printed)
+  c.acepfl.gd_mode = 'student'           # A11 | 'literal' (logged, no gradient)
+  c.acepfl.best_metric = 'val'           # best past model by 'val' (A10) or 'public' accuracy
+  c.acepfl.hist_epsilon = 0.0            # Laplace epsilon on label counts; 0 = off (A19)
+  c.acepfl.noise = 'none'                # noise on uploads: 'none' | 'gaussian' | 'laplace'
+  c.acepfl.noise_scale = 0.0             # its sigma / b (no formal epsilon accounting)
+
+  c.fedmd = ml_collections.ConfigDict()  # FedMD-style mean aggregation baseline
+  c.fedmd.temperature = 1.0
+  c.fedmd.public_ce = 0.0                # weight of CE on the public labels
+
   c.fd = ml_collections.ConfigDict()
   c.fd.gamma = 1.0
   c.fd.update_every_round = False
 
   c.comm = ml_collections.ConfigDict()
   c.comm.rules = 'paper'
-  c.comm.thresholds = [0.8, 0.9]         # ComU@x reported in the summary
+  c.comm.thresholds = (0.8, 0.9)         # ComU@x reported in the summary
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every = 1
@@ -149,6 +180,7 @@ class DataSpec:
   classes_per_client: int
   min_size: int
   per_client_test: bool
+  val_fraction: float = 0.0
   augment: str = 'none'
   augment_predict: bool = True
 
@@ -221,6 +253,13 @@ def _choice(c, field: str, allowed: Sequence[str]) -> str:
   return v
 
 
+def _val_fraction(c) -> float:
+  v = _float(c, 'data.val_fraction', 0.0)
+  if v >= 1.0:
+    raise ConfigError('data.val_fraction', v, 'a number in [0, 1)')
+  return v
+
+
 def _get(c, field: str):
   node = c
   for part in field.split('.'):
@@ -276,6 +315,7 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       classes_per_client=_int(config, 'data.classes_per_client', 1),
       min_size=_int(config, 'data.min_size', 0),
       per_client_test=bool(_get(config, 'data.per_client_test')),
+      val_fraction=_val_fraction(config),
       augment=_choice(config, 'data.augment', ('none', 'flip_crop')),
       augment_predict=bool(_get(config, 'data.augment_predict')))
 
@@ -331,7 +371,8 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       eval_clients=bool(_get(config, 'eval.clients')),
       eval_chunk=_int(config, 'eval.chunk', 1),
       checkpoint_every=_int(config, 'checkpoint.every', 0), raw=config)
-  if algorithms.ALGORITHMS[algorithm].uses_public and public_per_round > data.num_public:
+  cls = algorithms.ALGORITHMS[algorithm]
+  if cls.uses_public and cls.samples_public and public_per_round > data.num_public:
     raise ConfigError('distill.public_per_round', public_per_round,
                       f'an integer <= data.num_public ({data.num_public}): '
                       'the per-round sample is drawn from the public set')

@@ -55,14 +55,19 @@ def build(spec: ExperimentSpec) -> Experiment:
                 shards_per_client=d.shards_per_client, classes_per_client=d.classes_per_client,
                 min_size=d.min_size)
   part = partition_lib.partition(d.partition, split.y_private, spec.num_clients, **kwargs)
+  client_indices, val_indices = part.client_indices, None
+  if d.val_fraction > 0:
+    client_indices, val_indices = splits.client_validation_split(
+        part.client_indices, d.val_fraction, spec.seed)
   test_indices = None
   if d.per_client_test:
     test_indices = partition_lib.partition_test_like(
         d.partition, part, split.y_test, spec.num_clients, num_classes=split.num_classes,
         seed=spec.seed)
-  data = build_federated_data(split.x_private, split.y_private, part.client_indices,
+  data = build_federated_data(split.x_private, split.y_private, client_indices,
                               split.x_public, split.x_test, split.y_test, split.num_classes,
-                              test_indices=test_indices, y_public=split.y_public)
+                              test_indices=test_indices, y_public=split.y_public,
+                              val_indices=val_indices)
   input_shape = tuple(split.x_private.shape[1:])
   specs = list(dict.fromkeys(spec.client_models + (spec.server_model,)))
   modules = {}

@@ -243,3 +243,101 @@ def fedcache2_cpu(source: str = 'digits') -> ml_collections.ConfigDict:
     c.data.num_private = 6_000
     c.clients.num_clients = 20
   return c
+
+
+ACEPFL_IMAGE_MODELS = ['googlenet@1.0', 'vgg16@1.0', 'resnet34@1.0', 'resnet50@1.0']
+
+
+def acepfl_paper(setting: str = 'dir0.1', source: str = 'tfds:cifar10',
+                 algorithm: str = 'acepfl') -> ml_collections.ConfigDict:
+  """ACE-pFL's CIFAR-10 setting (spec acepfl.md §0, §4, §5): 20 clients, 300 rounds.
+
+  ``setting``: ``'dirX'`` = per-class Dirichlet beta=X (the paper's 0.1, 1, 10) or
+  ``'patN'`` = N classes per client (2, 5, 7). GoogLeNet / VGG-16 / ResNet-34 /
+  ResNet-50, 5 clients each (round robin, A24). Public D0: 6,000 labelled images
+  (10% of CIFAR-10's 60k, carved from the training split, A13). SGD eta1 0.01 for
+  one private epoch, eta2 0.015 for one pass over D0, batch 128 (A16, A17). Top-K 5,
+  |V| = 3, T0 = 30, k1 = k2 = 5, r0 = 100, weights (0.4, 0.3, 0.2, 0.1). Each client
+  has a test split with its own label priors and 10% of its shard for validation.
+  """
+  c = default_config()
+  c.algorithm = algorithm
+  c.seed = 0
+  c.rounds = 300
+  c.data.source = source
+  c.data.num_public = 6_000
+  c.data.num_private = -1
+  if setting.startswith('dir'):
+    c.data.partition = 'dirichlet'
+    c.data.alpha = float(setting[3:])
+    c.data.min_size = 10
+  elif setting.startswith('pat'):
+    c.data.partition = 'classes'
+    c.data.classes_per_client = int(setting[3:])
+  else:
+    raise ValueError(f"setting={setting!r}: expected 'dir<beta>' or 'pat<classes>'")
+  c.data.per_client_test = True
+  c.data.val_fraction = 0.1
+  c.data.augment = 'flip_crop'           # private training only; D0 is never augmented
+  c.data.augment_predict = False
+  c.clients.num_clients = 20
+  c.clients.models = list(ACEPFL_IMAGE_MODELS)
+  c.clients.assignment = 'round_robin'   # arch(n) = n mod 4 (A24)
+  c.server.model = ACEPFL_IMAGE_MODELS[0]   # unused: no server model
+  c.train.optimizer = 'sgd'
+  c.train.learning_rate = 0.01
+  c.train.momentum = 0.0
+  c.train.batch_size = 128
+  c.train.epochs = 1
+  c.distill.optimizer = 'sgd'
+  c.distill.learning_rate = 0.015
+  c.distill.batch_size = 128
+  c.distill.epochs = 1
+  c.distill.public_per_round = 6_000    # DS-FL baseline: all of D0 each round
+  c.acepfl.top_k = 5
+  c.acepfl.clusters = 3
+  c.acepfl.t0 = 30.0
+  c.acepfl.r0 = 100
+  c.comm.rules = 'acepfl'
+  c.comm.thresholds = [0.7, 0.8]
+  c.eval.every = 5
+  c.eval.chunk = 256
+  c.checkpoint.every = 10
+  return c
+
+
+def acepfl_cpu(source: str = 'digits', algorithm: str = 'acepfl') -> ml_collections.ConfigDict:
+  """ACE-pFL's structure at CPU size (a minute or a few on 2 cores).
+
+  Heterogeneous architectures as in the paper (CNNs of two widths and an MLP,
+  round robin), Dirichlet beta = 0.1, labelled D0 of 10%, 30 rounds with
+  r0 = 10 so the temperature curve has the paper's three stages (T from 35.1 to
+  49.9, Eq. 2). ``digits``: 10 clients; an MNIST source: 20 clients x ~270
+  private images, D0 = 600.
+  """
+  c = acepfl_paper('dir0.1', source, algorithm)
+  c.rounds = 30
+  c.data.augment = 'none'                # digits must not be flipped
+  c.clients.models = ['cnn@0.5', 'cnn@1.0', 'mlp@1.0']
+  c.server.model = 'cnn@1.0'
+  c.train.learning_rate = 0.05
+  c.distill.learning_rate = 0.05
+  c.acepfl.r0 = 10
+  c.comm.thresholds = [0.8, 0.9]
+  c.eval.every = 1
+  c.checkpoint.every = 5
+  if source == 'digits':
+    c.data.num_public = 180              # 10% of the 1,797 digits
+    c.clients.num_clients = 10
+    c.train.batch_size = 32
+    c.distill.batch_size = 32
+    c.distill.public_per_round = 180
+    c.data.min_size = 10
+  else:
+    c.data.num_public = 600
+    c.data.num_private = 5_400
+    c.clients.num_clients = 20
+    c.train.batch_size = 50
+    c.distill.batch_size = 50
+    c.distill.public_per_round = 600
+  return c

@@ -209,4 +209,33 @@ def summarize(rows, spec: ExperimentSpec, setup_bytes, rules_name: str) -> dict[
   cum = [r['cum_bytes'] for r in evaluated]
   for x in spec.comm_thresholds:
     out[f'comu@{x:g}'] = comm.comu_at(accs, cum, x)
+  out.update(convergence(rows))
   return out
+
+
+def convergence(rows, patience: int = 20, min_delta: float = 0.001) -> dict[str, Any]:
+  """Round, accuracy, bytes and time "to convergence" r* (spec ``acepfl.md`` §7).
+
+  r* is the last round whose accuracy beat the best so far by more than
+  ``min_delta`` (0.1 points), provided ``patience`` rounds followed without
+  such a gain; otherwise the run has not converged and r* is its last round.
+  The criterion is the per-client validation accuracy where a run logs one
+  (``val_acc``), else ``test_acc``.
+  """
+  key = 'val_acc' if any(r.get('val_acc') is not None for r in rows) else 'test_acc'
+  seq = [r for r in rows if r.get(key) is not None]
+  if not seq:
+    return {}
+  best, at = -np.inf, 0
+  for i, r in enumerate(seq):
+    if r[key] > best + min_delta:
+      best, at = r[key], i
+  if seq[-1]['round'] - seq[at]['round'] < patience:
+    at = len(seq) - 1
+  r_star = seq[at]['round']
+  upto = [r for r in rows if r['round'] <= r_star]
+  tested = [r for r in upto if r.get('test_acc') is not None]
+  return {'converged_round': r_star, 'converged_by': key,
+          'converged_acc': tested[-1]['test_acc'] if tested else None,
+          'converged_bytes': upto[-1]['cum_bytes'],
+          'converged_time_s': float(sum(r.get('round_time_s') or 0.0 for r in upto))}

@@ -150,7 +150,7 @@ def tabular_npz(tmp_path, d=12, n=400):
 def test_tabular_inputs_travel_as_float32_and_png_is_refused(tmp_path):
   path = tabular_npz(tmp_path)
   c = load_config('fedcache2_sensor.py', f'{path},0.5')
-  assert c.clients.models == ['fcn@1.0'] and c.data.source == f'npz:{path}'
+  assert tuple(c.clients.models) == ('fcn@1.0',) and c.data.source == f'npz:{path}'
   c = fc2_tiny(rounds=2, **{'data.source': c.data.source, 'clients.models': ['fcn@0.25'],
                             'server.model': 'fcn@0.25', 'fedcache2.tau': 1.0})
   c.data.min_size = 5

@@ -52,3 +52,32 @@ def test_eight_devices_match_one_device():
                      capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stdout + r.stderr
   assert 'OK' in r.stdout
+
+
+ACE_SCRIPT = textwrap.dedent('''
+    import json, sys, tempfile
+    import jax
+    from tests.test_acepfl import ace_tiny, run
+    rows, _ = run(tempfile.mkdtemp(), ace_tiny(rounds=2, **{'acepfl.aggregation': 'per_cluster'}))
+    print(json.dumps({'devices': len(jax.devices()),
+                      'acc': [r['test_acc'] for r in rows],
+                      'loss': [r['distill_loss'] for r in rows]}))
+''')
+
+
+def test_acepfl_on_eight_devices_matches_one_device():
+  """ACE-pFL's per-client teachers and past-model arrays sharded with the client axis."""
+  import json
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = []
+  for flags in ('--xla_force_host_platform_device_count=8', ''):
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS='cpu', PYTHONPATH=repo)
+    r = subprocess.run([sys.executable, '-c', ACE_SCRIPT], cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+  assert [o['devices'] for o in out] == [8, 1]
+  for a, b in zip(out[0]['acc'], out[1]['acc']):
+    assert abs(a - b) < 1e-6
+  for a, b in zip(out[0]['loss'], out[1]['loss']):
+    assert abs(a - b) < 1e-4 * max(1.0, abs(b))

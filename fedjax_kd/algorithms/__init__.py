@@ -1,5 +1,6 @@
 """Algorithms, one module per paper; ``ALGORITHMS`` maps config names to classes."""
 
+from fedjax_kd.algorithms.acepfl import ACEPFL, FedMD
 from fedjax_kd.algorithms.base import AlgState, Algorithm, Context, RoundOutput
 from fedjax_kd.algorithms.centralized import Centralized
 from fedjax_kd.algorithms.cfd import CFD
@@ -14,6 +15,6 @@ from fedjax_kd.algorithms.single import Single
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (DSFL, FedAvg, FD, Single, SCARLET, CFD, COMET, SelectiveFD,
-                              Centralized, FedCache2)
+                              Centralized, FedCache2, ACEPFL, FedMD)
 }
 ALGORITHMS['individual'] = Single   # SCARLET's name for the same baseline

@@ -68,6 +68,8 @@ class Algorithm:
   name: ClassVar[str] = ''
   paper_rules: ClassVar[str] = 'dsfl'   # comm rule set that 'paper' resolves to
   uses_public: ClassVar[bool] = True
+  # Draws distill.public_per_round public samples a round (False: uses all of D0).
+  samples_public: ClassVar[bool] = True
   has_server_model: ClassVar[bool] = False
 
   def __init__(self, ctx: Context):

@@ -61,6 +61,8 @@ class FederatedData:
     x_public: ``[N_pub, ...]`` unlabelled open/public data.
     x_test, y_test: the server's test set.
     test_idx, test_n: optional per-client test splits (rows of ``x_test``).
+    val_idx, val_n: optional per-client validation splits (rows of
+      ``x_private`` held out of ``client_idx``; ``data.val_fraction``).
     num_classes: number of classes.
   """
   x_private: Array
@@ -73,7 +75,9 @@ class FederatedData:
   num_classes: int
   test_idx: Array | None = None
   test_n: np.ndarray | None = None
-  y_public: np.ndarray | None = None  # diagnostics only; never used to train
+  y_public: np.ndarray | None = None  # diagnostics; only ACE-pFL trains on them
+  val_idx: Array | None = None
+  val_n: np.ndarray | None = None
 
   @property
   def num_clients(self) -> int:
@@ -105,13 +109,17 @@ def pack_indices(index_lists: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndar
 
 def build_federated_data(x_private, y_private, client_indices, x_public, x_test,
                          y_test, num_classes: int, test_indices=None,
-                         y_public=None) -> FederatedData:
+                         y_public=None, val_indices=None) -> FederatedData:
   """Places host arrays on device and packs the per-client index tables."""
   table, n = pack_indices(client_indices)
   test_idx = test_n = None
   if test_indices is not None:
     t, test_n = pack_indices(test_indices)
     test_idx = jnp.asarray(t)
+  val_idx = val_n = None
+  if val_indices is not None:
+    v, val_n = pack_indices(val_indices)
+    val_idx = jnp.asarray(v)
   return FederatedData(
       x_private=jnp.asarray(x_private, jnp.float32),
       y_private=jnp.asarray(y_private, jnp.int32),
@@ -119,7 +127,8 @@ def build_federated_data(x_private, y_private, client_indices, x_public, x_test,
       x_public=jnp.asarray(x_public, jnp.float32),
       x_test=jnp.asarray(x_test, jnp.float32), y_test=jnp.asarray(y_test, jnp.int32),
       num_classes=int(num_classes), test_idx=test_idx, test_n=test_n,
-      y_public=None if y_public is None else np.asarray(y_public))
+      y_public=None if y_public is None else np.asarray(y_public),
+      val_idx=val_idx, val_n=val_n)
 
 
 @jax.jit
@@ -435,29 +444,45 @@ class Federation:
 
   # ----------------------------------------------------------- evaluate
   def evaluate(self, states, *, per_client_test: bool = False, active=None,
-               chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    """Test accuracy and loss of every client model ``[K]`` (NaN if inactive).
+               chunk: int = 512, split: str = 'test') -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and loss of every client model ``[K]`` (NaN if inactive).
 
-    ``per_client_test`` uses each client's own test split (``data.test_idx``);
-    otherwise every client is scored on the full server test set.
+    ``split='test'``: ``per_client_test`` uses each client's own test split
+    (``data.test_idx``); otherwise every client is scored on the full server
+    test set. ``split='val'``: each client's validation rows of the private
+    data (``data.val_idx``, from ``data.val_fraction``).
     """
-    active = self._active(active)
     d = self.data
+    if split == 'val':
+      if d.val_idx is None:
+        raise ValueError("split='val' needs per-client validation rows (data.val_fraction > 0)")
+      return self._evaluate(states, d.x_private, d.y_private, d.val_idx, d.val_n, active, chunk)
+    if split != 'test':
+      raise ValueError(f"split={split!r}: expected 'test' or 'val'")
+    if per_client_test:
+      return self._evaluate(states, d.x_test, d.y_test, d.test_idx, d.test_n, active, chunk)
+    return self._evaluate(states, d.x_test, d.y_test, None, None, active, chunk)
+
+  def evaluate_shared(self, states, x: Array, y: Array, *, active=None,
+                      chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and loss ``[K]`` of every client model on one labelled set ``(x, y)``."""
+    return self._evaluate(states, x, y, None, None, active, chunk)
+
+  def _evaluate(self, states, x, y, idx, n, active, chunk):
+    active = self._active(active)
     acc = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
     nll = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
     for cohort, state in zip(self.cohorts, states):
       slots, valid, gids = self.plan(cohort, active)
       if not valid.any():
         continue
-      if per_client_test:
+      if idx is not None:
         g = jnp.asarray(gids)
         a, l, _ = cohort.kernels.evaluate(
-            state, jnp.asarray(slots), d.x_test, d.y_test,
-            jnp.take(d.test_idx, g, axis=0, mode='clip'),
-            jnp.take(jnp.asarray(d.test_n), g, mode='clip'), chunk=chunk)
+            state, jnp.asarray(slots), x, y, jnp.take(idx, g, axis=0, mode='clip'),
+            jnp.take(jnp.asarray(n), g, mode='clip'), chunk=chunk)
       else:
-        a, l, _ = cohort.kernels.evaluate(state, jnp.asarray(slots), d.x_test, d.y_test,
-                                       chunk=chunk)
+        a, l, _ = cohort.kernels.evaluate(state, jnp.asarray(slots), x, y, chunk=chunk)
       w = np.where(valid, gids, self.num_clients)
       acc = self._scatter_clients(acc, w, a)
       nll = self._scatter_clients(nll, w, l)

@@ -9,8 +9,12 @@
   set's training split (the code's ``random.sample(range(len(public_train)),
   10000)``), and the private set is the private data set's training split.
 
-Public labels are kept only for diagnostics (e.g. measuring the accuracy of
-distilled soft labels); no algorithm may train on them.
+Public labels are kept for diagnostics (e.g. measuring the accuracy of
+distilled soft labels). Only ACE-pFL trains on them: its public set is labelled
+by design (He et al., IEEE/ACM ToN 2025, Eq. 4 "with the public dataset labels").
+
+:func:`client_validation_split` carves a per-client validation set out of each
+client's private shard (ACE-pFL picks each client's best past model on it).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import numpy as np
 from fedjax_kd.data.sources import ArrayDataset
 from fedjax_kd.errors import ConfigError, DataError
 
-__all__ = ['FDSplit', 'fd_split']
+__all__ = ['FDSplit', 'fd_split', 'client_validation_split']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,3 +152,37 @@ def fd_split(dataset: ArrayDataset,
       x_test=dataset.x_test,
       y_test=dataset.y_test,
       num_classes=dataset.num_classes)
+
+
+def client_validation_split(client_indices, fraction: float,
+                            seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """Splits every client's private rows into training and validation rows.
+
+  Each client keeps ``round(fraction * n)`` of its ``n`` rows for validation
+  (at least 1 when ``fraction > 0`` and ``n >= 2``; never all of them), chosen
+  uniformly at random with ``np.random.default_rng([seed, 7, k])`` for client
+  ``k``, so a client's split does not depend on the other clients.
+
+  Args:
+    client_indices: per-client arrays of row indices (a partition).
+    fraction: validation fraction in ``[0, 1)``.
+    seed: experiment seed.
+
+  Returns:
+    ``(train_indices, val_indices)``, two lists of sorted int64 arrays.
+  """
+  if not 0.0 <= fraction < 1.0:
+    raise ConfigError('data.val_fraction', fraction, 'a number in [0, 1)')
+  train, val = [], []
+  for k, rows in enumerate(client_indices):
+    rows = np.asarray(rows, np.int64)
+    n = len(rows)
+    m = int(round(fraction * n))
+    if fraction > 0 and n >= 2:
+      m = min(max(m, 1), n - 1)
+    else:
+      m = min(m, max(n - 1, 0))
+    pick = np.random.default_rng([seed, 7, k]).permutation(n)
+    val.append(np.sort(rows[pick[:m]]))
+    train.append(np.sort(rows[pick[m:]]))
+  return train, val

@@ -8,16 +8,19 @@ and the papers each architecture comes from, and `layers` for the CPU-fast convo
 
 from fedjax_kd.models.cnn import CNN, DSFLCNN, DSFLFMNISTCNN
 from fedjax_kd.models.fcn import FCN
+from fedjax_kd.models.googlenet import GoogLeNet
 from fedjax_kd.models.layers import BatchNorm, Conv, conv_im2col, conv_xla, max_pool2
 from fedjax_kd.models.lenet import LeNet5
 from fedjax_kd.models.mlp import MLP
 from fedjax_kd.models.registry import MODELS, count_params, get_model, init_variables, parse_spec
 from fedjax_kd.models.resnet import (CifarResNet, resnet20, resnet32, resnet_l, resnet_m,
                                       resnet_s, resnet_t)
+from fedjax_kd.models.resnet_imagenet import ResNet, resnet34, resnet50
+from fedjax_kd.models.vgg import VGG, vgg16
 
 __all__ = [
-    'BatchNorm', 'CNN', 'CifarResNet', 'Conv', 'DSFLCNN', 'DSFLFMNISTCNN', 'FCN', 'LeNet5',
-    'MLP', 'MODELS', 'conv_im2col', 'conv_xla', 'count_params', 'get_model', 'init_variables',
-    'max_pool2', 'parse_spec', 'resnet20', 'resnet32', 'resnet_l', 'resnet_m', 'resnet_s',
-    'resnet_t',
+    'BatchNorm', 'CNN', 'CifarResNet', 'Conv', 'DSFLCNN', 'DSFLFMNISTCNN', 'FCN', 'GoogLeNet',
+    'LeNet5', 'MLP', 'MODELS', 'ResNet', 'VGG', 'conv_im2col', 'conv_xla', 'count_params',
+    'get_model', 'init_variables', 'max_pool2', 'parse_spec', 'resnet20',
+    'resnet32', 'resnet34', 'resnet50', 'resnet_l', 'resnet_m', 'resnet_s', 'resnet_t', 'vgg16',
 ]

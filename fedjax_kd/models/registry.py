@@ -19,10 +19,20 @@ extractor). See the model modules for the papers behind each architecture:
 | lenet5 | `lenet.LeNet5` | LeCun et al. 1998 (CIFAR variant) |
 | resnet_t/s/m/l | `resnet.CifarResNet` | Pan et al., FedCache 2.0, arXiv 2405.13378, Table XIV |
 | fcn | `fcn.FCN` | Pan et al., FedCache 2.0, arXiv 2405.13378, Table XIV (FCN-U, FCN-T) |
+| googlenet | `googlenet.GoogLeNet` | Szegedy et al. 2015; ACE-pFL (He et al. 2025) |
+| vgg16 | `vgg.VGG` | Simonyan & Zisserman 2015; ACE-pFL (He et al. 2025) |
+| resnet34, resnet50 | `resnet_imagenet.ResNet` | He et al. 2016; ACE-pFL (He et al. 2025) |
 
 The FedCache 2.0 ResNets (ResNet-T/S/M/L: 2, 3, 4, 5 blocks per stage) differ from resnet20/32
 only in their 1x1-convolution shortcuts (`shortcut='conv'`, no BatchNorm) where a block changes
 the shape.
+
+googlenet, vgg16, resnet34 and resnet50 are the four image models of ACE-pFL (K. He, H. Bai,
+Y. Li, J. Chen, R. Du, "ACE-pFL: Accurate, Efficient Personalized Federated Learning With
+Knowledge Distillation", IEEE/ACM Transactions on Networking 2025), in the CIFAR variants of
+kuangliu/pytorch-cifar (3x3 stems, no initial max pool, 32x32 inputs; global average pooling
+so that they take any side >= 1). Trainable parameters for 10 classes at width 1: 6,166,250,
+14,728,266, 21,282,122 and 23,520,842.
 """
 
 from __future__ import annotations
@@ -36,10 +46,12 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_kd.errors import ConfigError
-from fedjax_kd.models import cnn, fcn, layers, lenet, mlp, resnet
+from fedjax_kd.models import (cnn, fcn, googlenet, layers, lenet, mlp, resnet,
+                              resnet_imagenet, vgg)
 
 MODELS: tuple[str, ...] = ('mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
-                           'lenet5', 'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l', 'fcn')
+                           'lenet5', 'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l', 'fcn',
+                           'googlenet', 'vgg16', 'resnet34', 'resnet50')
 
 # Models that flatten their input and accept any input shape.
 _FLAT_MODELS: tuple[str, ...] = ('mlp', 'fcn')
@@ -52,7 +64,8 @@ def _min_side(name: str) -> int:
   """Smallest image height/width the model accepts (0: not an image model)."""
   return {'mlp': 0, 'cnn': 4, 'dsfl_cnn': 16, 'dsfl_fmnist_cnn': 4, 'resnet20': 1,
           'resnet32': 1, 'lenet5': 16, 'resnet_t': 1, 'resnet_s': 1, 'resnet_m': 1,
-          'resnet_l': 1, 'fcn': 0}[name]
+          'resnet_l': 1, 'fcn': 0, 'googlenet': 1, 'vgg16': 1, 'resnet34': 1,
+          'resnet50': 1}[name]
 
 
 def _spatial_ok(name: str, side: int) -> bool:
@@ -144,6 +157,10 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       'resnet_m': lambda: resnet.resnet_m(num_classes, width, lowering),
       'resnet_l': lambda: resnet.resnet_l(num_classes, width, lowering),
       'fcn': lambda: fcn.FCN(num_classes=num_classes, width=width),
+      'googlenet': lambda: googlenet.googlenet(num_classes, width, lowering),
+      'vgg16': lambda: vgg.vgg16(num_classes, width, lowering),
+      'resnet34': lambda: resnet_imagenet.resnet34(num_classes, width, lowering),
+      'resnet50': lambda: resnet_imagenet.resnet50(num_classes, width, lowering),
   }
   return builders[name]()
 

@@ -10,7 +10,13 @@ Implements
     Distillation" (SCARLET), IEEE TMC 2026, and the per-sample means over
     uploaders its baselines use: CFD's vote frequencies (Sattler et al.,
     2020) and Selective-FD's L1 server selector (Shao et al., 2024);
-  * the entropy used for DS-FL's global-logit entropy plots, eq. (12).
+  * the entropy used for DS-FL's global-logit entropy plots, eq. (12);
+  * ACE-pFL's top-K filtering of uploaded soft predictions and its per-cluster
+    means (K. He, H. Bai, Y. Li, J. Chen, R. Du, "ACE-pFL: Accurate, Efficient
+    Personalized Federated Learning With Knowledge Distillation", IEEE/ACM
+    ToN 2025, §III-D and Eq. 3). Eq. 3's global teacher is
+    :func:`mean_aggregate` with the per-client weights of
+    :func:`fedjax_kd.ops.label_cluster.cluster_weights`.
 
 Every function is pure and jitted. Inputs are probability vectors (the DS-FL
 paper's "logits" are softmax outputs), class axis last. Client uploads are
@@ -144,6 +150,87 @@ def entropy(probs: Array) -> Array:
 def mean_entropy(probs: Array) -> Array:
   """Mean entropy over all leading axes: DS-FL's global-logit entropy (A24)."""
   return jnp.mean(entropy(probs))
+
+
+@functools.partial(jax.jit, static_argnames=('k', 'renormalize'))
+def top_k_filter(probs: Array, k: int, renormalize: bool = True) -> tuple[Array, Array]:
+  """ACE-pFL's top-K filtering: keep each row's ``k`` largest entries, zero the rest.
+
+  Ties go to the lower class index (``lax.top_k`` order), so exactly ``k``
+  entries are kept per row.
+
+  Args:
+    probs: ``[..., C]`` probabilities.
+    k: entries kept per row, ``1 <= k <= C``.
+    renormalize: rescale the kept entries to sum to 1 (spec acepfl.md A8).
+
+  Returns:
+    ``(filtered [..., C], kept [..., C] bool)``.
+  """
+  c = probs.shape[-1]
+  if not 1 <= k <= c:
+    raise ValueError(f'top-K k={k}: expected 1 <= k <= {c} (the number of classes)')
+  _, top = jax.lax.top_k(probs, k)
+  kept = jnp.sum(jax.nn.one_hot(top, c, dtype=jnp.int32), axis=-2) > 0
+  out = jnp.where(kept, probs, 0.0)
+  if renormalize:
+    out = out / jnp.maximum(jnp.sum(out, axis=-1, keepdims=True), 1e-30)
+  return out, kept
+
+
+TOP_K_COMPLETIONS = ('fill', 'renormalize', 'none')
+
+
+@functools.partial(jax.jit, static_argnames=('mode',))
+def complete_top_k(values: Array, kept: Array, mode: str = 'fill') -> Array:
+  """Turns received top-K values back into a distribution over all classes.
+
+  Args:
+    values: ``[..., C]`` the kept probabilities (0 elsewhere), as uploaded.
+    kept: ``[..., C]`` bool, which entries were sent.
+    mode: ``'fill'`` spreads the missing mass ``1 - sum(values)`` uniformly over
+      the entries not sent (the maximum-entropy completion: the receiver knows
+      only that each of them is at most the K-th largest value);
+      ``'renormalize'`` rescales the kept entries to sum to 1 and leaves zeros
+      elsewhere (spec acepfl.md A8); ``'none'`` returns ``values`` unchanged.
+      If noise pushed the kept mass above 1, ``'fill'`` rescales it to 1.
+
+  Returns:
+    ``[..., C]``.
+  """
+  if mode == 'none':
+    return values
+  mass = jnp.sum(values, axis=-1, keepdims=True)
+  if mode == 'renormalize':
+    return values / jnp.maximum(mass, 1e-30)
+  if mode != 'fill':
+    raise ValueError(f'mode={mode!r}: expected one of {TOP_K_COMPLETIONS}')
+  missing = jnp.sum(~kept, axis=-1, keepdims=True).astype(values.dtype)
+  rest = jnp.maximum(1.0 - mass, 0.0) / jnp.maximum(missing, 1.0)
+  scaled = values / jnp.maximum(mass, 1.0)
+  return jnp.where(kept, scaled, rest)
+
+
+@functools.partial(jax.jit, static_argnames=('num_clusters',))
+def cluster_means(probs: Array, labels: Array, weights: Array, num_clusters: int) -> Array:
+  """Per-cluster (weighted) means of client soft labels: ACE-pFL's inner mean of Eq. 3.
+
+  Args:
+    probs: ``[K, n, C]`` client vectors.
+    labels: ``[K]`` int cluster of each client, in ``[0, num_clusters)``.
+    weights: ``[K]`` non-negative weights (1 for a participating client, 0
+      for an absent one).
+    num_clusters: ``V``.
+
+  Returns:
+    ``[V, n, C]``; a cluster with no weight gets the uniform distribution.
+  """
+  w = jax.nn.one_hot(labels, num_clusters, dtype=probs.dtype) * weights[:, None]
+  total = jnp.einsum('kv,knc->vnc', w, probs)
+  mass = jnp.sum(w, axis=0)
+  uniform = jnp.full_like(total, 1.0 / probs.shape[-1])
+  return jnp.where(mass[:, None, None] > 0, total / jnp.maximum(mass, 1e-30)[:, None, None],
+                   uniform)
 
 
 AGGREGATIONS = ('sa', 'era')

@@ -19,6 +19,11 @@ Rule sets:
     are counted by their encoded size (``kind='raw'``: uint8 pixels, PNG or
     JPEG file sizes, or float32 for non-image inputs), each hard label as one
     byte (the paper and code ignore labels; they are small but not free).
+  * ``acepfl`` -- ACE-pFL (spec ``acepfl.md`` §7): float32 values, int32 indices
+    (top-K uploads are K values + K indices per sample), every receiver's copy
+    counted (the paper reports per-client traffic), the one-time public-set
+    download not counted (the paper's GB figures have no such term).
+    ``scarlet`` is the same with int64 indices (b_idx = 8).
   * ``minimal`` -- what a careful implementation would send: float32 labels,
     int32 indices, 2-bit signals, ``ceil(log2 C)``-bit hard labels, multicasts
     counted once.
@@ -92,6 +97,8 @@ RULES: dict[str, CommRules] = {
                          multicast_once=False, label_bits=64, count_dataset=False),
     'fedcache2': CommRules('fedcache2', float_bytes=4, index_bytes=4, signal_bits=2,
                            multicast_once=True, label_bits=8, count_dataset=True),
+    'acepfl': CommRules('acepfl', float_bytes=4, index_bytes=4, signal_bits=2,
+                        multicast_once=False, label_bits=0, count_dataset=False),
     'minimal': CommRules('minimal', float_bytes=4, index_bytes=4, signal_bits=2,
                          multicast_once=True, label_bits=0, count_dataset=True),
 }

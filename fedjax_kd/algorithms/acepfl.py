@@ -1,0 +1,483 @@
+"""ACE-pFL: EMD-based client clustering, dynamic temperature and triple distillation.
+
+K. He, H. Bai, Y. Li, J. Chen, R. Du, "ACE-pFL: Accurate, Efficient Personalized
+Federated Learning With Knowledge Distillation", IEEE/ACM Transactions on Networking
+2025 (Algorithms 1-2, Eqs. 2-4); decisions from spec ``acepfl.md`` §10 (A1-A26).
+
+Personalised FL with heterogeneous client models that exchange only soft predictions
+on a shared, *labelled* public set D0. Before round 1 the clients are clustered once
+(:func:`fedjax_kd.ops.label_cluster.cluster_clients`): each client's label histogram
+is compared with a random reference client's (total variation by default, A1), and
+the N distances are split by exact 1-D k-means (A3); ``cluster_method='matrix'`` is
+Table V's comparator. A round, for every participating client:
+
+1. local training on the private data (CE, ``train.*``, lr eta1);
+2. the temperature ``T_r`` of Eq. 2 (:mod:`fedjax_kd.ops.temperature`; the spec's
+   fixed form, A6/A7);
+3. soft predictions ``softmax(z / T_r)`` on all of D0 (inference mode), top-K
+   filtered and renormalised (A8), optionally with noise (A19), uploaded as
+   K values + K indices per sample;
+4. the server's aggregate: Eq. 3 (``aggregation='eq3_global'``, default: the mean
+   inside each cluster, clusters weighted by their data share, one teacher for
+   everybody, A5/A9), one teacher per cluster (``'per_cluster'``, the option for
+   testing the clustering ablation) or the plain mean of Eq. 1 (``'mean'``);
+5. the distillation update on D0 (``distill.*``, lr eta2) with the triple loss of
+   Eq. 4 (:func:`fedjax_kd.ops.losses.triple_distillation_loss`):
+   ``0.4 CE(public labels) + T^2 [0.3 KL(s^r||q) + 0.2 KL(s^b||q) + 0.1 KL(M||q)]``,
+   teacher-first KL (A2). ``s^b`` is the client's best past model (by validation
+   accuracy, A10), kept as its log-probabilities on D0; ``M`` is the running mean of
+   past aggregates (A11). Both are stacked device arrays in ``AlgState.extra``, so
+   checkpoints hold them. ``L_SD`` and ``L_GD`` start in round 2.
+
+The evaluated quantity is the unweighted mean of the clients' personalised test
+accuracies (A18); the sample-weighted mean is logged too.
+
+:class:`FedMD` is the FedMD-style baseline (Li & Wang, "FedMD: Heterogenous
+Federated Learning via Model Distillation", NeurIPS 2019 workshop) on the same
+engine: the plain mean of full soft predictions at one fixed temperature, clients
+distil towards it (no clustering, no top-K, no past-model terms).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_kd.algorithms import base
+from fedjax_kd.config import _choice, _float, _get, _int
+from fedjax_kd.core import rng
+from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops import aggregate, comm, label_cluster, losses, privacy
+from fedjax_kd.ops import temperature as temperature_ops
+
+AGGREGATIONS = ('eq3_global', 'per_cluster', 'mean')
+CLUSTER_METHODS = ('vector', 'matrix')
+# How a filtered row becomes a teacher: 'fill' (default, see the note in ACEPFL),
+# 'client' (A8: kept entries rescaled to 1, zeros elsewhere), 'server' (the aggregate
+# is rescaled) or 'none' (sub-stochastic rows, literal).
+RENORMALIZE = ('fill', 'client', 'server', 'none')
+GD_MODES = ('student', 'literal')
+BEST_METRICS = ('val', 'public')
+DISTILLATION = ('triple', 'double', 'single')
+NOISE = ('none', 'gaussian', 'laplace')
+
+
+@dataclasses.dataclass(frozen=True)
+class ACEOptions:
+  """Validated ``acepfl`` config group (see ``config.default_config``)."""
+  clusters: int = 3
+  cluster_method: str = 'vector'
+  distance: str = 'tv'
+  reference: int = -1
+  aggregation: str = 'eq3_global'
+  top_k: int = 5
+  renormalize: str = 'fill'
+  t0: float = 30.0
+  k1: float = 5.0
+  k2: float = 5.0
+  r0: int = 100
+  curve: str = 'f1'
+  stage_div: str = 'r0'
+  normalize_delta: bool = True
+  weights: tuple[float, float, float, float] = (0.4, 0.3, 0.2, 0.1)
+  kl_direction: str = 'teacher_student'
+  gd_mode: str = 'student'
+  best_metric: str = 'val'
+  hist_epsilon: float = 0.0
+  noise: str = 'none'
+  noise_scale: float = 0.0
+
+
+def _ace_loss(logits, batch, aux, *, direction):
+  """Engine loss: Eq. 4 on a public batch; per-client teachers come from ``aux``."""
+  pos = batch['_pos']
+  return losses.triple_distillation_loss(
+      logits, batch['y'], aux['s'][pos], aux['best'][pos], aux['m'][pos], aux['T'],
+      aux['w'], direction)
+
+
+# One module-level function per direction, so the engine's jit cache sees stable objects.
+_LOSS_FNS = {d: functools.partial(_ace_loss, direction=d) for d in losses.KL_DIRECTIONS}
+
+
+_COMPLETION = {'fill': 'fill', 'client': 'renormalize', 'server': 'none', 'none': 'none'}
+
+
+@functools.partial(jax.jit, static_argnames=('k', 'completion', 'noise'))
+def _upload(logp: jax.Array, temperature: jax.Array, active: jax.Array, key: jax.Array,
+            scale: jax.Array, *, k: int, completion: str, noise: str) -> tuple[jax.Array,
+                                                                                jax.Array]:
+  """Each client's upload as the server reads it.
+
+  ``softmax(z / T)`` (``logp`` are log-probabilities, and
+  ``softmax(logp / T) == softmax(z / T)``), top-K filtered, optionally noised on
+  the kept entries, then completed to a full row
+  (:func:`fedjax_kd.ops.aggregate.complete_top_k`).
+
+  Returns:
+    ``(rows [K, m, C], kept [K, m, C] bool)``, zero for inactive clients.
+  """
+  probs = jax.nn.softmax(logp / temperature, axis=-1)
+  probs, kept = aggregate.top_k_filter(probs, k, renormalize=False)
+  if noise != 'none':
+    probs = privacy.noisy_topk_probs(key, probs, kept, noise, scale, renormalize=False)
+  probs = aggregate.complete_top_k(probs, kept, completion)
+  mask = active[:, None, None]
+  return jnp.where(mask, probs, 0.0), kept & mask
+
+
+@jax.jit
+def _literal_gd(teacher: jax.Array, history: jax.Array, temperature: jax.Array) -> jax.Array:
+  """Eq. 4's printed ``L_GD = T^2 KL(s^r || M)``: a constant of the client model (A11)."""
+  kl = losses.tempered_kl(jnp.log(jnp.maximum(history, 1e-30)), teacher)
+  return temperature**2 * jnp.mean(kl)
+
+
+class ACEPFL(base.Algorithm):
+  """ACE-pFL; see the module docstring."""
+  name = 'acepfl'
+  paper_rules = 'acepfl'
+  uses_public = True
+  samples_public = False      # the whole labelled D0 every round (A13)
+  has_server_model = False
+
+  @classmethod
+  def options_from_config(cls, config, spec) -> ACEOptions:
+    g = 'acepfl'
+    k = spec.num_clients
+    clusters = _int(config, f'{g}.clusters', 1)
+    if clusters > k:
+      raise ConfigError(f'{g}.clusters', clusters,
+                        f'an integer in [1, {k}] (at most clients.num_clients)')
+    if not bool(_get(config, f'{g}.clustering')):
+      clusters = 1
+    weights = _get(config, f'{g}.weights')
+    try:
+      weights = tuple(float(w) for w in weights)
+    except (TypeError, ValueError):
+      weights = ()
+    if len(weights) != 4 or any(not np.isfinite(w) or w < 0 for w in weights) or not any(weights):
+      raise ConfigError(f'{g}.weights', _get(config, f'{g}.weights'),
+                        'four numbers >= 0, not all 0: (alpha1 CE, alpha2 KD, alpha3 SD, '
+                        'alpha4 GD), e.g. [0.4, 0.3, 0.2, 0.1]')
+    distillation = _choice(config, f'{g}.distillation', DISTILLATION)
+    if distillation in ('double', 'single'):   # A26: zeroed, not renormalised
+      weights = weights[:3] + (0.0,)
+    if distillation == 'single':
+      weights = weights[:2] + (0.0, 0.0)
+    curve = _choice(config, f'{g}.curve', temperature_ops.CURVES)
+    if not bool(_get(config, f'{g}.dynamic_temperature')):
+      curve = 'fixed'
+    o = ACEOptions(
+        clusters=clusters,
+        cluster_method=_choice(config, f'{g}.cluster_method', CLUSTER_METHODS),
+        distance=_choice(config, f'{g}.distance', label_cluster.METRICS),
+        reference=_int(config, f'{g}.reference', -1, k - 1),
+        aggregation=_choice(config, f'{g}.aggregation', AGGREGATIONS),
+        top_k=_int(config, f'{g}.top_k', 0),
+        renormalize=_choice(config, f'{g}.renormalize', RENORMALIZE),
+        t0=_float(config, f'{g}.t0'), k1=_float(config, f'{g}.k1'),
+        k2=_float(config, f'{g}.k2'), r0=_int(config, f'{g}.r0', 1),
+        curve=curve, stage_div=_choice(config, f'{g}.stage_div', ('r0', 'T0')),
+        normalize_delta=bool(_get(config, f'{g}.normalize_delta')),
+        weights=weights,
+        kl_direction=_choice(config, f'{g}.kl_direction', losses.KL_DIRECTIONS),
+        gd_mode=_choice(config, f'{g}.gd_mode', GD_MODES),
+        best_metric=_choice(config, f'{g}.best_metric', BEST_METRICS),
+        hist_epsilon=_float(config, f'{g}.hist_epsilon', 0.0),
+        noise=_choice(config, f'{g}.noise', NOISE),
+        noise_scale=_float(config, f'{g}.noise_scale', 0.0))
+    temperature_ops.validate_temperature(o.t0, o.k1, o.k2, o.r0, o.curve, o.stage_div)
+    if o.best_metric == 'val' and o.weights[2] > 0 and spec.data.val_fraction <= 0:
+      raise ConfigError('data.val_fraction', spec.data.val_fraction,
+                        "a number in (0, 1) when acepfl.best_metric='val' (the best past "
+                        "model is chosen on each client's validation rows); or set "
+                        "acepfl.best_metric='public'")
+    if o.noise != 'none' and o.noise_scale <= 0:
+      raise ConfigError(f'{g}.noise_scale', o.noise_scale,
+                        f"a number > 0 with acepfl.noise={o.noise!r}")
+    if o.weights[0] > 0 and spec.data.public_source:
+      raise ConfigError('data.public_source', spec.data.public_source,
+                        "'' (ACE-pFL's CE term trains on the public labels, so the public "
+                        'set must come from the task\'s own data set); or set '
+                        'acepfl.weights[0] = 0')
+    return o
+
+  def __init__(self, ctx: base.Context):
+    super().__init__(ctx)
+    o = self.options
+    d = self.ctx.data
+    self.num_classes = c = d.num_classes
+    if o.top_k > c:
+      raise ConfigError('acepfl.top_k', o.top_k,
+                        f'an integer in [0, {c}] (the number of classes; 0 keeps all)')
+    self.k_top = o.top_k or c
+    self.x_pub = d.x_public
+    self.m = int(d.x_public.shape[0])
+    if self.m == 0:
+      raise ConfigError('data.num_public', 0, 'an integer >= 1 (ACE-pFL distils on D0)')
+    self.y_pub = jnp.asarray(d.y_public, jnp.int32)
+    if o.weights[0] > 0 and int(jnp.max(self.y_pub)) >= c:
+      raise ConfigError('data.public_source', self.spec.data.public_source,
+                        f'a public set whose labels are in [0, {c})')
+    self.sizes = np.asarray(d.client_n, np.float64)
+    self._cluster()
+    rounds = max(self.spec.rounds, 1)
+    self.temps = temperature_ops.temperature_schedule(
+        rounds, t0=o.t0, k1=o.k1, k2=o.k2, r0=o.r0, curve=o.curve, stage_div=o.stage_div,
+        normalize_delta=o.normalize_delta)
+    self.rules = comm.get_rules(self.spec.comm_rules, self.paper_rules)
+    self.loss_fn = _LOSS_FNS[o.kl_direction]
+
+  # ---------------------------------------------------------- clustering
+  def _cluster(self):
+    """Algorithm 2, once, on the host (deterministic given the seed)."""
+    o = self.options
+    counts = self.ctx.data.client_labels().astype(np.float64)
+    gen = rng.host_rng(self.spec.seed, 0, 'custom')
+    hist = None
+    if o.hist_epsilon > 0:   # A19 (i): Laplace on the label counts, clipped at 0
+      noisy = privacy.laplace_counts(gen, counts, o.hist_epsilon)
+      hist = label_cluster.label_histograms(np.maximum(noisy, 0) + 1e-12)
+    reference = o.reference if o.reference >= 0 else int(gen.integers(self.fed.num_clients))
+    self.clustering = label_cluster.cluster_clients(
+        counts, o.clusters, method=o.cluster_method, metric=o.distance, reference=reference,
+        hist=hist)
+    self.labels = np.asarray(self.clustering.labels, np.int32)
+    self.num_clusters = int(self.clustering.num_clusters)
+    per_cluster = o.aggregation == 'per_cluster'
+    self.n_teachers = self.num_clusters if per_cluster else 1
+    self.teacher_of = jnp.asarray(self.labels if per_cluster
+                                  else np.zeros_like(self.labels), jnp.int32)
+
+  def cluster_summary(self) -> dict[str, float]:
+    """The clustering diagnostics logged once (Fig. 3's intra-cluster distance)."""
+    out = {'clusters': self.num_clusters, 'reference_client': int(self.clustering.reference)}
+    for v, dist in enumerate(np.asarray(self.clustering.intra_distance)):
+      out[f'cluster{v}_size'] = int(np.sum(self.labels == v))
+      out[f'cluster{v}_intra_distance'] = float(dist)
+    return out
+
+  # ------------------------------------------------------------ lifecycle
+  def init(self) -> base.AlgState:
+    state = super().init()
+    k, m, c, v = self.fed.num_clients, self.m, self.num_classes, self.n_teachers
+    extra = {
+        'best_acc': jnp.full((k,), -jnp.inf, jnp.float32),
+        'best_logp': jnp.zeros((k, m, c), jnp.float32),
+        'hist': jnp.zeros((v, m, c), jnp.float32),
+        'hist_count': jnp.zeros((v,), jnp.int32),
+    }
+    return state.replace(extra=extra)
+
+  def setup_payloads(self) -> list[comm.Payload]:
+    """Open data (the labelled D0) plus the one-time clustering traffic (spec §7)."""
+    out = super().setup_payloads()
+    n, c = self.fed.num_clients, self.num_classes
+    if self.options.clusters > 1:
+      if self.options.cluster_method == 'vector':
+        out += [comm.Payload('reference_histogram', comm.DOWN, 'float', c, n - 1,
+                             multicast=True),
+                comm.Payload('distances', comm.UP, 'float', 1, n)]
+      else:
+        out += [comm.Payload('histograms', comm.UP, 'float', c, n)]
+      out += [comm.Payload('cluster_ids', comm.DOWN, 'index', 1, n)]
+    if self.options.aggregation == 'eq3_global' and self.num_clusters > 1:
+      out += [comm.Payload('data_sizes', comm.UP, 'index', 1, n)]   # D_n for Eq. 3
+    return out
+
+  def temperature(self, t: int) -> float:
+    o = self.options
+    if t <= len(self.temps):
+      return float(self.temps[t - 1])
+    return temperature_ops.dynamic_temperature(
+        t, o.t0, o.k1, o.k2, o.r0, curve=o.curve, stage_div=o.stage_div,
+        normalize_delta=o.normalize_delta, rounds=self.spec.rounds)
+
+  # ---------------------------------------------------------------- round
+  def round(self, state, t, active):
+    o = self.options
+    temp = self.temperature(t)
+    metrics: dict[str, float] = {'temperature': temp}
+    if t == 1:
+      metrics.update(self.cluster_summary())
+    payloads: list[comm.Payload] = []
+    act = jnp.asarray(active)
+    n_act = int(np.sum(active))
+
+    # 1. Local training on private data (lr eta1).
+    state, metrics['train_loss'] = self.train_clients(state, t, active)
+
+    # 2-3. Tempered, top-K filtered soft predictions on D0.
+    logp = self.fed.predict(state.clients, self.x_pub, active, chunk=self.spec.eval_chunk,
+                            log=True)
+    up, kept = _upload(logp, jnp.float32(temp), act, rng.server_key(self.ctx.root, t, 'custom'),
+                       jnp.float32(o.noise_scale), k=self.k_top,
+                       completion=_COMPLETION[o.renormalize], noise=o.noise)
+    filtered = self.k_top < self.num_classes
+    payloads.append(comm.Payload('soft_predictions', comm.UP, 'float', self.m * self.k_top,
+                                 n_act))
+    if filtered:
+      payloads.append(comm.Payload('topk_indices', comm.UP, 'index', self.m * self.k_top, n_act))
+
+    # 4. Server aggregation (Eq. 3 / per cluster / Eq. 1).
+    teachers, fresh = self._aggregate(up, active)       # [V, m, C], [V] bool
+    payloads += self._downlink_payloads(teachers, fresh, active)
+
+    # 5. Triple distillation on D0 (lr eta2).
+    ex = dict(state.extra)
+    hist, hist_count = ex['hist'], ex['hist_count']
+    has_best = jnp.isfinite(ex['best_acc'])
+    has_hist = hist_count[self.teacher_of] > 0
+    w = jnp.asarray(o.weights, jnp.float32)
+    gd_on = o.gd_mode == 'student'
+    w_k = jnp.stack([jnp.full((self.fed.num_clients,), w[0]),
+                     jnp.full((self.fed.num_clients,), w[1]),
+                     jnp.where(has_best, w[2], 0.0),
+                     jnp.where(has_hist & gd_on, w[3], 0.0)], axis=1)
+    aux = {'s': jnp.take(teachers, self.teacher_of, axis=0),
+           'best': ex['best_logp'],
+           'm': jnp.take(hist, self.teacher_of, axis=0),
+           'T': jnp.full((self.fed.num_clients,), temp, jnp.float32),
+           'w': w_k}
+    clients, dloss = self.fed.fit(
+        state.clients, self.ctx.root, t, 'distill',
+        shared={'x': self.x_pub, 'y': self.y_pub}, idx=jnp.arange(self.m, dtype=jnp.int32),
+        n=np.full(self.fed.num_clients, self.m, np.int32), aux=aux, loss_fn=self.loss_fn,
+        epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
+        opt_slot=self.distill_slot, active=active)
+    state = state.replace(clients=clients)
+    metrics['distill_loss'] = base._nanmean(dloss)
+    if o.gd_mode == 'literal' or o.weights[3] > 0:
+      used = fresh & (hist_count > 0)
+      if bool(jnp.any(used)):
+        vals = jax.vmap(_literal_gd, in_axes=(0, 0, None))(teachers, hist, jnp.float32(temp))
+        metrics['gd_literal'] = float(jnp.sum(jnp.where(used, vals, 0.0)) / jnp.sum(used))
+
+    # Bookkeeping: the best past model (A10) and the running mean of aggregates (A11).
+    improved = np.zeros(self.fed.num_clients, bool)
+    if o.weights[2] > 0:
+      acc = self._selection_accuracy(state, active)
+      improved = np.asarray(active) & (acc > np.asarray(ex['best_acc']))
+      metrics[f'{o.best_metric}_acc'] = (float(np.mean(acc[np.asarray(active)]))
+                                         if n_act else float('nan'))
+    if improved.any():
+      # All active clients (not just the improved ones), so the slot count never varies
+      # and the kernel compiles once.
+      new_logp = self.fed.predict(state.clients, self.x_pub, active,
+                                  chunk=self.spec.eval_chunk, log=True)
+      imp = jnp.asarray(improved)
+      ex['best_logp'] = jnp.where(imp[:, None, None], new_logp, ex['best_logp'])
+      ex['best_acc'] = jnp.where(imp, jnp.asarray(acc, jnp.float32), ex['best_acc'])
+    cnt = hist_count.astype(jnp.float32)[:, None, None]
+    f = fresh[:, None, None]
+    ex['hist'] = jnp.where(f, (cnt * hist + teachers) / (cnt + 1.0), hist)
+    ex['hist_count'] = hist_count + fresh.astype(jnp.int32)
+    metrics['best_updates'] = int(improved.sum())
+    metrics.update(self._teacher_metrics(teachers, fresh))
+    return state.replace(extra=ex), base.RoundOutput(metrics, payloads)
+
+  def evaluate(self, state):
+    acc, nll = self.fed.evaluate(state.clients, per_client_test=self.spec.data.per_client_test,
+                                 chunk=self.spec.eval_chunk)
+    out = {'test_acc': float(np.nanmean(acc)), 'test_loss': float(np.nanmean(nll)),
+           'client_acc_min': float(np.nanmin(acc)), 'client_acc_max': float(np.nanmax(acc))}
+    d = self.ctx.data
+    if self.spec.data.per_client_test and d.test_n is not None:
+      n = np.asarray(d.test_n, np.float64)
+      ok = np.isfinite(acc) & (n > 0)
+      if ok.any():
+        out['test_acc_weighted'] = float(np.sum(acc[ok] * n[ok]) / np.sum(n[ok]))
+    return out
+
+  # -------------------------------------------------------------- helpers
+  def _aggregate(self, up: jax.Array, active: np.ndarray) -> tuple[jax.Array, jax.Array]:
+    """``[V, m, C]`` teachers (V = 1 unless per cluster) and which got fresh uploads."""
+    o = self.options
+    act_f = np.asarray(active, np.float64)
+    if o.aggregation == 'per_cluster':
+      teachers = aggregate.cluster_means(up, jnp.asarray(self.labels),
+                                         jnp.asarray(act_f, jnp.float32), self.num_clusters)
+      fresh = np.asarray([act_f[self.labels == v].sum() > 0 for v in range(self.num_clusters)])
+    else:
+      if o.aggregation == 'eq3_global':
+        a = label_cluster.cluster_weights(self.labels, self.sizes, np.asarray(active, bool))
+      else:   # Eq. 1: the plain mean over participating clients
+        a = act_f / max(act_f.sum(), 1.0)
+      teachers = aggregate.mean_aggregate(up, jnp.asarray(a, jnp.float32))[None]
+      fresh = np.asarray([act_f.sum() > 0])
+    if o.renormalize == 'server':
+      teachers = teachers / jnp.maximum(jnp.sum(teachers, -1, keepdims=True), 1e-30)
+    return teachers, jnp.asarray(fresh)
+
+  def _downlink_payloads(self, teachers: jax.Array, fresh: jax.Array,
+                         active: np.ndarray) -> list[comm.Payload]:
+    """Each receiver gets its teacher, dense or sparse, whichever is smaller (spec §7)."""
+    nnz = np.asarray(jax.device_get(jnp.sum(teachers > 0, axis=(1, 2))))
+    out = []
+    for v in range(self.n_teachers):
+      members = (self.labels == v) if self.n_teachers > 1 else np.ones_like(active, bool)
+      receivers = int(np.sum(members & np.asarray(active, bool)))
+      if not receivers:
+        continue
+      dense = self.m * self.num_classes * self.rules.float_bytes
+      sparse = int(nnz[v]) * (self.rules.float_bytes + self.rules.index_bytes)
+      name = 'aggregate' if self.n_teachers == 1 else f'aggregate_cluster{v}'
+      if sparse < dense:
+        out += [comm.Payload(name, comm.DOWN, 'float', int(nnz[v]), receivers, multicast=True),
+                comm.Payload(name + '_indices', comm.DOWN, 'index', int(nnz[v]), receivers,
+                             multicast=True)]
+      else:
+        out.append(comm.Payload(name, comm.DOWN, 'float', self.m * self.num_classes, receivers,
+                                multicast=True))
+    return out
+
+  def _selection_accuracy(self, state, active: np.ndarray) -> np.ndarray:
+    """``[K]`` accuracy that picks the best past model (NaN for inactive clients)."""
+    if self.options.best_metric == 'public':
+      acc, _ = self.fed.evaluate_shared(state.clients, self.x_pub, self.y_pub, active=active,
+                                        chunk=self.spec.eval_chunk)
+    else:
+      acc, _ = self.fed.evaluate(state.clients, split='val', active=active,
+                                 chunk=self.spec.eval_chunk)
+    return np.where(np.isfinite(acc), acc, -np.inf)
+
+  def _teacher_metrics(self, teachers: jax.Array, fresh: jax.Array) -> dict[str, float]:
+    """Entropy and public-label accuracy of the aggregates (diagnostics)."""
+    ent, acc = jax.device_get((jnp.mean(aggregate.entropy(teachers), axis=1),
+                               jnp.mean(jnp.argmax(teachers, -1) == self.y_pub[None], axis=1)))
+    f = np.asarray(fresh)
+    if not f.any():
+      return {}
+    return {'teacher_entropy': float(np.mean(ent[f])), 'teacher_acc': float(np.mean(acc[f]))}
+
+
+@dataclasses.dataclass(frozen=True)
+class FedMDOptions:
+  temperature: float = 1.0
+  public_ce: float = 0.0
+
+
+class FedMD(ACEPFL):
+  """FedMD-style mean aggregation on ACE-pFL's engine (see the module docstring).
+
+  Clients upload full softmax outputs at ``fedmd.temperature`` on D0; the server
+  averages them (Eq. 1); clients distil towards the mean with ``T^2 KL`` and,
+  optionally, ``fedmd.public_ce`` times the CE on the public labels.
+  """
+  name = 'fedmd'
+  paper_rules = 'acepfl'
+
+  @classmethod
+  def options_from_config(cls, config, spec) -> ACEOptions:
+    t = _float(config, 'fedmd.temperature', 0.0, lo_open=True)
+    ce = _float(config, 'fedmd.public_ce', 0.0)
+    if ce > 0 and spec.data.public_source:
+      raise ConfigError('fedmd.public_ce', ce, "0 when data.public_source is set (the public "
+                        'labels are not in the task\'s label space)')
+    return ACEOptions(clusters=1, aggregation='mean', top_k=0, renormalize='none', t0=t,
+                      curve='fixed', weights=(ce, 1.0, 0.0, 0.0), best_metric='public')
