@@ -15,8 +15,14 @@ Table V's comparator. A round, for every participating client:
 2. the temperature ``T_r`` of Eq. 2 (:mod:`fedjax_kd.ops.temperature`; the spec's
    fixed form, A6/A7);
 3. soft predictions ``softmax(z / T_r)`` on all of D0 (inference mode), top-K
-   filtered and renormalised (A8), optionally with noise (A19), uploaded as
-   K values + K indices per sample;
+   filtered, optionally with noise (A19), uploaded as K values + K indices per
+   sample. The receiver completes each row (``renormalize``): by default the
+   missing mass ``1 - sum(top-K)`` is spread over the dropped classes
+   (``'fill'``). This departs from the spec's A8 (rescale the K values, zeros
+   elsewhere, ``'client'``): at T = 35-50 those zeros are unreachable targets --
+   the KD gradient ``T (q - t)`` stays near ``T / C`` per dropped class, logits grow
+   without bound, and on digits training diverged (UA 0.225 against 0.975);
+
 4. the server's aggregate: Eq. 3 (``aggregation='eq3_global'``, default: the mean
    inside each cluster, clusters weighted by their data share, one teacher for
    everybody, A5/A9), one teacher per cluster (``'per_cluster'``, the option for
