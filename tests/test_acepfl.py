@@ -165,6 +165,12 @@ def test_history_is_mean_of_aggregates_and_best_model_is_tracked(tmp_path, monke
   assert out.metrics['temperature'] == pytest.approx(algo.temperature(3))
   # Eq. 3 with equal weights inside clusters: the teacher is a convex mix of the rows.
   np.testing.assert_allclose(seen[0].sum(-1), 1.0, atol=1e-5)
+  # UA is the unweighted mean of per-client accuracies; the weighted mean uses test sizes.
+  ev = algo.evaluate(state)
+  acc, _ = algo.fed.evaluate(state.clients, per_client_test=True)
+  n = np.asarray(exp.ctx.data.test_n, float)
+  assert ev['test_acc'] == pytest.approx(float(np.mean(acc)))
+  assert ev['test_acc_weighted'] == pytest.approx(float(np.sum(acc * n) / n.sum()))
 
 
 def test_sd_and_gd_start_in_round_two(tmp_path):

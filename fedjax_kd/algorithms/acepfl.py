@@ -387,19 +387,6 @@ class ACEPFL(base.Algorithm):
     metrics.update(self._teacher_metrics(teachers, fresh))
     return state.replace(extra=ex), base.RoundOutput(metrics, payloads)
 
-  def evaluate(self, state):
-    acc, nll = self.fed.evaluate(state.clients, per_client_test=self.spec.data.per_client_test,
-                                 chunk=self.spec.eval_chunk)
-    out = {'test_acc': float(np.nanmean(acc)), 'test_loss': float(np.nanmean(nll)),
-           'client_acc_min': float(np.nanmin(acc)), 'client_acc_max': float(np.nanmax(acc))}
-    d = self.ctx.data
-    if self.spec.data.per_client_test and d.test_n is not None:
-      n = np.asarray(d.test_n, np.float64)
-      ok = np.isfinite(acc) & (n > 0)
-      if ok.any():
-        out['test_acc_weighted'] = float(np.sum(acc[ok] * n[ok]) / np.sum(n[ok]))
-    return out
-
   # -------------------------------------------------------------- helpers
   def _aggregate(self, up: jax.Array, active: np.ndarray) -> tuple[jax.Array, jax.Array]:
     """``[V, m, C]`` teachers (V = 1 unless per cluster) and which got fresh uploads."""

@@ -163,9 +163,16 @@ class Algorithm:
                                  chunk=self.spec.eval_chunk)
     out = {f'{prefix}acc': float(np.nanmean(acc)), f'{prefix}acc_min': float(np.nanmin(acc)),
            f'{prefix}acc_max': float(np.nanmax(acc)), f'{prefix}loss': float(np.nanmean(nll))}
-    if not prefix:  # the client models are the evaluated models (FD, single)
+    d = self.ctx.data
+    if self.spec.data.per_client_test and d.test_n is not None:
+      n = np.asarray(d.test_n, np.float64)
+      ok = np.isfinite(acc) & (n > 0)
+      if ok.any():   # the sample-weighted mean beside the unweighted UA
+        out[f'{prefix}acc_weighted'] = float(np.sum(acc[ok] * n[ok]) / np.sum(n[ok]))
+    if not prefix:  # the client models are the evaluated models (FD, single, pFL)
       out = {'test_acc': out['acc'], 'test_loss': out['loss'],
-             'client_acc_min': out['acc_min'], 'client_acc_max': out['acc_max']}
+             'client_acc_min': out['acc_min'], 'client_acc_max': out['acc_max'],
+             **({'test_acc_weighted': out['acc_weighted']} if 'acc_weighted' in out else {})}
     return out
 
   def server_metrics(self, state: AlgState) -> dict[str, float]:
