@@ -99,11 +99,17 @@ class ACEOptions:
 
 
 def _ace_loss(logits, batch, aux, *, direction):
-  """Engine loss: Eq. 4 on a public batch; per-client teachers come from ``aux``."""
+  """Engine loss: Eq. 4 on a public batch.
+
+  One teacher for everybody (Eq. 3, Eq. 1) comes gathered in ``batch`` (no per-client
+  copies); per-cluster teachers come per client in ``aux``. The choice is static (the
+  dicts' keys), so each mode compiles once.
+  """
   pos = batch['_pos']
+  s = batch['s'] if 's' in batch else aux['s'][pos]
+  m = batch['m'] if 'm' in batch else aux['m'][pos]
   return losses.triple_distillation_loss(
-      logits, batch['y'], aux['s'][pos], aux['best'][pos], aux['m'][pos], aux['T'],
-      aux['w'], direction)
+      logits, batch['y'], s, aux['best'][pos], m, aux['T'], aux['w'], direction)
 
 
 # One module-level function per direction, so the engine's jit cache sees stable objects.
@@ -134,6 +140,27 @@ def _upload(logp: jax.Array, temperature: jax.Array, active: jax.Array, key: jax
   probs = aggregate.complete_top_k(probs, kept, completion)
   mask = active[:, None, None]
   return jnp.where(mask, probs, 0.0), kept & mask
+
+
+@jax.jit
+def _teacher_device_stats(teachers: jax.Array, y_pub: jax.Array) -> dict[str, jax.Array]:
+  return {'nnz': jnp.sum(teachers > 0, axis=(1, 2)),
+          'entropy': jnp.mean(aggregate.entropy(teachers), axis=1),
+          'acc': jnp.mean(jnp.argmax(teachers, -1) == y_pub[None], axis=1)}
+
+
+def _teacher_stats(teachers: jax.Array, y_pub: jax.Array) -> dict[str, np.ndarray]:
+  """Per-teacher non-zeros (download size), entropy and public-label accuracy, on the host."""
+  return {k: np.asarray(v) for k, v in jax.device_get(_teacher_device_stats(teachers,
+                                                                            y_pub)).items()}
+
+
+def _teacher_metrics(stats: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, float]:
+  """Entropy and public-label accuracy of this round's aggregates (diagnostics)."""
+  if not fresh.any():
+    return {}
+  return {'teacher_entropy': float(np.mean(stats['entropy'][fresh])),
+          'teacher_acc': float(np.mean(stats['acc'][fresh]))}
 
 
 @jax.jit
@@ -332,7 +359,8 @@ class ACEPFL(base.Algorithm):
 
     # 4. Server aggregation (Eq. 3 / per cluster / Eq. 1).
     teachers, fresh = self._aggregate(up, active)       # [V, m, C], [V] bool
-    payloads += self._downlink_payloads(teachers, fresh, active)
+    stats = _teacher_stats(teachers, self.y_pub)       # one host read a round
+    payloads += self._downlink_payloads(stats['nnz'], active)
 
     # 5. Triple distillation on D0 (lr eta2).
     ex = dict(state.extra)
@@ -345,14 +373,18 @@ class ACEPFL(base.Algorithm):
                      jnp.full((self.fed.num_clients,), w[1]),
                      jnp.where(has_best, w[2], 0.0),
                      jnp.where(has_hist & gd_on, w[3], 0.0)], axis=1)
-    aux = {'s': jnp.take(teachers, self.teacher_of, axis=0),
-           'best': ex['best_logp'],
-           'm': jnp.take(hist, self.teacher_of, axis=0),
+    aux = {'best': ex['best_logp'],
            'T': jnp.full((self.fed.num_clients,), temp, jnp.float32),
            'w': w_k}
+    shared = {'x': self.x_pub, 'y': self.y_pub}
+    if self.n_teachers == 1:
+      shared.update(s=teachers[0], m=hist[0])
+    else:
+      aux.update(s=jnp.take(teachers, self.teacher_of, axis=0),
+                 m=jnp.take(hist, self.teacher_of, axis=0))
     clients, dloss = self.fed.fit(
         state.clients, self.ctx.root, t, 'distill',
-        shared={'x': self.x_pub, 'y': self.y_pub}, idx=jnp.arange(self.m, dtype=jnp.int32),
+        shared=shared, idx=jnp.arange(self.m, dtype=jnp.int32),
         n=np.full(self.fed.num_clients, self.m, np.int32), aux=aux, loss_fn=self.loss_fn,
         epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
         opt_slot=self.distill_slot, active=active)
@@ -384,7 +416,7 @@ class ACEPFL(base.Algorithm):
     ex['hist'] = jnp.where(f, (cnt * hist + teachers) / (cnt + 1.0), hist)
     ex['hist_count'] = hist_count + fresh.astype(jnp.int32)
     metrics['best_updates'] = int(improved.sum())
-    metrics.update(self._teacher_metrics(teachers, fresh))
+    metrics.update(_teacher_metrics(stats, np.asarray(fresh)))
     return state.replace(extra=ex), base.RoundOutput(metrics, payloads)
 
   # -------------------------------------------------------------- helpers
@@ -407,10 +439,8 @@ class ACEPFL(base.Algorithm):
       teachers = teachers / jnp.maximum(jnp.sum(teachers, -1, keepdims=True), 1e-30)
     return teachers, jnp.asarray(fresh)
 
-  def _downlink_payloads(self, teachers: jax.Array, fresh: jax.Array,
-                         active: np.ndarray) -> list[comm.Payload]:
+  def _downlink_payloads(self, nnz: np.ndarray, active: np.ndarray) -> list[comm.Payload]:
     """Each receiver gets its teacher, dense or sparse, whichever is smaller (spec §7)."""
-    nnz = np.asarray(jax.device_get(jnp.sum(teachers > 0, axis=(1, 2))))
     out = []
     for v in range(self.n_teachers):
       members = (self.labels == v) if self.n_teachers > 1 else np.ones_like(active, bool)
@@ -438,15 +468,6 @@ class ACEPFL(base.Algorithm):
       acc, _ = self.fed.evaluate(state.clients, split='val', active=active,
                                  chunk=self.spec.eval_chunk)
     return np.where(np.isfinite(acc), acc, -np.inf)
-
-  def _teacher_metrics(self, teachers: jax.Array, fresh: jax.Array) -> dict[str, float]:
-    """Entropy and public-label accuracy of the aggregates (diagnostics)."""
-    ent, acc = jax.device_get((jnp.mean(aggregate.entropy(teachers), axis=1),
-                               jnp.mean(jnp.argmax(teachers, -1) == self.y_pub[None], axis=1)))
-    f = np.asarray(fresh)
-    if not f.any():
-      return {}
-    return {'teacher_entropy': float(np.mean(ent[f])), 'teacher_acc': float(np.mean(acc[f]))}
 
 
 @dataclasses.dataclass(frozen=True)
