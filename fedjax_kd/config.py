@@ -40,14 +40,16 @@ def default_config() -> ml_collections.ConfigDict:
   c.data.min_size = 10              # per-class Dirichlet: min samples per client
   c.data.per_client_test = False    # per-client test splits with the same priors
   c.data.val_fraction = 0.0         # per-client validation rows held out of each shard
-  c.data.augment = 'none'           # 'none' | 'flip_crop' (training and distillation batches)
+  c.data.label_key = ''             # tfds: which ClassLabel feature ('' = supervised label),
+                                    # e.g. 'coarse_label' for CIFAR-100's 20 superclasses
+  c.data.augment = 'none'           # 'none' | 'flip_crop' | 'jitter_flip_gray' (training batches)
   c.data.augment_predict = True     # with data.augment: clients also augment what they predict on
 
   c.clients = ml_collections.ConfigDict()
   c.clients.num_clients = 10
   c.clients.models = ('cnn@1.0',)    # tuples, so --config.x="('a','b')" can override
   c.clients.assignment = 'round_robin'   # 'round_robin', 'blocks' or model indices '0,1,1,0'
-  c.clients.participation = 1.0          # fraction of clients sampled per round
+  c.clients.participation = 1.0          # fraction of clients selected per round, in (0, 1]
   c.clients.shared_init = False          # DS-FL A2: independent init by default
 
   c.server = ml_collections.ConfigDict()
@@ -60,6 +62,22 @@ def default_config() -> ml_collections.ConfigDict:
   c.train.weight_decay = 0.0
   c.train.batch_size = 100
   c.train.epochs = 5
+  c.train.lr_decay = 1.0                 # lr of round r = learning_rate * lr_decay ** (r - 1)
+  c.train.fresh_optimizer = False        # new optimizer state every round (NIID-Bench, FedEntOpt A18)
+
+  # Client selection for every algorithm (spec fedentopt.md); M = round(participation * K).
+  c.selection = ml_collections.ConfigDict()
+  c.selection.method = 'uniform'         # 'uniform' | 'fedentopt' | 'power_of_choice'
+  c.selection.buffer = 0.5               # FedEntOpt FIFO size Q = floor(buffer * K) <= K - M
+  c.selection.dp = False                 # FedEntOpt: Laplace noise on the uploaded label counts
+  c.selection.epsilon = 0.5              # ... its epsilon (> 0)
+  c.selection.tie_tol = 1e-5             # FedEntOpt: entropies within this many bits tie (A1)
+  c.selection.tie_break = 'lowest'       # ... 'lowest' client index | 'random'
+  c.selection.candidates = 0             # Power-of-Choice d (M <= d <= K); 0 = min(K, 2M)
+  c.selection.dropout = 0.0              # fraction of the selected clients that drop out
+  c.selection.dropout_mode = 'exact'     # 'exact' round(dropout * M) | 'bernoulli' per client
+  c.selection.stragglers = 0.0           # fraction of the pool that are stragglers
+  c.selection.straggler_min_epochs = 1   # a selected straggler runs U{min, train.epochs} epochs
 
   c.distill = ml_collections.ConfigDict()
   c.distill.optimizer = 'same'           # 'same' shares the train optimizer state (A3)
@@ -138,6 +156,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.fedmd.temperature = 1.0
   c.fedmd.public_ce = 0.0                # weight of CE on the public labels
 
+  c.fedprox = ml_collections.ConfigDict()
+  c.fedprox.mu = 1e-4                    # proximal weight (FedEntOpt's tuned value)
+
   c.fd = ml_collections.ConfigDict()
   c.fd.gamma = 1.0
   c.fd.update_every_round = False
@@ -183,6 +204,7 @@ class DataSpec:
   val_fraction: float = 0.0
   augment: str = 'none'
   augment_predict: bool = True
+  label_key: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +215,28 @@ class OptimSpec:
   weight_decay: float
   batch_size: int
   epochs: int
+  lr_decay: float = 1.0
+  fresh_optimizer: bool = False
+
+
+SELECTORS = ('uniform', 'fedentopt', 'power_of_choice')
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionSpec:
+  """Client selection (``selection.*``); ``m`` clients a round, FedEntOpt buffer ``q``."""
+  method: str = 'uniform'
+  m: int = 1
+  q: int = 0
+  dp: bool = False
+  epsilon: float = 0.5
+  tie_tol: float = 1e-5
+  tie_break: str = 'lowest'
+  candidates: int = 0
+  dropout: float = 0.0
+  dropout_mode: str = 'exact'
+  stragglers: float = 0.0
+  straggler_min_epochs: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,8 +262,14 @@ class ExperimentSpec:
   eval_clients: bool
   eval_chunk: int
   checkpoint_every: int
+  selection: SelectionSpec = SelectionSpec()
   options: Any = None
   raw: Any = None                     # the ConfigDict, for writing to the workdir
+
+  @property
+  def partial(self) -> bool:
+    """Whether a round can leave clients out (sampling or dropout)."""
+    return self.participation < 1.0 or self.selection.dropout > 0
 
 
 def _int(c, field: str, lo: int | None = None, hi: int | None = None) -> int:
@@ -260,6 +310,16 @@ def _val_fraction(c) -> float:
   return v
 
 
+def _label_key(c, source: str) -> str:
+  v = _get(c, 'data.label_key') or ''
+  if not isinstance(v, str):
+    raise ConfigError('data.label_key', v, "a feature name string or ''")
+  if v and not source.startswith('tfds:'):
+    raise ConfigError('data.label_key', v,
+                      "'' (only tfds: sources have several label features)")
+  return v
+
+
 def _get(c, field: str):
   node = c
   for part in field.split('.'):
@@ -279,18 +339,62 @@ def _canonical(registry, spec, field: str) -> str:
 
 
 def _optim(c, group: str, with_epochs: bool = True) -> OptimSpec:
+  extra = {}
+  if group == 'train':
+    extra = dict(lr_decay=_float(c, 'train.lr_decay', 0.0, lo_open=True, hi=1.0),
+                 fresh_optimizer=bool(_get(c, 'train.fresh_optimizer')))
   return OptimSpec(
       optimizer=_choice(c, f'{group}.optimizer', OPTIMIZERS),
       learning_rate=_float(c, f'{group}.learning_rate', 0.0, lo_open=True),
       momentum=_float(c, f'{group}.momentum', 0.0, hi=1.0),
       weight_decay=_float(c, f'{group}.weight_decay', 0.0),
       batch_size=_int(c, f'{group}.batch_size', 1),
-      epochs=_int(c, f'{group}.epochs', 0) if with_epochs else 0)
+      epochs=_int(c, f'{group}.epochs', 0) if with_epochs else 0, **extra)
+
+
+def cohort_size(participation: float, num_clients: int) -> int:
+  """M = round(participation * K), at least 1 (FedEntOpt A9)."""
+  return max(1, min(num_clients, int(round(participation * num_clients))))
+
+
+def _selection(c, num_clients: int, participation: float) -> SelectionSpec:
+  """Validates ``selection.*`` against K and M before anything is built."""
+  k = num_clients
+  m = cohort_size(participation, k)
+  method = _choice(c, 'selection.method', SELECTORS)
+  buffer = _float(c, 'selection.buffer', 0.0)
+  if buffer >= 1.0:
+    raise ConfigError('selection.buffer', buffer,
+                      f'a fraction in [0, 1) of the {k} clients (Q = floor(buffer * K) must '
+                      'be smaller than the number of clients)')
+  q = int(math.floor(buffer * k + 1e-9))
+  if method == 'fedentopt' and q > k - m:
+    raise ConfigError('selection.buffer', buffer,
+                      f'a fraction with Q = floor(buffer * K) <= K - M = {k} - {m} = {k - m} '
+                      f'(got Q = {q}); otherwise fewer than M clients can be available in a '
+                      f'round; i.e. buffer <= {(k - m) / k:g}')
+  epsilon = _float(c, 'selection.epsilon', 0.0, lo_open=True)
+  candidates = _int(c, 'selection.candidates', 0, k)
+  if method == 'power_of_choice' and 0 < candidates < m:
+    raise ConfigError('selection.candidates', candidates,
+                      f'0 (= min(K, 2M)) or an integer in [M, K] = [{m}, {k}]')
+  dropout = _float(c, 'selection.dropout', 0.0)
+  if dropout >= 1.0:
+    raise ConfigError('selection.dropout', dropout, 'a fraction in [0, 1)')
+  return SelectionSpec(
+      method=method, m=m, q=q, dp=bool(_get(c, 'selection.dp')), epsilon=epsilon,
+      tie_tol=_float(c, 'selection.tie_tol', 0.0),
+      tie_break=_choice(c, 'selection.tie_break', ('lowest', 'random')),
+      candidates=candidates or min(k, 2 * m), dropout=dropout,
+      dropout_mode=_choice(c, 'selection.dropout_mode', ('exact', 'bernoulli')),
+      stragglers=_float(c, 'selection.stragglers', 0.0, hi=1.0),
+      straggler_min_epochs=_int(c, 'selection.straggler_min_epochs', 1))
 
 
 def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
   """Checks every field and returns the frozen spec; raises ConfigError."""
   from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.data import augment as augment_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.data import partition as partition_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
 
@@ -316,8 +420,9 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       min_size=_int(config, 'data.min_size', 0),
       per_client_test=bool(_get(config, 'data.per_client_test')),
       val_fraction=_val_fraction(config),
-      augment=_choice(config, 'data.augment', ('none', 'flip_crop')),
-      augment_predict=bool(_get(config, 'data.augment_predict')))
+      augment=_choice(config, 'data.augment', augment_lib.AUGMENTATIONS),
+      augment_predict=bool(_get(config, 'data.augment_predict')),
+      label_key=_label_key(config, source))
 
   num_clients = _int(config, 'clients.num_clients', 1)
   models = _get(config, 'clients.models')
@@ -347,6 +452,10 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
   server_model = _canonical(registry, server_model, 'server.model')
 
   train = _optim(config, 'train')
+  selection = _selection(config, num_clients, participation)
+  if selection.straggler_min_epochs > max(train.epochs, 1):
+    raise ConfigError('selection.straggler_min_epochs', selection.straggler_min_epochs,
+                      f'an integer in [1, train.epochs = {train.epochs}]')
   if _get(config, 'distill.optimizer') == 'same':
     distill = None
   else:
@@ -370,7 +479,7 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       comm_thresholds=thresholds, eval_every=_int(config, 'eval.every', 1),
       eval_clients=bool(_get(config, 'eval.clients')),
       eval_chunk=_int(config, 'eval.chunk', 1),
-      checkpoint_every=_int(config, 'checkpoint.every', 0), raw=config)
+      checkpoint_every=_int(config, 'checkpoint.every', 0), selection=selection, raw=config)
   cls = algorithms.ALGORITHMS[algorithm]
   if cls.uses_public and cls.samples_public and public_per_round > data.num_public:
     raise ConfigError('distill.public_per_round', public_per_round,

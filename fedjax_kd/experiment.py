@@ -14,6 +14,7 @@ import numpy as np
 import optax
 
 from fedjax_kd import algorithms
+from fedjax_kd import selection as selection_lib
 from fedjax_kd.algorithms.base import Algorithm, Context
 from fedjax_kd.config import ExperimentSpec, OptimSpec
 from fedjax_kd.core.federation import Federation, build_federated_data
@@ -44,7 +45,8 @@ def build(spec: ExperimentSpec) -> Experiment:
   """Loads data, partitions it, builds models and the algorithm (no training)."""
   d = spec.data
   data_dir = d.data_dir or None
-  dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed, field='data.source')
+  dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed, field='data.source',
+                                label_key=d.label_key or None)
   public = None
   if d.public_source:
     public = sources.load_source(d.public_source, data_dir=data_dir, seed=spec.seed,
@@ -79,25 +81,25 @@ def build(spec: ExperimentSpec) -> Experiment:
   if spec.distill is not None:
     optimizers['distill'] = make_optimizer(spec.distill)
   fed = Federation(data, spec.client_models, modules, optimizers)
+  selector = selection_lib.ClientSelector(spec, data.client_labels(), data.client_n)
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
                 optimizers=optimizers,
-                bytes_per_public_sample=float(math.prod(input_shape) * 4))
+                bytes_per_public_sample=float(math.prod(input_shape) * 4),
+                selector=selector)
   algorithm = algorithms.ALGORITHMS[spec.algorithm](ctx)
   return Experiment(spec=spec, ctx=ctx, algorithm=algorithm)
 
 
 def participants(spec: ExperimentSpec, t: int) -> np.ndarray:
-  """``[K]`` bool: the clients taking part in round ``t``.
+  """``[K]`` bool: the uniformly selected clients of round ``t`` (no dropout).
 
-  Full participation by default; otherwise ``round(participation * K)`` (at
-  least 1) clients sampled uniformly without replacement, seeded by round.
+  Kept for scripts; runs go through `fedjax_kd.selection.ClientSelector`.
   """
   k = spec.num_clients
   if spec.participation >= 1.0:
     return np.ones(k, bool)
   from fedjax_kd.core import rng  # pylint: disable=g-import-not-at-top
-  m = max(1, int(round(spec.participation * k)))
-  chosen = rng.host_rng(spec.seed, t, 'select').choice(k, m, replace=False)
+  chosen = rng.host_rng(spec.seed, t, 'select').choice(k, spec.selection.m, replace=False)
   mask = np.zeros(k, bool)
   mask[chosen] = True
   return mask

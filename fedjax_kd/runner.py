@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from fedjax_kd import experiment as experiment_lib
+from fedjax_kd.algorithms.base import RoundOutput
 from fedjax_kd.config import ExperimentSpec
 from fedjax_kd.errors import ConfigError, DataError
 from fedjax_kd.ops import comm
@@ -144,21 +145,29 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
     log(f'resumed from {workdir}/checkpoint.npz after round {meta["round"]}')
   with open(cfg_path, 'w') as f:
     f.write(cfg_json)
+  selector = exp.ctx.selector
+  with open(os.path.join(workdir, 'selection.json'), 'w') as f:
+    json.dump(selector.description(), f)
   writer = MetricsWriter(workdir, keep_until=start - 1)
   if setup_bytes is None:
-    setup_bytes = comm.count_bytes(algo.setup_payloads(), rules)
+    setup_bytes = comm.count_bytes(algo.setup_payloads() + selector.setup_payloads(), rules)
     cum = dict(setup_bytes)
 
   n_done = 0
   t_loop = time.time()
   for t in range(start, spec.rounds + 1):
     t0 = time.time()
-    active = experiment_lib.participants(spec, t)
-    state, out = algo.round(state, t, active)
+    plan = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask))
+    active = plan.active
+    if active.any():
+      state, out = algo.round(state, t, active)
+    else:   # everybody dropped out: the model is unchanged (FedEntOpt A7)
+      out = RoundOutput({}, [])
     sent = comm.count_bytes(out.payloads, rules)
     for k in cum:
       cum[k] += sent[k]
     row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
+    row.update(selector.round_metrics(plan))
     row.update(out.metrics)
     if t % spec.eval_every == 0 or t == spec.rounds:
       row.update(algo.evaluate(state))

@@ -4,7 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd.algorithms.fd import fd_teachers
-from fedjax_kd.algorithms.fedavg import _average, _broadcast
+from fedjax_kd.algorithms.fedavg import _broadcast
+from fedjax_kd.ops.param_aggregate import weighted_average
 from fedjax_kd.core.state import ModelState
 
 
@@ -40,7 +41,9 @@ def test_fedavg_weighted_average_and_broadcast():
   server = ModelState(params={'w': jnp.zeros((1, 2))}, batch_stats={'m': jnp.zeros((1, 1))},
                       opt_state={})
   # I_k = 100, 300 and an inactive client (weight 0): (1*100 + 3*300)/400 = 2.5
-  out = _average(cohort, server, jnp.asarray([100.0, 300.0, 0.0]))
+  w = jnp.asarray([100.0, 300.0, 0.0])
+  out = server.replace(params=weighted_average(cohort.params, w),
+                       batch_stats=weighted_average(cohort.batch_stats, w))
   np.testing.assert_allclose(out.params['w'], [[2.5, 5.0]])
   np.testing.assert_allclose(out.batch_stats['m'], [[3.0]])
   b = _broadcast(cohort, out, jnp.asarray([True, False, True]))

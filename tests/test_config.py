@@ -20,7 +20,7 @@ def tiny(**overrides):
 
 
 @pytest.mark.parametrize('field,value,message', [
-    ('algorithm', 'fedprox', "algorithm='fedprox'"),
+    ('algorithm', 'fedyogi', "algorithm='fedyogi'"),
     ('data.partition', 'pathological', 'data.partition'),
     ('data.alpha', 0.0, 'data.alpha'),
     ('data.alpha', -1.0, 'data.alpha'),

@@ -312,10 +312,10 @@ def test_parse_spec():
   assert set(registry.MODELS) == {'mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20',
                                   'resnet32', 'lenet5', 'resnet_t', 'resnet_s', 'resnet_m',
                                   'resnet_l', 'fcn', 'googlenet', 'vgg16', 'resnet34',
-                                  'resnet50'}
+                                  'resnet50', 'vgg11'}
 
 
-@pytest.mark.parametrize('spec', ['vgg11', 'cnn@0', 'cnn@abc', 'cnn@-1', 'cnn@nan', 'cnn@',
+@pytest.mark.parametrize('spec', ['vgg13', 'cnn@0', 'cnn@abc', 'cnn@-1', 'cnn@nan', 'cnn@',
                                   '@1', 'cnn@inf'])
 def test_registry_errors(spec):
   with pytest.raises(ConfigError) as err:
@@ -376,6 +376,7 @@ EMBED_CASES = [
     ('resnet_l', (8, 8, 3), 64),
     ('fcn', (40,), 256),
     ('fcn@0.5', (65,), 128),
+    ('vgg11@0.125', (8, 8, 3), 64),  # FedEntOpt's VGG-11: dropout + hidden Dense 512 * width
 ]
 
 

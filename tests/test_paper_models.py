@@ -182,3 +182,69 @@ def test_registry():
   assert get_model('resnet50', num_classes=10, input_shape=(32, 32, 3)).block == 'bottleneck'
   with pytest.raises(registry.ConfigError, match='clients.models'):
     get_model('vgg16', num_classes=10, input_shape=(40,))
+
+
+# ------------------------------------------------------------------------------ FedEntOpt VGG-11
+
+def test_vgg11_param_counts_and_structure():
+  # FedEntOpt (arXiv 2411.01240) spec §4.3 / A19. By hand: convs 1,792 + 73,856 + 295,168 +
+  # 590,080 + 1,180,160 + 3 * 2,359,808 = 9,220,480; hidden Dense 2 * (512 * 512 + 512) =
+  # 525,312; final Dense 512 * C + C: 5,130 (C = 10) -> 9,750,922, 10,260 (C = 20) -> 9,756,052.
+  for classes, count in ((10, 9_750_922), (20, 9_756_052)):
+    model, v = _shapes('vgg11', num_classes=classes)
+    assert isinstance(model, VGG) and not model.batch_norm
+    assert count_params(v) == (count, count)  # no BN statistics
+  model, v = _shapes('vgg11')
+  assert set(v) == {'params'}
+  convs = [k for k in v['params'] if k.startswith('Conv_')]
+  assert len(convs) == 8 and all(set(v['params'][k]) == {'kernel', 'bias'} for k in convs)
+  assert not any(k.startswith('BatchNorm') for k in v['params'])
+  assert [v['params'][f'Dense_{i}']['kernel'].shape for i in range(3)] == [
+      (512, 512), (512, 512), (512, 10)]
+  x = jax.ShapeDtypeStruct((2, 32, 32, 3), jnp.float32)
+  assert jax.eval_shape(lambda v, x: model.apply(v, x, embed=True), v, x).shape == (2, 512)
+  assert jax.eval_shape(model.apply, v, x).shape == (2, 10)
+  half = count_params(_shapes('vgg11@0.5')[1])[0]
+  assert 0.2 * 9_750_922 < half < 0.3 * 9_750_922
+  assert count_params(_shapes('vgg11@0.001')[1])[0] > 0
+  # The VGG-16 defaults are untouched.
+  assert vgg.vgg16(10).batch_norm and vgg.vgg16(10).hidden == ()
+
+
+def test_vgg11_registry_and_small_inputs():
+  assert 'vgg11' in registry.MODELS and registry.parse_spec('VGG11@0.5') == ('vgg11', 0.5)
+  for shape in [(32, 32, 3), (28, 28), (8, 8, 1), (1, 1, 3)]:
+    model, v = _shapes('vgg11@0.125', num_classes=20, input_shape=shape)
+    assert isinstance(model, VGG) and model.width == 0.125
+    out = jax.eval_shape(lambda v, x: model.apply(v, x), v,
+                         jax.ShapeDtypeStruct((2,) + shape, jnp.float32))
+    assert out.shape == (2, 20), shape
+  with pytest.raises(registry.ConfigError, match='clients.models'):
+    get_model('vgg11', num_classes=10, input_shape=(40,))
+
+
+def test_vgg11_dropout_embed_and_mask():
+  shape = (8, 8, 3)
+  model = get_model('vgg11@0.125', num_classes=7, input_shape=shape, lowering='xla')
+  v = _random_variables(model, shape)
+  x = jax.random.normal(jax.random.PRNGKey(1), (4,) + shape)
+  apply = jax.jit(lambda x, key, train, embed, mask: model.apply(
+      v, x, train=train, embed=embed, mask=mask, rngs={'dropout': key}),
+                  static_argnums=(2, 3))
+  k1, k2 = jax.random.PRNGKey(5), jax.random.PRNGKey(6)
+  ones = jnp.ones(4)
+  # train=True: dropout from the 'dropout' rng, the same key gives the same output.
+  assert not np.allclose(apply(x, k1, True, False, ones), apply(x, k2, True, False, ones))
+  np.testing.assert_array_equal(apply(x, k1, True, False, ones), apply(x, k1, True, False, ones))
+  # train=False: deterministic, no rng needed; the mask is accepted and ignored (no BN).
+  eval_logits = apply(x, k1, False, False, ones)
+  np.testing.assert_array_equal(eval_logits, apply(x, k2, False, False, jnp.zeros(4)))
+  np.testing.assert_allclose(eval_logits, model.apply(v, x), rtol=1e-6, atol=1e-6)
+  # embed: the output of the second hidden ReLU, the input of the final Dense layer.
+  dense = v['params']['Dense_2']
+  for train in (False, True):
+    feats = apply(x, k1, train, True, ones)
+    assert feats.shape == (4, 64) and bool(jnp.all(feats >= 0))
+    logits = apply(x, k1, train, False, ones)
+    np.testing.assert_allclose(logits, feats @ dense['kernel'] + dense['bias'], rtol=1e-4,
+                               atol=1e-4 * float(jnp.abs(logits).max()))

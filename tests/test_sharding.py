@@ -65,19 +65,46 @@ ACE_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_acepfl_on_eight_devices_matches_one_device():
-  """ACE-pFL's per-client teachers and past-model arrays sharded with the client axis."""
+def _on_eight_and_one_device(script: str) -> list[dict]:
+  """Runs ``script`` on 8 forced CPU devices, then on 1; its last stdout line is JSON."""
   import json
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   out = []
   for flags in ('--xla_force_host_platform_device_count=8', ''):
     env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS='cpu', PYTHONPATH=repo)
-    r = subprocess.run([sys.executable, '-c', ACE_SCRIPT], cwd=repo, env=env,
+    r = subprocess.run([sys.executable, '-c', script], cwd=repo, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     out.append(json.loads(r.stdout.strip().splitlines()[-1]))
   assert [o['devices'] for o in out] == [8, 1]
+  return out
+
+
+def test_acepfl_on_eight_devices_matches_one_device():
+  """ACE-pFL's per-client teachers and past-model arrays sharded with the client axis."""
+  out = _on_eight_and_one_device(ACE_SCRIPT)
   for a, b in zip(out[0]['acc'], out[1]['acc']):
     assert abs(a - b) < 1e-6
   for a, b in zip(out[0]['loss'], out[1]['loss']):
     assert abs(a - b) < 1e-4 * max(1.0, abs(b))
+
+
+FL_SCRIPT = textwrap.dedent('''
+    import json, tempfile
+    import jax
+    from tests.test_fedentopt import fe_tiny, run
+    kw = {'selection.stragglers': 0.5, 'selection.dropout': 0.2, 'fedprox.mu': 0.01}
+    out = {'devices': len(jax.devices())}
+    for algo in ('scaffold', 'fedprox', 'fednova'):
+      rows, _ = run(tempfile.mkdtemp(), fe_tiny(algo, rounds=2, **kw))
+      out[algo] = [r['test_acc'] for r in rows] + [r['train_loss'] for r in rows]
+    print(json.dumps(out))
+''')
+
+
+def test_parameter_exchange_with_stragglers_on_eight_devices_matches_one_device():
+  """SCAFFOLD's per-client shift, FedProx's anchor and per-client epoch budgets, sharded."""
+  out = _on_eight_and_one_device(FL_SCRIPT)
+  for algo in ('scaffold', 'fedprox', 'fednova'):
+    for a, b in zip(out[0][algo], out[1][algo]):
+      assert abs(a - b) < 1e-4 * max(1.0, abs(b)), (algo, out)

@@ -234,3 +234,36 @@ def test_tfds_missing_dataset(tmp_path):
     load_source('tfds:mnist', data_dir=str(tmp_path))
   with pytest.raises(DataError, match='tfds build'):
     load_source('tfds:no_such_dataset_xyz', data_dir=str(tmp_path))
+
+
+def test_tfds_mock_cifar100_coarse_label():
+  # FedEntOpt §4.1: CIFAR-100's 20 superclasses are tfds cifar100's 'coarse_label'.
+  tfds = pytest.importorskip('tensorflow_datasets')
+  with tfds.testing.mock_data(num_examples=12):
+    fine = load_source('tfds:cifar100')
+    coarse = load_source('tfds:cifar100', label_key='coarse_label')
+    same = load_source('tfds:cifar100', label_key='label')
+  assert fine.num_classes == 100 and same.num_classes == 100
+  assert coarse.num_classes == 20
+  assert coarse.x_train.shape == (12, 32, 32, 3) and coarse.x_test.shape == (12, 32, 32, 3)
+  assert coarse.y_train.dtype == np.int32
+  for y in (coarse.y_train, coarse.y_test):
+    assert y.min() >= 0 and y.max() < 20
+  np.testing.assert_array_equal(coarse.x_train, fine.x_train)  # same records, other labels
+
+
+def test_tfds_label_key_errors():
+  tfds = pytest.importorskip('tensorflow_datasets')
+  with tfds.testing.mock_data(num_examples=4):
+    with pytest.raises(DataError) as err:
+      load_source('tfds:cifar100', label_key='superclass')
+  msg = str(err.value)
+  assert 'data.label_key' in msg and 'cifar100' in msg and 'superclass' in msg
+  assert "'coarse_label'" in msg and "'label'" in msg  # the available ClassLabel features
+  for spec in ('digits', 'synthetic:40'):
+    with pytest.raises(ConfigError) as cerr:
+      load_source(spec, label_key='coarse_label')
+    assert cerr.value.field == 'data.label_key' and cerr.value.value == 'coarse_label'
+    assert 'only tfds:' in str(cerr.value)
+  # An empty label_key means the default label everywhere.
+  assert load_source('digits', label_key='').num_classes == 10

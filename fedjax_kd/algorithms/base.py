@@ -57,6 +57,7 @@ class Context:
   modules: dict[str, Any]        # model spec -> Flax module
   optimizers: dict[str, optax.GradientTransformation]
   bytes_per_public_sample: float  # for the one-time open-data broadcast (ComU@I)
+  selector: Any = None           # fedjax_kd.selection.ClientSelector (stragglers' epochs)
 
   @property
   def data(self):
@@ -117,12 +118,42 @@ class Algorithm:
     return self.client_metrics(state, prefix='')
 
   # --------------------------------------------------------------- shared
-  def train_clients(self, state: AlgState, t: int, active: np.ndarray):
+  def local_options(self, t: int) -> dict[str, Any]:
+    """Local-training options every algorithm's private training shares.
+
+    Per-client epochs (stragglers), the round's learning-rate factor
+    ``train.lr_decay ** (t - 1)`` and ``train.fresh_optimizer``.
+    """
+    tr = self.spec.train
+    epochs_k = None
+    if self.ctx.selector is not None:
+      epochs_k = self.ctx.selector.local_epochs(t, tr.epochs)
+    return {'epochs_k': epochs_k, 'lr_scale': self.lr_factor(t),
+            'fresh_opt': tr.fresh_optimizer}
+
+  def lr_factor(self, t: int) -> float:
+    """``train.lr_decay ** (t - 1)``: round t's learning rate over the initial one."""
+    return float(self.spec.train.lr_decay ** (t - 1))
+
+  def train_clients(self, state: AlgState, t: int, active: np.ndarray, **local):
+    """Private training of the active clients; ``local`` adds e.g. ``prox_mu``."""
     tr = self.spec.train
     clients, loss = self.fed.train_private(state.clients, self.ctx.root, t, epochs=tr.epochs,
                                            batch_size=tr.batch_size, active=active,
-                                           augment=self.augment)
+                                           augment=self.augment,
+                                           **{**self.local_options(t), **local})
     return state.replace(clients=clients), _nanmean(loss)
+
+  def selection_losses(self, state: AlgState, candidates: np.ndarray) -> np.ndarray:
+    """``[K]`` local training loss of each candidate's model (Power-of-Choice).
+
+    Distillation algorithms have no global model, so a client's own model is
+    what it would train next; FedAvg-family algorithms override this with the
+    global model's loss.
+    """
+    _, nll = self.fed.evaluate(state.clients, active=candidates, split='train',
+                               chunk=self.spec.eval_chunk)
+    return nll
 
   def sample_public(self, t: int) -> tuple[np.ndarray, Array]:
     """o_r: ``public_per_round`` open indices, uniform without replacement (A6)."""

@@ -27,7 +27,8 @@ class Centralized(base.Algorithm):
     tr = self.spec.train
     server, loss = self.server_model.fit(state.server, rng.server_key(self.ctx.root, t, 'train'),
                                          d.x_private, d.y_private, epochs=tr.epochs,
-                                         batch_size=tr.batch_size, augment=self.augment)
+                                         batch_size=tr.batch_size, augment=self.augment,
+                                         lr_scale=self.lr_factor(t))
     return state.replace(server=server), base.RoundOutput({'train_loss': float(loss[0])}, [])
 
   def evaluate(self, state):

@@ -48,7 +48,7 @@ class COMET(protocol.Protocol):
     opts = COMETOptions(clusters=_int(config, 'comet.clusters', 1),
                         weight=_float(config, 'comet.weight', 0.0, lo_open=True),
                         cache=protocol.cache_options(config, spec, default_on=False))
-    if opts.cache.enabled and spec.participation < 1.0:
+    if opts.cache.enabled and spec.partial:
       raise ConfigError('cache.mode', 'on',
                         "'off' for COMET under partial participation (clients cache "
                         'their own centroid choice, which a missed round cannot restore)')
@@ -60,7 +60,7 @@ class COMET(protocol.Protocol):
   @property
   def down_elements_per_row(self):
     c = self.options.clusters
-    full = self.spec.participation >= 1.0
+    full = not self.spec.partial
     return self.num_classes if full else c * self.num_classes
 
   def aggregate(self, probs, mask):

@@ -7,12 +7,19 @@ each round the active clients start from the global model ``w_0``, train
 ``train.epochs`` epochs, and the server sets
 ``w_0 = sum_k (I_k / I) w_k`` over them. Parameters *and* BatchNorm statistics
 are averaged and counted as sent (A10); each client keeps its own optimizer
-state (A3). Requires every client to use the same model spec.
+state (A3) unless ``train.fresh_optimizer`` (NIID-Bench, FedEntOpt A18).
+Requires every client to use the same model spec.
+
+This class is also the shared machinery of the other parameter-exchange
+baselines FedEntOpt combines with client selection (FedProx, SCAFFOLD,
+FedNova): broadcast, local training with :meth:`FedAvg.local_rule`'s extra
+options, :meth:`FedAvg.aggregate`, and the model-exchange payloads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +29,7 @@ from fedjax_kd.algorithms import base
 from fedjax_kd.core.state import num_elements
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
+from fedjax_kd.ops import param_aggregate
 
 
 @jax.jit
@@ -34,26 +42,24 @@ def _broadcast(cohort, server, mask):
                         batch_stats=jax.tree.map(put, cohort.batch_stats, server.batch_stats))
 
 
-@jax.jit
-def _average(cohort, server, weights):
-  """Weighted average (eq. 3) of the cohort's params and batch stats."""
-  w = weights / jnp.sum(weights)
-  avg = lambda c: jnp.tensordot(w, c, axes=1)[None].astype(c.dtype)
-  return server.replace(params=jax.tree.map(avg, cohort.params),
-                        batch_stats=jax.tree.map(avg, cohort.batch_stats))
-
-
 class FedAvg(base.Algorithm):
   name = 'fedavg'
   uses_public = False
   has_server_model = True
+  # Why the server update needs plain SGD with momentum < 1 ('' = any optimizer).
+  sgd_only: ClassVar[str] = ''
 
   @classmethod
   def options_from_config(cls, config, spec):
     if len(set(spec.client_models)) != 1:
       raise ConfigError('clients.models', list(dict.fromkeys(spec.client_models)),
-                        'a single model spec for fedavg (parameter averaging needs '
+                        f'a single model spec for {cls.name} (parameter averaging needs '
                         'identical architectures)')
+    if cls.sgd_only and spec.train.optimizer != 'sgd':
+      raise ConfigError('train.optimizer', spec.train.optimizer, f"'sgd' ({cls.sgd_only})")
+    if cls.sgd_only and spec.train.momentum >= 1.0:
+      raise ConfigError('train.momentum', spec.train.momentum,
+                        f'a number in [0, 1) ({cls.sgd_only})')
     return None
 
   def __init__(self, ctx):
@@ -78,17 +84,60 @@ class FedAvg(base.Algorithm):
     self._elements = self._model_elements(state)
     return state
 
+  # ------------------------------------------------------------ hooks
+  def local_rule(self, state, t: int, active: np.ndarray) -> dict:
+    """Extra options of the local training (FedProx's ``prox_mu``, SCAFFOLD's ``shift``)."""
+    del state, t, active
+    return {}
+
+  def local_steps(self, t: int, active: np.ndarray) -> np.ndarray:
+    """``[K]`` local SGD steps each client runs this round (0 if inactive).
+
+    ``epochs_k * ceil(n_k / batch)``: the engine keeps the partial last batch
+    and skips steps without a real sample, so this is the executed count.
+    """
+    tr = self.spec.train
+    epochs = self.ctx.selector.local_epochs(t, tr.epochs) if self.ctx.selector else None
+    epochs = np.full(self.fed.num_clients, tr.epochs) if epochs is None else epochs
+    n = np.asarray(self.ctx.data.client_n)
+    return np.where(active, epochs * -(-n // tr.batch_size), 0).astype(np.float32)
+
+  def aggregate(self, state, start, t: int, active: np.ndarray):
+    """The new global model from the trained cohort (FedAvg: ``n_k``-weighted mean)."""
+    del start, t
+    cohort = state.clients[0]
+    weights = jnp.asarray(self.ctx.data.client_n * active, jnp.float32)
+    return state.server.replace(
+        params=param_aggregate.weighted_average(cohort.params, weights),
+        batch_stats=param_aggregate.weighted_average(cohort.batch_stats, weights))
+
+  def after_round(self, state, start, t: int, active: np.ndarray):
+    """State updates after aggregation (SCAFFOLD's control variates)."""
+    del start, t, active
+    return state
+
+  def payloads(self, active: np.ndarray) -> list[comm.Payload]:
+    return comm.model_exchange(int(np.sum(active)), self._elements)
+
+  def selection_losses(self, state, candidates: np.ndarray) -> np.ndarray:
+    """Power-of-Choice: the *global* model's loss on each candidate's data."""
+    (cohort,) = state.clients
+    probe = _broadcast(cohort, state.server, jnp.asarray(candidates))
+    _, nll = self.fed.evaluate((probe,), active=candidates, split='train',
+                               chunk=self.spec.eval_chunk)
+    return nll
+
+  # ------------------------------------------------------------ round
   def round(self, state, t, active):
     (cohort,) = state.clients
     mask = jnp.asarray(active)
+    start = state.server
     cohort = _broadcast(cohort, state.server, mask)
     state = state.replace(clients=(cohort,))
-    state, loss = self.train_clients(state, t, active)
-    weights = jnp.asarray(self.ctx.data.client_n * active, jnp.float32)
-    server = _average(state.clients[0], state.server, weights)
-    state = state.replace(server=server)
-    payloads = comm.model_exchange(int(np.sum(active)), self._elements)
-    return state, base.RoundOutput({'train_loss': loss}, payloads)
+    state, loss = self.train_clients(state, t, active, **self.local_rule(state, t, active))
+    state = state.replace(server=self.aggregate(state, start, t, active))
+    state = self.after_round(state, start, t, active)
+    return state, base.RoundOutput({'train_loss': loss}, self.payloads(active))
 
   def evaluate(self, state):
     out = self.server_metrics(state)

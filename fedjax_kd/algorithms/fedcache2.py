@@ -203,7 +203,7 @@ class FedCache2(base.Algorithm):
       clients, loss = self.fed.train_with_extra(
           state.clients, self.ctx.root, t, x_pool=self._pool(cache), y_pool=self._y_pool,
           extra_idx=extra_idx, extra_n=down_n, epochs=tr.epochs, batch_size=tr.batch_size,
-          active=active, augment=self.augment)
+          active=active, augment=self.augment, **self.local_options(t))
       state, metrics['train_loss'] = state.replace(clients=clients), base._nanmean(loss)
     else:
       state, metrics['train_loss'] = self.train_clients(state, t, active)

@@ -76,7 +76,7 @@ class Protocol(base.Algorithm):
     self.n_public = int(self.ctx.data.x_public.shape[0])
     self.n_round = self.spec.public_per_round   # <= n_public, checked by config.validate
     self.num_classes = self.ctx.data.num_classes
-    self.track_clients = self.cache.enabled and self.spec.participation < 1.0
+    self.track_clients = self.cache.enabled and self.spec.partial
     # Debug mode (spec scarlet.md §2.6.5): assert that the labels a client
     # rebuilds from its cache equal the server's zhat, where they should.
     self.debug = bool(os.environ.get('FEDJAX_KD_DEBUG'))

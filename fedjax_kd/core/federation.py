@@ -250,7 +250,9 @@ class Federation:
           shared: dict, idx: Array, n: np.ndarray | Array, loss_fn: LossFn,
           epochs: int, batch_size: int, aux: dict | None = None,
           opt_slot: str = 'train', active: np.ndarray | None = None,
-          augment: Callable | None = None) -> tuple[tuple[ModelState, ...], np.ndarray]:
+          augment: Callable | None = None, epochs_k: np.ndarray | None = None,
+          shift: Any = None, lr_scale: float = 1.0, fresh_opt: bool = False,
+          prox_mu: float = 0.0) -> tuple[tuple[ModelState, ...], np.ndarray]:
     """General local optimisation of every active client.
 
     Args:
@@ -268,6 +270,12 @@ class Federation:
       opt_slot: optimizer slot.
       active: ``[K]`` bool mask of participating clients (default all).
       augment: optional batch augmentation.
+      epochs_k: ``[K]`` epochs each client runs (<= ``epochs``; stragglers).
+      shift: per-client pytree (leading axis ``K``) subtracted from the params after
+        every step (SCAFFOLD), see `CohortKernels.fit`.
+      lr_scale: multiplies every update (per-round learning-rate decay).
+      fresh_opt: new optimizer state for this call.
+      prox_mu: FedProx proximal weight.
 
     Returns:
       New states and the mean loss per client ``[K]`` (NaN for inactive).
@@ -284,22 +292,33 @@ class Federation:
       g = jnp.asarray(gids)
       keys = rng.client_keys(root, t, np.minimum(gids, self.num_clients - 1), phase)
       cidx = idx if idx.ndim == 1 else jnp.take(idx, g, axis=0, mode='clip')
-      caux = jax.tree.map(lambda a: jnp.take(a, g, axis=0, mode='clip'), aux)
+      take = lambda a: jnp.take(a, g, axis=0, mode='clip')
+      caux = jax.tree.map(take, aux)
+      cshift = None if shift is None else jax.tree.map(take, shift)
+      cepochs = None
+      if epochs_k is not None:
+        cepochs = np.asarray(epochs_k, np.int32)[np.minimum(gids, self.num_clients - 1)]
       state, loss = cohort.kernels.fit(
           state, jnp.asarray(slots), jnp.asarray(valid), keys, cidx,
           jnp.take(n, g, mode='clip'), shared, caux, loss_fn=loss_fn, epochs=epochs,
-          batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+          batch_size=batch_size, opt_slot=opt_slot, augment=augment, epochs_k=cepochs,
+          shift=cshift, lr_scale=lr_scale, fresh_opt=fresh_opt, prox_mu=prox_mu)
       out_states.append(state)
       loss_full = self._scatter_clients(loss_full, np.where(valid, gids, self.num_clients), loss)
     return tuple(out_states), np.asarray(loss_full)
 
   def train_private(self, states, root, t, *, epochs: int, batch_size: int,
-                    active=None, opt_slot='train', augment=None):
-    """Local update on each client's labelled private data (DS-FL eq. 1)."""
+                    active=None, opt_slot='train', augment=None, **local):
+    """Local update on each client's labelled private data (DS-FL eq. 1).
+
+    ``local`` passes the local-rule options of `fit` (``epochs_k``, ``shift``,
+    ``lr_scale``, ``fresh_opt``, ``prox_mu``).
+    """
     d = self.data
     return self.fit(states, root, t, 'train', shared={'x': d.x_private, 'y': d.y_private},
                     idx=d.client_idx, n=d.client_n, loss_fn=ce_loss, epochs=epochs,
-                    batch_size=batch_size, opt_slot=opt_slot, active=active, augment=augment)
+                    batch_size=batch_size, opt_slot=opt_slot, active=active, augment=augment,
+                    **local)
 
   def distill(self, states, root, t, x: Array, targets: Array, *, epochs: int,
               batch_size: int, active=None, opt_slot='train', augment=None,
@@ -333,7 +352,7 @@ class Federation:
 
   def train_with_extra(self, states, root, t, *, x_pool: Array, y_pool: Array,
                        extra_idx: Array, extra_n: Array, epochs: int, batch_size: int,
-                       active=None, opt_slot='train', augment=None):
+                       active=None, opt_slot='train', augment=None, **local):
     """Local update on private data plus per-client extra labelled rows (CE).
 
     FedCache 2.0's eq. 14 (as the authors' code does it): the downloaded
@@ -344,13 +363,14 @@ class Federation:
       x_pool, y_pool: ``x_private``/``y_private`` followed by the extra rows.
       extra_idx: ``[K, s_max]`` rows of the pool each client adds (first ``extra_n[k]`` real).
       extra_n: ``[K]`` number of extra rows per client.
+      local: local-rule options of `fit` (``epochs_k``, ``lr_scale``, ...).
     """
     d = self.data
     idx, n = _join_rows(d.client_idx, jnp.asarray(d.client_n, jnp.int32), extra_idx,
                         jnp.asarray(extra_n, jnp.int32))
     return self.fit(states, root, t, 'train', shared={'x': x_pool, 'y': y_pool}, idx=idx,
                     n=n, loss_fn=ce_loss, epochs=epochs, batch_size=batch_size,
-                    opt_slot=opt_slot, active=active, augment=augment)
+                    opt_slot=opt_slot, active=active, augment=augment, **local)
 
   def distill_inputs(self, states, root, t, x_b: Array, valid_b: Array, y_b: Array, *,
                      epochs: int, batch_size: int, lr: float, reg: float, bn_mode: str = 'eval',
@@ -450,15 +470,19 @@ class Federation:
     ``split='test'``: ``per_client_test`` uses each client's own test split
     (``data.test_idx``); otherwise every client is scored on the full server
     test set. ``split='val'``: each client's validation rows of the private
-    data (``data.val_idx``, from ``data.val_fraction``).
+    data (``data.val_idx``, from ``data.val_fraction``). ``split='train'``: each
+    client's own training rows (Power-of-Choice's local loss).
     """
     d = self.data
+    if split == 'train':
+      return self._evaluate(states, d.x_private, d.y_private, d.client_idx, d.client_n,
+                            active, chunk)
     if split == 'val':
       if d.val_idx is None:
         raise ValueError("split='val' needs per-client validation rows (data.val_fraction > 0)")
       return self._evaluate(states, d.x_private, d.y_private, d.val_idx, d.val_n, active, chunk)
     if split != 'test':
-      raise ValueError(f"split={split!r}: expected 'test' or 'val'")
+      raise ValueError(f"split={split!r}: expected 'test', 'val' or 'train'")
     if per_client_test:
       return self._evaluate(states, d.x_test, d.y_test, d.test_idx, d.test_n, active, chunk)
     return self._evaluate(states, d.x_test, d.y_test, None, None, active, chunk)
@@ -503,13 +527,13 @@ class SingleModel:
     return self.kernels.init(key[None], self.input_shape)
 
   def _fit(self, state, key, shared: dict, loss_fn: LossFn, *, epochs, batch_size,
-           opt_slot, augment, count=None):
+           opt_slot, augment, count=None, lr_scale=1.0):
     m = shared['x'].shape[0]
     return self.kernels.fit(state, self._slots, self._valid, key[None],
                             jnp.arange(m, dtype=jnp.int32),
                             jnp.full((1,), m if count is None else count, jnp.int32),
                             shared, {}, loss_fn=loss_fn, epochs=epochs, batch_size=batch_size,
-                            opt_slot=opt_slot, augment=augment)
+                            opt_slot=opt_slot, augment=augment, lr_scale=lr_scale)
 
   def distill(self, state: ModelState, key: Array, x: Array, targets: Array, *,
               epochs: int, batch_size: int, opt_slot: str = 'train', augment=None,
@@ -521,10 +545,12 @@ class SingleModel:
     return self._fit(state, key, {'x': x, 't': targets}, soft_ce_loss, epochs=epochs,
                      batch_size=batch_size, opt_slot=opt_slot, augment=augment, count=count)
 
-  def fit(self, state, key, x, y, *, epochs, batch_size, opt_slot='train', augment=None):
+  def fit(self, state, key, x, y, *, epochs, batch_size, opt_slot='train', augment=None,
+          lr_scale=1.0):
     """Trains on labelled data (e.g. a centralized reference model)."""
     return self._fit(state, key, {'x': x, 'y': y}, ce_loss, epochs=epochs,
-                     batch_size=batch_size, opt_slot=opt_slot, augment=augment)
+                     batch_size=batch_size, opt_slot=opt_slot, augment=augment,
+                     lr_scale=lr_scale)
 
   def evaluate(self, state, x, y, chunk: int = 512) -> tuple[float, float, float]:
     """Top-1 accuracy, mean cross-entropy and top-5 accuracy on ``(x, y)``."""

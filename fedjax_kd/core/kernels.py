@@ -108,7 +108,8 @@ class CohortKernels:
     self.mesh = mesh
     self._fit = jax.jit(self._fit_impl, donate_argnums=(0,),
                         static_argnames=('loss_fn', 'epochs', 'batch_size',
-                                         'opt_slot', 'idx_shared', 'augment'))
+                                         'opt_slot', 'idx_shared', 'augment',
+                                         'fresh_opt', 'prox_mu'))
     self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment'))
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
     self._init = jax.jit(self._init_impl, static_argnames=('input_shape',))
@@ -137,11 +138,19 @@ class CohortKernels:
 
   # ------------------------------------------------------------------- fit
   def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array,
-               shared: dict, aux: dict, *, loss_fn: LossFn, epochs: int,
-               batch_size: int, opt_slot: str, augment: Callable | None):
+               shared: dict, aux: dict, epochs_k: Array, shift: Any, lr_scale: Array, *,
+               loss_fn: LossFn, epochs: int, batch_size: int, opt_slot: str,
+               augment: Callable | None, fresh_opt: bool, prox_mu: float):
     tx = self.optimizers[opt_slot]
     n_max = idx.shape[0]
+    steps_per_epoch = -(-n_max // batch_size)
     positions, step_keys = epoch_positions(key, n_max, n, epochs, batch_size)
+    # Steps past this client's own epoch budget (stragglers) see no real sample.
+    step_epoch = jnp.arange(positions.shape[0]) // steps_per_epoch
+    positions = jnp.where((step_epoch < epochs_k)[:, None], positions, n_max)
+    anchor = state.params   # theta^r for FedProx's proximal term
+    if fresh_opt:   # a new optimizer state every call (NIID-Bench; FedEntOpt A18)
+      state = state.replace(opt_state={**state.opt_state, opt_slot: tx.init(state.params)})
 
     def step(st: ModelState, inputs):
       pos, k = inputs
@@ -163,11 +172,19 @@ class CohortKernels:
           logits = self.module.apply(variables, batch['x'], train=True, mask=valid,
                                      rngs={'dropout': k_drop})
           stats = st.batch_stats
-        return masked_mean(loss_fn(logits, batch, aux), valid), stats
+        value = masked_mean(loss_fn(logits, batch, aux), valid)
+        if prox_mu:   # FedProx: (mu / 2) ||w - theta^r||^2
+          sq = sum(jnp.sum(jnp.square(a - b)) for a, b in
+                   zip(jax.tree.leaves(params), jax.tree.leaves(anchor)))
+          value = value + 0.5 * prox_mu * sq
+        return value, stats
 
       (value, stats), grads = jax.value_and_grad(loss, has_aux=True)(st.params)
       updates, opt = tx.update(grads, st.opt_state[opt_slot], st.params)
+      updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
       params = optax.apply_updates(st.params, updates)
+      if shift is not None:   # SCAFFOLD: y <- y - lr (c - c_k), outside momentum
+        params = jax.tree.map(lambda p, d: p - d.astype(p.dtype), params, shift)
       new = ModelState(params=params, batch_stats=stats,
                        opt_state={**st.opt_state, opt_slot: opt})
       any_valid = jnp.any(valid)
@@ -178,21 +195,26 @@ class CohortKernels:
     used = used.astype(losses.dtype)
     return state, jnp.sum(losses * used) / jnp.maximum(jnp.sum(used), 1.0)
 
-  def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, *, loss_fn,
-                epochs, batch_size, opt_slot, idx_shared, augment):
+  def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, epochs_k, shift,
+                lr_scale, *, loss_fn, epochs, batch_size, opt_slot, idx_shared, augment,
+                fresh_opt, prox_mu):
     sub = _constrain(take_clients(state, slots), self.mesh)
     n = jnp.where(valid, n, 0)
     fit = functools.partial(self._fit_one, loss_fn=loss_fn, epochs=epochs,
-                            batch_size=batch_size, opt_slot=opt_slot, augment=augment)
-    new, loss = jax.vmap(fit, in_axes=(0, 0, None if idx_shared else 0, 0, None, 0))(
-        sub, _constrain(keys, self.mesh), idx, n, shared, aux)
+                            batch_size=batch_size, opt_slot=opt_slot, augment=augment,
+                            fresh_opt=fresh_opt, prox_mu=prox_mu)
+    new, loss = jax.vmap(fit, in_axes=(0, 0, None if idx_shared else 0, 0, None, 0, 0, 0,
+                                       None))(
+        sub, _constrain(keys, self.mesh), idx, n, shared, aux, epochs_k, shift, lr_scale)
     write = jnp.where(valid, slots, jnp.iinfo(jnp.int32).max)
     return put_clients(state, write, new), loss
 
   def fit(self, state: ModelState, slots: Array, valid: Array, keys: Array,
           idx: Array, n: Array, shared: dict, aux: dict, *, loss_fn: LossFn,
           epochs: int, batch_size: int, opt_slot: str = 'train',
-          augment: Callable | None = None) -> tuple[ModelState, Array]:
+          augment: Callable | None = None, epochs_k: Array | None = None,
+          shift: Any = None, lr_scale: float | Array = 1.0, fresh_opt: bool = False,
+          prox_mu: float = 0.0) -> tuple[ModelState, Array]:
     """Runs ``epochs`` epochs of minibatch training on the slotted clients.
 
     Args:
@@ -212,13 +234,26 @@ class CohortKernels:
       batch_size: minibatch size.
       opt_slot: which optimizer (and optimizer state) to use.
       augment: optional ``augment(key, x) -> x`` applied per batch.
+      epochs_k: ``[S]`` int, epochs each slot actually runs (<= ``epochs``; stragglers);
+        default ``epochs`` for all. Later steps are masked like padding steps.
+      shift: optional per-slot pytree like the params (leading axis ``S``) subtracted
+        from the params after every real step (SCAFFOLD's ``lr * (c - c_k)``).
+      lr_scale: scalar multiplying every optimizer update (a per-round learning-rate
+        decay; exact for SGD with or without momentum and coupled weight decay).
+      fresh_opt: start from a new optimizer state (default: continue the stored one).
+      prox_mu: FedProx's ``mu``; adds ``mu / 2 ||w - w_start||^2`` to the loss.
 
     Returns:
       The new cohort state and the mean training loss of each slot ``[S]``.
     """
-    return self._fit(state, slots, valid, keys, idx, n, shared, aux, loss_fn=loss_fn,
-                     epochs=epochs, batch_size=batch_size, opt_slot=opt_slot,
-                     idx_shared=(idx.ndim == 1), augment=augment)
+    s = slots.shape[0]
+    if epochs_k is None:
+      epochs_k = jnp.full((s,), epochs, jnp.int32)
+    return self._fit(state, slots, valid, keys, idx, n, shared, aux,
+                     jnp.asarray(epochs_k, jnp.int32), shift,
+                     jnp.asarray(lr_scale, jnp.float32), loss_fn=loss_fn, epochs=epochs,
+                     batch_size=batch_size, opt_slot=opt_slot, idx_shared=(idx.ndim == 1),
+                     augment=augment, fresh_opt=bool(fresh_opt), prox_mu=float(prox_mu))
 
   # --------------------------------------------------------------- predict
   def _logits_chunks(self, sub: ModelState, x: Array, chunk: int, keys: Array | None = None,

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 PHASES = {'init': 0, 'train': 1, 'distill': 2, 'predict': 3, 'select': 4,
-          'sample': 5, 'server': 6, 'custom': 7}
+          'sample': 5, 'server': 6, 'custom': 7, 'stragglers': 8, 'straggle': 9,
+          'dropout': 10}
 
 
 def phase_id(phase: str) -> int:

@@ -79,7 +79,8 @@ def load_source(spec: str,
                 *,
                 data_dir: str | None = None,
                 seed: int = 0,
-                field: str = 'data.source') -> ArrayDataset:
+                field: str = 'data.source',
+                label_key: str | None = None) -> ArrayDataset:
   """Loads a data set from a spec string.
 
   Args:
@@ -89,16 +90,23 @@ def load_source(spec: str,
     seed: seed of the ``synthetic`` source; ignored by the others (the digits
       split is fixed).
     field: config field named in errors.
+    label_key: ``tfds:`` only: the ClassLabel feature to use as the label
+      (e.g. ``'coarse_label'`` of ``cifar100``: its 20 superclasses, as in
+      FedEntOpt §4.1); None or ``''`` uses the data set's supervised label.
 
   Returns:
     The `ArrayDataset`.
 
   Raises:
-    ConfigError: unknown or malformed spec.
+    ConfigError: unknown or malformed spec, or a label_key for a source that
+      is not ``tfds:``.
     DataError: the file or data set is missing, corrupt or has a wrong layout.
   """
   if not isinstance(spec, str):
     raise ConfigError(field, spec, SOURCES_ALLOWED)
+  if label_key and not spec.startswith('tfds:'):
+    raise ConfigError('data.label_key', label_key,
+                      "'' (only tfds: sources have several label features)")
   if spec == 'digits':
     return _load_digits()
   if spec == 'synthetic' or spec.startswith('synthetic:'):
@@ -123,7 +131,7 @@ def load_source(spec: str,
     name = spec[len('tfds:'):]
     if not name:
       raise ConfigError(field, spec, SOURCES_ALLOWED)
-    return _load_tfds(name, data_dir)
+    return _load_tfds(name, data_dir, label_key=label_key or None)
   raise ConfigError(field, spec, SOURCES_ALLOWED)
 
 
@@ -348,8 +356,33 @@ def _read_all(source: Any, keys: tuple[str, str],
   return x, np.asarray(ys)
 
 
-def _load_tfds(name: str, data_dir: str | None) -> ArrayDataset:
-  """TFDS ``name`` via ``tfds.data_source`` (array_record, no TensorFlow)."""
+def _class_label_features(info: Any) -> list[str]:
+  """Names of the top-level ClassLabel features of a TFDS ``DatasetInfo``."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  try:
+    features = dict(info.features.items())
+  except (AttributeError, TypeError):
+    return []
+  return sorted(k for k, f in features.items()
+                if isinstance(f, tfds.features.ClassLabel))
+
+
+def _load_tfds(name: str, data_dir: str | None,
+               label_key: str | None = None) -> ArrayDataset:
+  """TFDS ``name`` via ``tfds.data_source`` (array_record, no TensorFlow).
+
+  Args:
+    name: TFDS data set name, e.g. ``'cifar100'``.
+    data_dir: TFDS data directory; None uses TFDS's default.
+    label_key: the ClassLabel feature read as the label; None uses the
+      supervised keys' label (``'label'`` if the data set declares none).
+
+  Returns:
+    The `ArrayDataset`, num_classes from the label feature.
+
+  Raises:
+    DataError: the data set cannot be opened or read, or lacks ``label_key``.
+  """
   try:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   except ImportError as e:
@@ -382,6 +415,13 @@ def _load_tfds(name: str, data_dir: str | None) -> ArrayDataset:
   keys = tuple(info.supervised_keys or ()) or ('image', 'label')
   if len(keys) != 2 or not all(isinstance(k, str) for k in keys):
     keys = ('image', 'label')
+  if label_key:
+    available = _class_label_features(info)
+    if label_key not in available:
+      raise DataError(f'data.label_key={label_key!r}: TFDS data set {name!r} '
+                      f'has no ClassLabel feature {label_key!r}; available: '
+                      f'{available}.')
+    keys = (keys[0], label_key)
   try:
     num_classes = int(info.features[keys[1]].num_classes)
   except (KeyError, AttributeError, TypeError) as e:

@@ -16,11 +16,12 @@ from fedjax_kd.models.registry import MODELS, count_params, get_model, init_vari
 from fedjax_kd.models.resnet import (CifarResNet, resnet20, resnet32, resnet_l, resnet_m,
                                       resnet_s, resnet_t)
 from fedjax_kd.models.resnet_imagenet import ResNet, resnet34, resnet50
-from fedjax_kd.models.vgg import VGG, vgg16
+from fedjax_kd.models.vgg import VGG, vgg11, vgg16
 
 __all__ = [
     'BatchNorm', 'CNN', 'CifarResNet', 'Conv', 'DSFLCNN', 'DSFLFMNISTCNN', 'FCN', 'GoogLeNet',
     'LeNet5', 'MLP', 'MODELS', 'ResNet', 'VGG', 'conv_im2col', 'conv_xla', 'count_params',
     'get_model', 'init_variables', 'max_pool2', 'parse_spec', 'resnet20',
-    'resnet32', 'resnet34', 'resnet50', 'resnet_l', 'resnet_m', 'resnet_s', 'resnet_t', 'vgg16',
+    'resnet32', 'resnet34', 'resnet50', 'resnet_l', 'resnet_m', 'resnet_s', 'resnet_t', 'vgg11',
+    'vgg16',
 ]

@@ -3,11 +3,11 @@
 `get_model('cnn@0.5', num_classes=10, input_shape=(28, 28, 1))` returns a `flax.linen.Module`
 whose `__call__(x, train=False, mask=None, embed=False)` maps a batch [B, *input_shape] to
 logits [B, num_classes]. BatchNorm models take a [B] `mask` of valid rows (the others ignore
-it); models with dropout ('fcn') apply it only with `train=True`, drawing from the 'dropout'
-rng. With `embed=True` every model returns instead its penultimate representation [B, d]: the
-exact input of its final Dense layer (after that layer's activation, pooling and dropout), so
-that `logits == embed_output @ W + b` with the final Dense parameters (FedCache 2.0's feature
-extractor). See the model modules for the papers behind each architecture:
+it); models with dropout ('fcn', 'vgg11') apply it only with `train=True`, drawing from the
+'dropout' rng. With `embed=True` every model returns instead its penultimate representation
+[B, d]: the exact input of its final Dense layer (after that layer's activation, pooling and
+dropout), so that `logits == embed_output @ W + b` with the final Dense parameters (FedCache
+2.0's feature extractor). See the model modules for the papers behind each architecture:
 
 | name | module | paper |
 |---|---|---|
@@ -21,6 +21,7 @@ extractor). See the model modules for the papers behind each architecture:
 | fcn | `fcn.FCN` | Pan et al., FedCache 2.0, arXiv 2405.13378, Table XIV (FCN-U, FCN-T) |
 | googlenet | `googlenet.GoogLeNet` | Szegedy et al. 2015; ACE-pFL (He et al. 2025) |
 | vgg16 | `vgg.VGG` | Simonyan & Zisserman 2015; ACE-pFL (He et al. 2025) |
+| vgg11 | `vgg.VGG` | Simonyan & Zisserman 2015 (config. A, no BN); FedEntOpt, arXiv 2411.01240 |
 | resnet34, resnet50 | `resnet_imagenet.ResNet` | He et al. 2016; ACE-pFL (He et al. 2025) |
 
 The FedCache 2.0 ResNets (ResNet-T/S/M/L: 2, 3, 4, 5 blocks per stage) differ from resnet20/32
@@ -33,6 +34,12 @@ Knowledge Distillation", IEEE/ACM Transactions on Networking 2025), in the CIFAR
 kuangliu/pytorch-cifar (3x3 stems, no initial max pool, 32x32 inputs; global average pooling
 so that they take any side >= 1). Trainable parameters for 10 classes at width 1: 6,166,250,
 14,728,266, 21,282,122 and 23,520,842.
+
+vgg11 is the large client model of FedEntOpt (arXiv 2411.01240 v2, §4.3; spec `fedentopt.md`
+§4.3, A19): VGG-11 configuration A without BatchNorm, then Dropout(0.5) -> Dense 512 -> ReLU ->
+Dropout(0.5) -> Dense 512 -> ReLU -> Dense C (NIID-Bench / pytorch-vgg-cifar10 style), with the
+same pooling as vgg16 for other input sizes; 9,750,922 trainable parameters for 10 classes at
+width 1. Its dropout draws from the 'dropout' rng with `train=True`.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from fedjax_kd.models import (cnn, fcn, googlenet, layers, lenet, mlp, resnet,
 
 MODELS: tuple[str, ...] = ('mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
                            'lenet5', 'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l', 'fcn',
-                           'googlenet', 'vgg16', 'resnet34', 'resnet50')
+                           'googlenet', 'vgg16', 'resnet34', 'resnet50', 'vgg11')
 
 # Models that flatten their input and accept any input shape.
 _FLAT_MODELS: tuple[str, ...] = ('mlp', 'fcn')
@@ -65,7 +72,7 @@ def _min_side(name: str) -> int:
   return {'mlp': 0, 'cnn': 4, 'dsfl_cnn': 16, 'dsfl_fmnist_cnn': 4, 'resnet20': 1,
           'resnet32': 1, 'lenet5': 16, 'resnet_t': 1, 'resnet_s': 1, 'resnet_m': 1,
           'resnet_l': 1, 'fcn': 0, 'googlenet': 1, 'vgg16': 1, 'resnet34': 1,
-          'resnet50': 1}[name]
+          'resnet50': 1, 'vgg11': 1}[name]
 
 
 def _spatial_ok(name: str, side: int) -> bool:
@@ -161,6 +168,7 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       'vgg16': lambda: vgg.vgg16(num_classes, width, lowering),
       'resnet34': lambda: resnet_imagenet.resnet34(num_classes, width, lowering),
       'resnet50': lambda: resnet_imagenet.resnet50(num_classes, width, lowering),
+      'vgg11': lambda: vgg.vgg11(num_classes, width, lowering),
   }
   return builders[name]()
 
