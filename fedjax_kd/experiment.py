@@ -21,6 +21,7 @@ from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources, splits
 from fedjax_kd.models import registry
+from fedjax_kd.ops import selection as selection_ops
 
 
 def make_optimizer(o: OptimSpec) -> optax.GradientTransformation:
@@ -96,10 +97,9 @@ def participants(spec: ExperimentSpec, t: int) -> np.ndarray:
   Kept for scripts; runs go through `fedjax_kd.selection.ClientSelector`.
   """
   k = spec.num_clients
-  if spec.participation >= 1.0:
-    return np.ones(k, bool)
-  from fedjax_kd.core import rng  # pylint: disable=g-import-not-at-top
-  chosen = rng.host_rng(spec.seed, t, 'select').choice(k, spec.selection.m, replace=False)
   mask = np.zeros(k, bool)
-  mask[chosen] = True
+  if spec.participation >= 1.0:
+    mask[:] = True
+  else:
+    mask[selection_ops.uniform_round(k, spec.selection.m, spec.seed, t)] = True
   return mask

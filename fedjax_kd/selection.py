@@ -111,9 +111,9 @@ class ClientSelector:
       return np.asarray(self._schedule[t - 1], np.int64), np.zeros(0, np.int64)
     if m >= k:
       return np.arange(k, dtype=np.int64), np.zeros(0, np.int64)
-    r = rng.host_rng(self.spec.seed, t, 'select')
     if self.sel.method == 'uniform':
-      return np.asarray(r.choice(k, m, replace=False), np.int64), np.zeros(0, np.int64)
+      return sel_ops.uniform_round(k, m, self.spec.seed, t), np.zeros(0, np.int64)
+    r = rng.host_rng(self.spec.seed, t, 'select')
     cands = sel_ops.power_of_choice_candidates(r, self.sizes, min(self.sel.candidates, k))
     mask = np.zeros(k, bool)
     mask[cands] = True

@@ -250,3 +250,20 @@ def test_distillation_algorithms_take_the_selection_layer(tmp_path, algo):
                                                      'selection.dropout': 0.2}))
   assert all(r['participants'] == 4 and r['label_coverage'] >= 1 for r in rows)
   assert rows[-1]['test_acc'] is not None
+
+
+def test_power_of_choice_scores_the_global_model_on_each_candidate(tmp_path):
+  exp = experiment.build(spec_of(fe_tiny(selection='power_of_choice', rounds=2)))
+  algo, d = exp.algorithm, exp.ctx.data
+  st = algo.init()
+  cands = np.zeros(K, bool)
+  cands[[2, 7, 11]] = True
+  losses = algo.selection_losses(st, cands)
+  assert np.isnan(losses[~cands]).all()
+  for k in (2, 7, 11):
+    rows = np.asarray(d.client_idx)[k, :d.client_n[k]]
+    _, want, _ = algo.server_model.evaluate(st.server, np.asarray(d.x_private)[rows],
+                                            np.asarray(d.y_private)[rows])
+    assert abs(losses[k] - want) < 1e-5 * max(1.0, want)
+  rows, _ = run(tmp_path, fe_tiny(selection='power_of_choice', rounds=2))
+  assert all(r['participants'] == 5 for r in rows)

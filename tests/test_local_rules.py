@@ -1,7 +1,7 @@
 """Local-training rules of the engine and the parameter-exchange aggregation ops.
 
 Per-client epoch budgets (stragglers), a per-round learning-rate factor, fresh
-optimizer state, FedProx's proximal term and SCAFFOLD's post-step shift, each
+optimizer state, FedProx's proximal term and SCAFFOLD's post-step correction, each
 checked against a hand-written update; FedNova and SCAFFOLD server math on
 numbers worked out by hand.
 """
@@ -75,8 +75,11 @@ def test_prox_and_shift_match_a_hand_written_update(mu, shift_value):
   fed = make_fed(data, tx=optax.sgd(lr))
   st0 = fed.init(ROOT)
   p0 = params_of(fed, st0, 1)
-  shift = jax.tree.map(lambda a: jnp.full(a.shape, shift_value, a.dtype), st0[0].params)
-  st, _ = fed.train_private(st0, ROOT, 1, epochs=2, batch_size=64, prox_mu=mu, shift=shift)
+  # SCAFFOLD's control with c - c_k = shift_value / lr everywhere (c = 0.5 + that, c_k = 0.5).
+  c_k = jax.tree.map(lambda a: jnp.full(a.shape, 0.5, a.dtype), st0[0].params)
+  c = jax.tree.map(lambda a: a[:1] + shift_value / lr, c_k)
+  st, _ = fed.train_private(st0, ROOT, 1, epochs=2, batch_size=64, prox_mu=mu,
+                            control=(c, c_k, lr))
 
   n = int(data.client_n[1])
   rows = np.asarray(data.client_idx)[1, :n]

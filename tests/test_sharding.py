@@ -103,7 +103,7 @@ FL_SCRIPT = textwrap.dedent('''
 
 
 def test_parameter_exchange_with_stragglers_on_eight_devices_matches_one_device():
-  """SCAFFOLD's per-client shift, FedProx's anchor and per-client epoch budgets, sharded."""
+  """SCAFFOLD's per-client control variates, FedProx's anchor and per-client epoch budgets, sharded."""
   out = _on_eight_and_one_device(FL_SCRIPT)
   for algo in ('scaffold', 'fedprox', 'fednova'):
     for a, b in zip(out[0][algo], out[1][algo]):

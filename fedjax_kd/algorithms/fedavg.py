@@ -86,7 +86,7 @@ class FedAvg(base.Algorithm):
 
   # ------------------------------------------------------------ hooks
   def local_rule(self, state, t: int, active: np.ndarray) -> dict:
-    """Extra options of the local training (FedProx's ``prox_mu``, SCAFFOLD's ``shift``)."""
+    """Extra options of the local training (FedProx's ``prox_mu``, SCAFFOLD's ``control``)."""
     del state, t, active
     return {}
 
@@ -120,12 +120,22 @@ class FedAvg(base.Algorithm):
     return comm.model_exchange(int(np.sum(active)), self._elements)
 
   def selection_losses(self, state, candidates: np.ndarray) -> np.ndarray:
-    """Power-of-Choice: the *global* model's loss on each candidate's data."""
-    (cohort,) = state.clients
-    probe = _broadcast(cohort, state.server, jnp.asarray(candidates))
-    _, nll = self.fed.evaluate((probe,), active=candidates, split='train',
-                               chunk=self.spec.eval_chunk)
-    return nll
+    """Power-of-Choice: the *global* model's loss on each candidate's data.
+
+    The server model is evaluated once per candidate (slot ``s`` reads row 0 of
+    the server state with candidate ``s``'s data rows), without copying it into
+    the cohort.
+    """
+    ids = np.flatnonzero(candidates)
+    d = self.ctx.data
+    g = jnp.asarray(ids)
+    _, nll, _ = self.server_model.kernels.evaluate(
+        state.server, jnp.zeros(len(ids), jnp.int32), d.x_private, d.y_private,
+        jnp.take(d.client_idx, g, axis=0), jnp.asarray(d.client_n)[g],
+        chunk=self.spec.eval_chunk)
+    out = np.full(self.fed.num_clients, np.nan, np.float32)
+    out[ids] = np.asarray(nll)
+    return out
 
   # ------------------------------------------------------------ round
   def round(self, state, t, active):

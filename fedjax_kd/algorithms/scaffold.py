@@ -41,9 +41,8 @@ class SCAFFOLD(FedAvg):
 
   def local_rule(self, state, t, active):
     del active
-    lr = self._lr(t)
-    shift = jax.tree.map(lambda c, ck: lr * (c - ck), state.extra['c'], state.extra['c_k'])
-    return {'shift': shift}
+    # Only the slotted clients' c_k are gathered; c - c_k is formed inside the step.
+    return {'control': (state.extra['c'], state.extra['c_k'], self._lr(t))}
 
   def after_round(self, state, start, t, active):
     c, c_k = param_aggregate.scaffold_controls(

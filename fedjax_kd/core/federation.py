@@ -251,7 +251,7 @@ class Federation:
           epochs: int, batch_size: int, aux: dict | None = None,
           opt_slot: str = 'train', active: np.ndarray | None = None,
           augment: Callable | None = None, epochs_k: np.ndarray | None = None,
-          shift: Any = None, lr_scale: float = 1.0, fresh_opt: bool = False,
+          control: Any = None, lr_scale: float = 1.0, fresh_opt: bool = False,
           prox_mu: float = 0.0) -> tuple[tuple[ModelState, ...], np.ndarray]:
     """General local optimisation of every active client.
 
@@ -271,8 +271,8 @@ class Federation:
       active: ``[K]`` bool mask of participating clients (default all).
       augment: optional batch augmentation.
       epochs_k: ``[K]`` epochs each client runs (<= ``epochs``; stragglers).
-      shift: per-client pytree (leading axis ``K``) subtracted from the params after
-        every step (SCAFFOLD), see `CohortKernels.fit`.
+      control: SCAFFOLD's ``(c, c_k, lr)`` with ``c_k`` for all K clients (leading
+        axis ``K``; only the slotted rows are gathered), see `CohortKernels.fit`.
       lr_scale: multiplies every update (per-round learning-rate decay).
       fresh_opt: new optimizer state for this call.
       prox_mu: FedProx proximal weight.
@@ -294,7 +294,9 @@ class Federation:
       cidx = idx if idx.ndim == 1 else jnp.take(idx, g, axis=0, mode='clip')
       take = lambda a: jnp.take(a, g, axis=0, mode='clip')
       caux = jax.tree.map(take, aux)
-      cshift = None if shift is None else jax.tree.map(take, shift)
+      ccontrol = None
+      if control is not None:
+        ccontrol = (control[0], jax.tree.map(take, control[1]), control[2])
       cepochs = None
       if epochs_k is not None:
         cepochs = np.asarray(epochs_k, np.int32)[np.minimum(gids, self.num_clients - 1)]
@@ -302,7 +304,7 @@ class Federation:
           state, jnp.asarray(slots), jnp.asarray(valid), keys, cidx,
           jnp.take(n, g, mode='clip'), shared, caux, loss_fn=loss_fn, epochs=epochs,
           batch_size=batch_size, opt_slot=opt_slot, augment=augment, epochs_k=cepochs,
-          shift=cshift, lr_scale=lr_scale, fresh_opt=fresh_opt, prox_mu=prox_mu)
+          control=ccontrol, lr_scale=lr_scale, fresh_opt=fresh_opt, prox_mu=prox_mu)
       out_states.append(state)
       loss_full = self._scatter_clients(loss_full, np.where(valid, gids, self.num_clients), loss)
     return tuple(out_states), np.asarray(loss_full)
@@ -311,7 +313,7 @@ class Federation:
                     active=None, opt_slot='train', augment=None, **local):
     """Local update on each client's labelled private data (DS-FL eq. 1).
 
-    ``local`` passes the local-rule options of `fit` (``epochs_k``, ``shift``,
+    ``local`` passes the local-rule options of `fit` (``epochs_k``, ``control``,
     ``lr_scale``, ``fresh_opt``, ``prox_mu``).
     """
     d = self.data

@@ -138,7 +138,8 @@ class CohortKernels:
 
   # ------------------------------------------------------------------- fit
   def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array,
-               shared: dict, aux: dict, epochs_k: Array, shift: Any, lr_scale: Array, *,
+               shared: dict, aux: dict, epochs_k: Array, c_k: Any, control: Any,
+               lr_scale: Array, *,
                loss_fn: LossFn, epochs: int, batch_size: int, opt_slot: str,
                augment: Callable | None, fresh_opt: bool, prox_mu: float):
     tx = self.optimizers[opt_slot]
@@ -183,8 +184,10 @@ class CohortKernels:
       updates, opt = tx.update(grads, st.opt_state[opt_slot], st.params)
       updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
       params = optax.apply_updates(st.params, updates)
-      if shift is not None:   # SCAFFOLD: y <- y - lr (c - c_k), outside momentum
-        params = jax.tree.map(lambda p, d: p - d.astype(p.dtype), params, shift)
+      if control is not None:   # SCAFFOLD: y <- y - lr (c - c_k), outside momentum
+        c, lr = control
+        params = jax.tree.map(lambda p, cs, ck: p - (lr * (cs[0] - ck)).astype(p.dtype),
+                              params, c, c_k)
       new = ModelState(params=params, batch_stats=stats,
                        opt_state={**st.opt_state, opt_slot: opt})
       any_valid = jnp.any(valid)
@@ -195,7 +198,7 @@ class CohortKernels:
     used = used.astype(losses.dtype)
     return state, jnp.sum(losses * used) / jnp.maximum(jnp.sum(used), 1.0)
 
-  def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, epochs_k, shift,
+  def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, epochs_k, c_k, control,
                 lr_scale, *, loss_fn, epochs, batch_size, opt_slot, idx_shared, augment,
                 fresh_opt, prox_mu):
     sub = _constrain(take_clients(state, slots), self.mesh)
@@ -204,8 +207,9 @@ class CohortKernels:
                             batch_size=batch_size, opt_slot=opt_slot, augment=augment,
                             fresh_opt=fresh_opt, prox_mu=prox_mu)
     new, loss = jax.vmap(fit, in_axes=(0, 0, None if idx_shared else 0, 0, None, 0, 0, 0,
-                                       None))(
-        sub, _constrain(keys, self.mesh), idx, n, shared, aux, epochs_k, shift, lr_scale)
+                                       None, None))(
+        sub, _constrain(keys, self.mesh), idx, n, shared, aux, epochs_k, c_k, control,
+        lr_scale)
     write = jnp.where(valid, slots, jnp.iinfo(jnp.int32).max)
     return put_clients(state, write, new), loss
 
@@ -213,7 +217,7 @@ class CohortKernels:
           idx: Array, n: Array, shared: dict, aux: dict, *, loss_fn: LossFn,
           epochs: int, batch_size: int, opt_slot: str = 'train',
           augment: Callable | None = None, epochs_k: Array | None = None,
-          shift: Any = None, lr_scale: float | Array = 1.0, fresh_opt: bool = False,
+          control: Any = None, lr_scale: float | Array = 1.0, fresh_opt: bool = False,
           prox_mu: float = 0.0) -> tuple[ModelState, Array]:
     """Runs ``epochs`` epochs of minibatch training on the slotted clients.
 
@@ -236,8 +240,9 @@ class CohortKernels:
       augment: optional ``augment(key, x) -> x`` applied per batch.
       epochs_k: ``[S]`` int, epochs each slot actually runs (<= ``epochs``; stragglers);
         default ``epochs`` for all. Later steps are masked like padding steps.
-      shift: optional per-slot pytree like the params (leading axis ``S``) subtracted
-        from the params after every real step (SCAFFOLD's ``lr * (c - c_k)``).
+      control: SCAFFOLD's ``(c, c_k, lr)``: the server variate (leaves ``[1, ...]``),
+        the slots' variates (leaves ``[S, ...]``) and the round's learning rate;
+        ``lr * (c - c_k)`` is subtracted from the params after every real step.
       lr_scale: scalar multiplying every optimizer update (a per-round learning-rate
         decay; exact for SGD with or without momentum and coupled weight decay).
       fresh_opt: start from a new optimizer state (default: continue the stored one).
@@ -250,7 +255,9 @@ class CohortKernels:
     if epochs_k is None:
       epochs_k = jnp.full((s,), epochs, jnp.int32)
     return self._fit(state, slots, valid, keys, idx, n, shared, aux,
-                     jnp.asarray(epochs_k, jnp.int32), shift,
+                     jnp.asarray(epochs_k, jnp.int32),
+                     None if control is None else control[1],
+                     None if control is None else (control[0], jnp.float32(control[2])),
                      jnp.asarray(lr_scale, jnp.float32), loss_fn=loss_fn, epochs=epochs,
                      batch_size=batch_size, opt_slot=opt_slot, idx_shared=(idx.ndim == 1),
                      augment=augment, fresh_opt=bool(fresh_opt), prox_mu=float(prox_mu))

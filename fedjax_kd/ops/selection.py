@@ -49,11 +49,12 @@ import numbers
 
 import numpy as np
 
+from fedjax_kd.core import rng as rng_lib
 from fedjax_kd.ops import privacy
 
 __all__ = [
     'TIE_TOL', 'TIE_BREAKS', 'entropy_bits', 'count_entropy', 'FedEntOptState',
-    'fedentopt_round', 'fedentopt_schedule', 'uniform_schedule',
+    'fedentopt_round', 'fedentopt_schedule', 'uniform_round', 'uniform_schedule',
     'power_of_choice_candidates', 'power_of_choice_select', 'label_coverage',
     'cohort_entropy', 'schedule_stats', 'dp_counts'
 ]
@@ -64,7 +65,6 @@ TIE_BREAKS = ('lowest', 'random')
 # Stream tags mixed into the seed so that the schedules and the DP noise of one
 # seed use independent random streams.
 _FEDENTOPT_STREAM = 0xFE0
-_UNIFORM_STREAM = 0xA10
 _DP_STREAM = 0xD9
 
 
@@ -247,13 +247,22 @@ def fedentopt_schedule(counts,
   return out
 
 
+def uniform_round(num_clients: int, m: int, seed: int, t: int) -> np.ndarray:
+  """Round ``t``'s uniform cohort: ``m`` distinct ids without replacement (A10).
+
+  ``host_rng(seed, t, 'select').choice(num_clients, m, replace=False)``: the
+  generator the experiment layer (``fedjax_kd.selection``) draws from, so a
+  schedule computed here is the one a run uses.
+  """
+  return np.asarray(rng_lib.host_rng(seed, t, 'select').choice(num_clients, size=m,
+                                                              replace=False), np.int64)
+
+
 def uniform_schedule(num_clients: int, rounds: int, m: int,
                      seed: int) -> np.ndarray:
   """Uniform selection without replacement, a fresh draw per round (A10).
 
-  Ignores client sizes. Round r uses
-  ``rng.choice(num_clients, m, replace=False)`` from one generator
-  ``np.random.default_rng(np.random.SeedSequence([seed, 0xA10]))``.
+  Ignores client sizes. Row ``r`` is :func:`uniform_round` of round ``r + 1``.
 
   Args:
     num_clients: K >= 1.
@@ -269,10 +278,9 @@ def uniform_schedule(num_clients: int, rounds: int, m: int,
   _check_schedule_args(num_clients, rounds, m)
   if not _is_int(seed) or seed < 0:
     raise ValueError(f'seed={seed!r} must be a non-negative integer')
-  rng = np.random.default_rng(np.random.SeedSequence([seed, _UNIFORM_STREAM]))
   out = np.zeros((rounds, m), np.int64)
   for r in range(rounds):
-    out[r] = rng.choice(num_clients, size=m, replace=False)
+    out[r] = uniform_round(num_clients, m, seed, r + 1)
   return out
 
 
