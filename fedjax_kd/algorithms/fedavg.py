@@ -97,7 +97,7 @@ class FedAvg(base.Algorithm):
     and skips steps without a real sample, so this is the executed count.
     """
     tr = self.spec.train
-    epochs = self.ctx.selector.local_epochs(t, tr.epochs) if self.ctx.selector else None
+    epochs = self.local_options(t)['epochs_k']   # the budgets the engine ran
     epochs = np.full(self.fed.num_clients, tr.epochs) if epochs is None else epochs
     n = np.asarray(self.ctx.data.client_n)
     return np.where(active, epochs * -(-n // tr.batch_size), 0).astype(np.float32)
