@@ -10,10 +10,12 @@ field *before any data is loaded or compiled* and returns an
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from typing import Any, Sequence
 
 import ml_collections
+import numpy as np
 
 from fedjax_kd.errors import ConfigError
 
@@ -173,7 +175,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.eval.chunk = 512
 
   c.checkpoint = ml_collections.ConfigDict()
-  c.checkpoint.every = 0                 # rounds between checkpoints; 0 = never
+  c.checkpoint.every = 10                # rounds between checkpoints (and at exit); 0 = never
+  c.checkpoint.keep = 2                  # newest checkpoints kept in <workdir>/checkpoints
+
+  c.log = ml_collections.ConfigDict()
+  c.log.tensorboard = True               # scalars in <workdir>/tensorboard
   return c
 
 
@@ -262,6 +268,8 @@ class ExperimentSpec:
   eval_clients: bool
   eval_chunk: int
   checkpoint_every: int
+  checkpoint_keep: int = 2
+  tensorboard: bool = True
   selection: SelectionSpec = SelectionSpec()
   options: Any = None
   raw: Any = None                     # the ConfigDict, for writing to the workdir
@@ -294,6 +302,72 @@ def _float(c, field: str, lo: float | None = None, lo_open: bool = False,
   if hi is not None and v > hi:
     raise ConfigError(field, v, f'a number <= {hi}')
   return v
+
+
+def _bool(c, field: str) -> bool:
+  v = _get(c, field)
+  if not isinstance(v, (bool, np.bool_)):
+    raise ConfigError(field, v, 'True or False')
+  return bool(v)
+
+
+def _type_name(v: Any) -> str:
+  if isinstance(v, bool):
+    return 'True or False'
+  if isinstance(v, int):
+    return 'an integer'
+  if isinstance(v, float):
+    return 'a number'
+  if isinstance(v, str):
+    return 'a string'
+  return 'a tuple'
+
+
+def _same_kind(v: Any, default: Any) -> bool:
+  """Whether ``v`` may replace ``default`` (ints for floats, lists for tuples)."""
+  if default is None:
+    return True
+  if isinstance(default, (bool, np.bool_)):
+    return isinstance(v, (bool, np.bool_))
+  if isinstance(default, int):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+  if isinstance(default, float):
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+  if isinstance(default, str):
+    return isinstance(v, str)
+  if isinstance(default, (tuple, list)):
+    return isinstance(v, (tuple, list))
+  return True
+
+
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """Every field of ``config`` exists in :func:`default_config` and has its type.
+
+  Catches typos (``train.learing_rate``) and wrong types (``'0.1'`` for a
+  number, ``1`` for a flag) in every group, also those the chosen algorithm
+  does not read; ranges and cross-field rules are checked by :func:`validate`.
+
+  Raises:
+    ConfigError: naming the field, what was given and what is allowed.
+  """
+  def walk(node, ref, prefix):
+    for key in node.keys():
+      field = f'{prefix}{key}'
+      value = node[key]
+      if key not in ref:
+        near = difflib.get_close_matches(key, list(ref.keys()), n=1)
+        hint = f' (did you mean {prefix}{near[0]}?)' if near else ''
+        where = f"group '{prefix[:-1]}'" if prefix else 'the top level'
+        raise ConfigError(field, value, f'a known field of {where}: '
+                          + ', '.join(sorted(ref.keys())) + hint)
+      default = ref[key]
+      if isinstance(default, ml_collections.ConfigDict):
+        if not isinstance(value, ml_collections.ConfigDict):
+          raise ConfigError(field, value, f'a group with fields {", ".join(sorted(default))}')
+        walk(value, default, f'{field}.')
+      elif not _same_kind(value, default):
+        raise ConfigError(field, value, _type_name(default))
+  walk(config, default_config(), '')
 
 
 def _choice(c, field: str, allowed: Sequence[str]) -> str:
@@ -342,7 +416,7 @@ def _optim(c, group: str, with_epochs: bool = True) -> OptimSpec:
   extra = {}
   if group == 'train':
     extra = dict(lr_decay=_float(c, 'train.lr_decay', 0.0, lo_open=True, hi=1.0),
-                 fresh_optimizer=bool(_get(c, 'train.fresh_optimizer')))
+                 fresh_optimizer=_bool(c, 'train.fresh_optimizer'))
   return OptimSpec(
       optimizer=_choice(c, f'{group}.optimizer', OPTIMIZERS),
       learning_rate=_float(c, f'{group}.learning_rate', 0.0, lo_open=True),
@@ -382,7 +456,7 @@ def _selection(c, num_clients: int, participation: float) -> SelectionSpec:
   if dropout >= 1.0:
     raise ConfigError('selection.dropout', dropout, 'a fraction in [0, 1)')
   return SelectionSpec(
-      method=method, m=m, q=q, dp=bool(_get(c, 'selection.dp')), epsilon=epsilon,
+      method=method, m=m, q=q, dp=_bool(c, 'selection.dp'), epsilon=epsilon,
       tie_tol=_float(c, 'selection.tie_tol', 0.0),
       tie_break=_choice(c, 'selection.tie_break', ('lowest', 'random')),
       candidates=candidates or min(k, 2 * m), dropout=dropout,
@@ -398,6 +472,7 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
   from fedjax_kd.data import partition as partition_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
 
+  check_fields(config)
   algorithm = _choice(config, 'algorithm', tuple(algorithms.ALGORITHMS))
   seed = _int(config, 'seed', 0)
   rounds = _int(config, 'rounds', 1)
@@ -418,10 +493,10 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       shards_per_client=_int(config, 'data.shards_per_client', 1),
       classes_per_client=_int(config, 'data.classes_per_client', 1),
       min_size=_int(config, 'data.min_size', 0),
-      per_client_test=bool(_get(config, 'data.per_client_test')),
+      per_client_test=_bool(config, 'data.per_client_test'),
       val_fraction=_val_fraction(config),
       augment=_choice(config, 'data.augment', augment_lib.AUGMENTATIONS),
-      augment_predict=bool(_get(config, 'data.augment_predict')),
+      augment_predict=_bool(config, 'data.augment_predict'),
       label_key=_label_key(config, source))
 
   num_clients = _int(config, 'clients.num_clients', 1)
@@ -467,19 +542,26 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
   comm_rules = _get(config, 'comm.rules')
   from fedjax_kd.ops import comm  # pylint: disable=g-import-not-at-top
   comm.get_rules(comm_rules)  # validates
-  thresholds = tuple(float(x) for x in _get(config, 'comm.thresholds'))
+  thresholds = _get(config, 'comm.thresholds')
+  if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1
+             for x in thresholds):
+    raise ConfigError('comm.thresholds', thresholds,
+                      'a tuple of accuracies in (0, 1], e.g. (0.5, 0.6)')
+  thresholds = tuple(float(x) for x in thresholds)
 
   spec = ExperimentSpec(
       algorithm=algorithm, seed=seed, rounds=rounds, data=data,
       num_clients=num_clients, client_models=tuple(client_models),
-      participation=participation, shared_init=bool(_get(config, 'clients.shared_init')),
+      participation=participation, shared_init=_bool(config, 'clients.shared_init'),
       server_model=server_model, train=train, distill=distill,
       distill_batch_size=distill_batch, distill_epochs=distill_epochs,
       public_per_round=public_per_round, comm_rules=comm_rules,
       comm_thresholds=thresholds, eval_every=_int(config, 'eval.every', 1),
-      eval_clients=bool(_get(config, 'eval.clients')),
+      eval_clients=_bool(config, 'eval.clients'),
       eval_chunk=_int(config, 'eval.chunk', 1),
-      checkpoint_every=_int(config, 'checkpoint.every', 0), selection=selection, raw=config)
+      checkpoint_every=_int(config, 'checkpoint.every', 0),
+      checkpoint_keep=_int(config, 'checkpoint.keep', 1),
+      tensorboard=_bool(config, 'log.tensorboard'), selection=selection, raw=config)
   cls = algorithms.ALGORITHMS[algorithm]
   if cls.uses_public and cls.samples_public and public_per_round > data.num_public:
     raise ConfigError('distill.public_per_round', public_per_round,

@@ -4,20 +4,27 @@ r"""Command-line entry point.
   python -m fedjax_kd.main --config=configs/default.py --config.rounds=5 \
       --config.clients.num_clients=20
 
-Any config field can be overridden with ``--config.<field>=value``.
+Any config field can be overridden with ``--config.<field>=value``. Rerunning
+the same command on the same ``--workdir`` resumes from its newest checkpoint.
+
+Exit codes: 0 done; 2 bad config or data (nothing ran); 3 a round produced
+NaN/Inf (the last good checkpoint is kept); 130/143 stopped by SIGINT/SIGTERM
+after checkpointing (rerun to resume).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 from absl import app, flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import runner
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to a config file.',
                                           lock_config=True)
@@ -29,15 +36,22 @@ _PROGRESS = flags.DEFINE_bool('progress', True, 'Print one progress line per rou
 def main(argv):
   del argv
   logging.getLogger('jax._src.xla_bridge').setLevel(logging.WARNING)  # no TPU-probe noise
+  if not flags.FLAGS['verbosity'].present:   # orbax logs every save at INFO
+    absl_logging.set_verbosity(absl_logging.WARNING)
   if _CONFIG.value is None:
     raise app.UsageError('--config=configs/<name>.py is required')
   try:
     spec = config_lib.validate(_CONFIG.value)
     workdir = _WORKDIR.value or f'runs/{spec.algorithm}'
-    runner.run(spec, workdir, resume=_RESUME.value, progress=_PROGRESS.value)
+    summary = runner.run(spec, workdir, resume=_RESUME.value, progress=_PROGRESS.value)
   except (ConfigError, DataError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  except DivergenceError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(3)
+  if summary.get('stopped_by'):   # SIGINT/SIGTERM: checkpointed, resumable
+    sys.exit(128 + signal.Signals[summary['stopped_by']].value)
 
 
 if __name__ == '__main__':

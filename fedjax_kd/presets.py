@@ -42,6 +42,8 @@ def digits(algorithm: str = 'dsfl') -> ml_collections.ConfigDict:
   c.comm.thresholds = [0.8, 0.9]
   if algorithm == 'fedavg':
     c.clients.models = ['cnn@1.0']   # parameter averaging needs one architecture
+  if algorithm == 'acepfl':
+    c.data.val_fraction = 0.1        # the best past model is picked on validation rows
   return c
 
 

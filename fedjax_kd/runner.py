@@ -1,30 +1,46 @@
 """The experiment loop: rounds, metrics files, progress, checkpoints, resume.
 
-``workdir`` receives
-  * ``config.json``   the resolved config;
-  * ``metrics.jsonl`` and ``metrics.csv``, one row per round, written as it goes;
-  * ``checkpoint.npz`` + ``checkpoint.json`` every ``checkpoint.every`` rounds
-    (and after the last round); a rerun with the same workdir resumes from it;
-  * ``summary.json``  final and best accuracy, communication, ComU@x, timing.
+``workdir`` receives the files described in :mod:`fedjax_kd.workdir`: the
+config, ``metrics.jsonl``/``metrics.csv`` (a row per round, written as it
+goes), ``partition.json``, ``selection.json``, ``clients.json``,
+``summary.json``, TensorBoard scalars and orbax checkpoints every
+``checkpoint.every`` rounds and at exit (:mod:`fedjax_kd.checkpoint`).
+
+Nothing is lost:
+
+* rerunning the same command on the same workdir resumes after the newest
+  checkpoint; the rows of rounds after it are recomputed, and because every
+  random draw is a function of ``(seed, round)`` the resumed run's metrics
+  equal an uninterrupted run's;
+* SIGINT (Ctrl-C) or SIGTERM (preemption) finishes the current round, saves a
+  checkpoint and stops; a second Ctrl-C aborts at once;
+* a round that leaves NaN or Inf in the state stops the run with
+  :class:`fedjax_kd.errors.DivergenceError` naming the round, the cohort and
+  the arrays, before anything of that round is written, so the last good
+  checkpoint stays the newest.
 """
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import json
-import math
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import experiment as experiment_lib
+from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput
 from fedjax_kd.config import ExperimentSpec
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import ConfigError, DivergenceError
 from fedjax_kd.ops import comm
 
 
@@ -35,91 +51,132 @@ def _fmt_bytes(b: float) -> str:
   return f'{int(b)} B'
 
 
+def _fmt_time(s: float) -> str:
+  m, s = divmod(int(round(s)), 60)
+  h, m = divmod(m, 60)
+  return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
+
+
 def _resumable(cfg: dict) -> dict:
   """The part of a config that must match to resume (rounds may be extended)."""
-  return {k: v for k, v in cfg.items() if k not in ('rounds', 'checkpoint', 'eval')}
+  return {k: v for k, v in cfg.items() if k not in ('rounds', 'checkpoint', 'eval', 'log')}
 
 
 def _config_json(spec: ExperimentSpec) -> str:
   return spec.raw.to_json_best_effort(indent=2, sort_keys=True)
 
 
-class MetricsWriter:
-  """Appends rows to metrics.jsonl and keeps metrics.csv in step."""
-
-  def __init__(self, workdir: str, keep_until: int | None = None):
-    self.jsonl = os.path.join(workdir, 'metrics.jsonl')
-    self.csv = os.path.join(workdir, 'metrics.csv')
-    self.rows: list[dict[str, Any]] = []
-    if keep_until is not None and os.path.exists(self.jsonl):
-      with open(self.jsonl) as f:
-        for line in f:
-          row = json.loads(line)
-          if row['round'] <= keep_until:
-            self.rows.append(row)
-    with open(self.jsonl, 'w') as f:
-      for row in self.rows:
-        f.write(json.dumps(row) + '\n')
-    self.columns: list[str] = []
-    self._rewrite_csv()
-
-  def _rewrite_csv(self):
-    cols = list(self.columns)
-    for row in self.rows:
-      cols += [k for k in row if k not in cols]
-    self.columns = cols
-    with open(self.csv, 'w', newline='') as f:
-      w = csv.DictWriter(f, fieldnames=cols)
-      w.writeheader()
-      w.writerows(self.rows)
-
-  def write(self, row: dict[str, Any]):
-    self.rows.append(row)
-    with open(self.jsonl, 'a') as f:
-      f.write(json.dumps(row) + '\n')
-    if any(k not in self.columns for k in row):
-      self._rewrite_csv()
-    else:
-      with open(self.csv, 'a', newline='') as f:
-        csv.DictWriter(f, fieldnames=self.columns).writerow(row)
+# ------------------------------------------------------------ NaN guard
+@jax.jit
+def _finite_leaves(tree):
+  def ok(x):
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+      return jnp.all(jnp.isfinite(x))
+    return jnp.bool_(True)
+  return jax.tree.map(ok, tree)
 
 
-def save_checkpoint(workdir: str, state: Any, meta: dict[str, Any]):
-  """Writes the state's leaves (no pickle) and the loop's counters atomically."""
-  leaves = jax.tree.leaves(jax.device_get(state))
-  path = os.path.join(workdir, 'checkpoint.npz')
-  with open(path + '.tmp', 'wb') as f:
-    np.savez(f, **{f'leaf_{i:05d}': np.asarray(x) for i, x in enumerate(leaves)})
-  with open(os.path.join(workdir, 'checkpoint.json.tmp'), 'w') as f:
-    json.dump(meta, f)
-  os.replace(path + '.tmp', path)
-  os.replace(os.path.join(workdir, 'checkpoint.json.tmp'), os.path.join(workdir, 'checkpoint.json'))
+def nonfinite_arrays(state: Any, fed: Any = None) -> list[str]:
+  """The state's arrays holding NaN or Inf, grouped, with the clients affected.
+
+  Args:
+    state: an :class:`~fedjax_kd.algorithms.base.AlgState` (any pytree).
+    fed: the :class:`~fedjax_kd.core.federation.Federation`, to name the
+      clients of a bad row of ``state.clients[c]``.
+
+  Returns:
+    One entry per group of arrays (the first two levels of the state, e.g.
+    ``clients[0].params`` or ``extra['cache_labels']``), such as
+    ``"clients[0].params: 6 of 6 arrays, e.g. ['Dense_0']['bias'] (clients 0, 2)"``;
+    empty when every floating-point array is finite.
+  """
+  flags = jax.device_get(_finite_leaves(state))
+  if all(jax.tree.leaves(flags)):
+    return []
+  groups: dict[str, dict[str, Any]] = {}
+  for (path, leaf), good in zip(jax.tree_util.tree_flatten_with_path(state)[0],
+                                jax.tree.leaves(flags)):
+    depth = 3 if path and getattr(path[0], 'name', None) == 'clients' else 2
+    head = jax.tree_util.keystr(path[:depth]).lstrip('.')
+    g = groups.setdefault(head, {'n': 0, 'bad': 0, 'first': None, 'clients': set()})
+    g['n'] += 1
+    if good:
+      continue
+    g['bad'] += 1
+    g['first'] = g['first'] or jax.tree_util.keystr(path[depth:])
+    first = path[0] if path else None
+    if (fed is not None and getattr(first, 'name', None) == 'clients' and len(path) > 1
+        and hasattr(path[1], 'idx') and np.ndim(leaf) >= 1):
+      ids = fed.cohorts[path[1].idx].client_ids
+      rows = ~np.isfinite(np.asarray(leaf).reshape(np.shape(leaf)[0], -1)).all(axis=1)
+      g['clients'].update(int(ids[r]) for r in np.flatnonzero(rows) if r < len(ids))
+  out = []
+  for head, g in groups.items():
+    if not g['bad']:
+      continue
+    text = f'{head}: {g["bad"]} of {g["n"]} arrays'
+    if g['first']:
+      text += f', e.g. {g["first"]}'
+    if g['clients']:
+      text += f' (clients {", ".join(map(str, sorted(g["clients"])))})'
+    out.append(text)
+  return out
 
 
-def load_checkpoint(workdir: str, like: Any) -> tuple[Any, dict[str, Any]] | None:
-  """Restores a state with the structure of ``like``; None if there is none."""
-  path = os.path.join(workdir, 'checkpoint.npz')
-  meta_path = os.path.join(workdir, 'checkpoint.json')
-  if not (os.path.exists(path) and os.path.exists(meta_path)):
-    return None
-  with open(meta_path) as f:
-    meta = json.load(f)
-  try:
-    with np.load(path, allow_pickle=False) as z:
-      loaded = [z[k] for k in sorted(z.files)]
-  except Exception as e:  # corrupt file
-    raise DataError(f'checkpoint {path} cannot be read ({e}); delete it to start over') from e
-  leaves, treedef = jax.tree.flatten(like)
-  if len(loaded) != len(leaves) or any(a.shape != b.shape for a, b in zip(loaded, leaves)):
-    raise DataError(f'checkpoint {path} does not match this experiment\'s state; '
-                    'use a new --workdir or delete the checkpoint')
-  restored = [jax.numpy.asarray(a, dtype=b.dtype) for a, b in zip(loaded, leaves)]
-  return jax.tree.unflatten(treedef, restored), meta
+# ------------------------------------------------------- graceful stop
+class _StopOnSignal(contextlib.AbstractContextManager):
+  """SIGINT/SIGTERM set a flag the loop checks after each round.
+
+  A second SIGINT raises KeyboardInterrupt at once. Handlers are installed
+  only on the main thread (Python's rule) and restored on exit.
+  """
+
+  def __init__(self, log: Callable[[str], None]):
+    self.signum: int | None = None
+    self._log = log
+    self._old: dict[int, Any] = {}
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.signum is not None and signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    self.signum = signum
+    self._log(f'{signal.Signals(signum).name}: stopping after this round and saving a '
+              'checkpoint (Ctrl-C again to abort at once)')
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      for s in (signal.SIGINT, signal.SIGTERM):
+        self._old[s] = signal.signal(s, self._handle)
+    return self
+
+  def __exit__(self, *exc):
+    for s, h in self._old.items():
+      signal.signal(s, h)
+    return False
 
 
+# ---------------------------------------------------------------- loop
 def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
         progress: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-  """Runs an experiment end to end; returns the summary dict."""
+  """Runs an experiment end to end, or resumes it; returns the summary dict.
+
+  Args:
+    spec: a validated experiment (:func:`fedjax_kd.config.validate`).
+    workdir: output directory; a checkpoint in it is resumed from.
+    resume: False ignores (and overwrites) an existing checkpoint.
+    progress: print a line per round and the closing table.
+    log: where progress lines go (default: stderr).
+
+  Returns:
+    The content of ``summary.json``; ``stopped_by`` names the signal when the
+    run was stopped early.
+
+  Raises:
+    ConfigError: the workdir holds a checkpoint of a different config.
+    DataError: bad data files or an unreadable checkpoint.
+    DivergenceError: a round produced NaN or Inf.
+  """
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
   os.makedirs(workdir, exist_ok=True)
   cfg_json = _config_json(spec)
@@ -130,74 +187,157 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
   t_start = time.time()
   state = algo.init()
 
-  start, cum, setup_bytes = 1, {'up': 0, 'down': 0, 'total': 0}, None
-  restored = load_checkpoint(workdir, state) if resume else None
-  if restored is not None:
+  ckpt = checkpoint_lib.Checkpointer(workdir, keep=spec.checkpoint_keep)
+  start, cum, setup_bytes, last_saved = 1, {'up': 0, 'down': 0, 'total': 0}, None, None
+  if resume and ckpt.latest_round() is not None:
     if os.path.exists(cfg_path):
       with open(cfg_path) as f:
         if _resumable(json.loads(f.read())) != _resumable(json.loads(cfg_json)):
           raise ConfigError('--workdir', workdir,
                             'a fresh directory, or the same config as the checkpoint in it')
-    state, meta = restored
-    start = int(meta['round']) + 1
+    state, meta = ckpt.restore(state)
+    start = last_saved = int(meta['round'])
+    start += 1
     cum = meta['cum_bytes']
     setup_bytes = meta['setup_bytes']
-    log(f'resumed from {workdir}/checkpoint.npz after round {meta["round"]}')
-  with open(cfg_path, 'w') as f:
-    f.write(cfg_json)
+    log(f'resumed from {ckpt.directory} after round {meta["round"]}')
+  workdir_lib.write_text(cfg_path, cfg_json)
   selector = exp.ctx.selector
-  with open(os.path.join(workdir, 'selection.json'), 'w') as f:
-    json.dump(selector.description(), f)
-  writer = MetricsWriter(workdir, keep_until=start - 1)
+  workdir_lib.write_json(os.path.join(workdir, 'selection.json'), selector.description())
+  workdir_lib.write_json(os.path.join(workdir, 'partition.json'),
+                         workdir_lib.partition_record(exp.ctx.data, spec.client_models))
+  writer = workdir_lib.MetricsWriter(workdir, keep_until=start - 1)
+  scalars = workdir_lib.ScalarWriter(workdir, start) if spec.tensorboard else None
   if setup_bytes is None:
     setup_bytes = comm.count_bytes(algo.setup_payloads() + selector.setup_payloads(), rules)
     cum = dict(setup_bytes)
 
-  n_done = 0
-  t_loop = time.time()
-  for t in range(start, spec.rounds + 1):
-    t0 = time.time()
-    plan = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask))
-    active = plan.active
-    if active.any():
-      state, out = algo.round(state, t, active)
-    else:   # everybody dropped out: the model is unchanged (FedEntOpt A7)
-      out = RoundOutput({}, [])
-    sent = comm.count_bytes(out.payloads, rules)
-    for k in cum:
-      cum[k] += sent[k]
-    row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
-    row.update(selector.round_metrics(plan))
-    row.update(out.metrics)
-    if t % spec.eval_every == 0 or t == spec.rounds:
-      row.update(algo.evaluate(state))
-    row.update({'up_bytes': sent['up'], 'down_bytes': sent['down'],
-                'round_bytes': sent['total'], 'cum_bytes': cum['total'],
-                'cum_up_bytes': cum['up'], 'cum_down_bytes': cum['down'],
-                'round_time_s': time.time() - t0})
-    row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-           for k, v in row.items()}
-    writer.write(row)
-    n_done += 1
-    if progress:
-      per = (time.time() - t_loop) / n_done
-      acc = row.get('test_acc')
-      acc_s = f'acc {acc:.4f}' if acc is not None else 'acc   -   '
-      log(f'round {t:>4}/{spec.rounds}  {acc_s}  sent {_fmt_bytes(sent["total"]):>10}  '
-          f'cum {_fmt_bytes(cum["total"]):>10}  {row["round_time_s"]:.2f}s  '
-          f'eta {per * (spec.rounds - t):.0f}s')
-    if spec.checkpoint_every and (t % spec.checkpoint_every == 0 or t == spec.rounds):
-      save_checkpoint(workdir, state, {'round': t, 'cum_bytes': cum, 'setup_bytes': setup_bytes})
+  def save(t: int):
+    nonlocal last_saved
+    ckpt.save(t, state, {'round': t, 'cum_bytes': cum, 'setup_bytes': setup_bytes})
+    last_saved = t
 
+  n_done, t_last = 0, start - 1
+  t_loop = time.time()
+  with _StopOnSignal(log) as stop:
+    try:
+      for t in range(start, spec.rounds + 1):
+        t0 = time.time()
+        plan = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask))
+        active = plan.active
+        if active.any():
+          state, out = algo.round(state, t, active)
+        else:   # everybody dropped out: the model is unchanged (FedEntOpt A7)
+          out = RoundOutput({}, [])
+        _check_finite(state, out, t, active, exp.ctx.fed, ckpt, last_saved)
+        sent = comm.count_bytes(out.payloads, rules)
+        for k in cum:
+          cum[k] += sent[k]
+        row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
+        row.update(selector.round_metrics(plan))
+        row.update(out.metrics)
+        if t % spec.eval_every == 0 or t == spec.rounds:
+          row.update(algo.evaluate(state))
+        row.update({'up_bytes': sent['up'], 'down_bytes': sent['down'],
+                    'round_bytes': sent['total'], 'cum_bytes': cum['total'],
+                    'cum_up_bytes': cum['up'], 'cum_down_bytes': cum['down'],
+                    'round_time_s': time.time() - t0})
+        row = writer.write(row)
+        if scalars is not None:
+          scalars.write(row)
+        n_done, t_last = n_done + 1, t
+        if progress:
+          per = (time.time() - t_loop) / n_done
+          acc = row.get('test_acc')
+          acc_s = f'acc {acc:.4f}' if acc is not None else 'acc   -   '
+          log(f'round {t:>4}/{spec.rounds}  {acc_s}  sent {_fmt_bytes(sent["total"]):>10}  '
+              f'cum {_fmt_bytes(cum["total"]):>10}  {row["round_time_s"]:.2f}s  '
+              f'eta {per * (spec.rounds - t):.0f}s')
+        due = spec.checkpoint_every and (t % spec.checkpoint_every == 0 or t == spec.rounds)
+        if due or (stop.signum is not None and spec.checkpoint_every):
+          save(t)
+        if stop.signum is not None:
+          log(f'stopped after round {t}; rerun the same command to resume.')
+          break
+    finally:
+      if scalars is not None:
+        scalars.close()
+      ckpt.close()
+
+  if spec.eval_clients and t_last >= 1:
+    workdir_lib.write_json(os.path.join(workdir, 'clients.json'),
+                           client_record(algo, state, t_last))
   summary = summarize(writer.rows, spec, setup_bytes, rules.name)
   summary['wall_time_s'] = time.time() - t_start
   summary['rounds_run_this_call'] = n_done
-  with open(os.path.join(workdir, 'summary.json'), 'w') as f:
-    json.dump(summary, f, indent=2)
-  log(f'done: final acc {summary["final_acc"]}, best {summary["top_acc"]} '
-      f'(round {summary["top_round"]}), communication {_fmt_bytes(summary["cum_bytes"])}; '
-      f'files in {workdir}')
+  if stop.signum is not None:
+    summary['stopped_by'] = signal.Signals(stop.signum).name
+  workdir_lib.write_json(os.path.join(workdir, 'summary.json'), summary, indent=2)
+  if progress:
+    log(summary_table(summary, workdir))
   return summary
+
+
+def _check_finite(state, out: RoundOutput, t: int, active: np.ndarray, fed, ckpt,
+                  last_saved: int | None) -> None:
+  """Raises DivergenceError if round ``t`` left NaN or Inf in the state."""
+  bad = nonfinite_arrays(state, fed)
+  if not bad:
+    return
+  losses = [k for k, v in out.metrics.items()
+            if 'loss' in k and isinstance(v, float) and not np.isfinite(v)]
+  cohort = np.flatnonzero(active).tolist()
+  if last_saved is not None:
+    kept = (f'the last good checkpoint (round {last_saved}) is kept in {ckpt.directory} '
+            'and a rerun resumes from it')
+  else:
+    kept = 'no checkpoint had been saved yet, so a rerun starts over'
+  raise DivergenceError(
+      t, cohort, bad + [f'metric {k}' for k in losses],
+      f'{kept}. Lower train.learning_rate (or distill.learning_rate) or check the data.')
+
+
+def client_record(algo, state, t: int) -> dict[str, Any]:
+  """``clients.json``: each client model's test accuracy and loss after round ``t``."""
+  spec = algo.spec
+  acc, nll = algo.fed.evaluate(state.clients, per_client_test=spec.data.per_client_test,
+                               chunk=spec.eval_chunk)
+  d = algo.ctx.data
+
+  def floats(a):
+    return [None if not np.isfinite(v) else float(v) for v in np.asarray(a, np.float64)]
+
+  return {'round': t, 'split': 'client test splits' if spec.data.per_client_test
+          else 'server test set', 'acc': floats(acc), 'loss': floats(nll),
+          'test_n': (np.asarray(d.test_n).astype(int).tolist()
+                     if spec.data.per_client_test and d.test_n is not None else None),
+          'train_n': np.asarray(d.client_n).astype(int).tolist(),
+          'client_models': list(spec.client_models)}
+
+
+def summary_table(summary: dict[str, Any], workdir: str) -> str:
+  """The short table a run ends with."""
+  def acc(x):
+    return '-' if x is None else f'{x:.4f}'
+
+  final_round = summary.get('rounds')
+  lines = [
+      ('algorithm', summary.get('algorithm')),
+      ('final acc', f'{acc(summary.get("final_acc"))} (round {final_round})'),
+      ('best acc', f'{acc(summary.get("top_acc"))} (round {summary.get("top_round")})'),
+      ('rounds', f'{final_round} ({summary.get("rounds_run_this_call", 0)} in this call)'),
+      ('bytes up', _fmt_bytes(summary.get('cum_up_bytes', 0))),
+      ('bytes down', _fmt_bytes(summary.get('cum_down_bytes', 0))),
+      ('bytes total', f'{_fmt_bytes(summary.get("cum_bytes", 0))} '
+                      f'(setup {_fmt_bytes(summary.get("setup_bytes", 0))})'),
+      ('wall time', _fmt_time(summary.get('wall_time_s', 0.0))),
+      ('workdir', workdir),
+  ]
+  if summary.get('stopped_by'):
+    lines.insert(1, ('stopped by', f'{summary["stopped_by"]} (rerun to resume)'))
+  width = max(len(k) for k, _ in lines)
+  rule = '-' * (width + 2 + max(len(str(v)) for _, v in lines))
+  return '\n'.join([rule] + [f'{k:<{width}}  {v}' for k, v in lines] + [rule])
 
 
 def summarize(rows, spec: ExperimentSpec, setup_bytes, rules_name: str) -> dict[str, Any]:
@@ -213,6 +353,8 @@ def summarize(rows, spec: ExperimentSpec, setup_bytes, rules_name: str) -> dict[
       'final_client_acc': (evaluated[-1].get('client_acc', evaluated[-1]['test_acc'])
                            if evaluated else None),
       'cum_bytes': rows[-1]['cum_bytes'] if rows else setup_bytes['total'],
+      'cum_up_bytes': rows[-1]['cum_up_bytes'] if rows else setup_bytes['up'],
+      'cum_down_bytes': rows[-1]['cum_down_bytes'] if rows else setup_bytes['down'],
       'setup_bytes': setup_bytes['total'], 'comm_rules': rules_name,
   }
   cum = [r['cum_bytes'] for r in evaluated]

@@ -13,3 +13,28 @@ def mnist_path() -> pathlib.Path:
   if env:
     return pathlib.Path(env)
   return pathlib.Path(__file__).resolve().parents[2] / 'shared/data/mnist.npz'
+
+
+def _share_compilations() -> None:
+  """One persistent XLA compilation cache for the whole test session.
+
+  Most tests build a fresh experiment, so every jitted kernel is a new
+  function object and would be compiled again although its program is the
+  same as in the previous test. JAX's persistent cache keys on the program
+  itself, so identical programs compile once per session. The directory is
+  new for every session (nothing carries over between CI runs) and the
+  environment variables hand it to subprocesses (CLI runs, notebook kernels).
+  """
+  import tempfile  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  cache = tempfile.mkdtemp(prefix='fedjax_kd_xla_cache_')
+  settings = {'jax_compilation_cache_dir': cache,
+              'jax_persistent_cache_min_compile_time_secs': 0,
+              'jax_persistent_cache_min_entry_size_bytes': 0}
+  for name, value in settings.items():
+    jax.config.update(name, value)
+    os.environ[name.upper()] = str(value)
+
+
+_share_compilations()

@@ -103,3 +103,17 @@ def test_baselines_run_end_to_end(tmp_path, algorithm):
     assert summary['cum_bytes'] == 0
   if algorithm == 'fd':
     assert rows[0]['round_bytes'] == (4 + 1) * 10 * 10 * 4   # (K+1) N_L^2 4 B
+
+
+def test_import_fedjax_kd_reaches_every_op_module():
+  import fedjax_kd
+  import jax.numpy as jnp
+  probs = jnp.asarray([[[0.6, 0.3, 0.1]], [[0.4, 0.3, 0.3]]])
+  era = fedjax_kd.ops.aggregate.era(fedjax_kd.ops.aggregate.mean_aggregate(probs), 0.1)
+  assert float(era[0, 0]) == pytest.approx(0.8438, abs=1e-4)   # softmax([.5,.3,.2]/0.1)
+  for name in fedjax_kd.ops._SUBMODULES:
+    assert getattr(fedjax_kd.ops, name).__doc__
+  for name in fedjax_kd._SUBMODULES:
+    getattr(fedjax_kd, name)
+  with pytest.raises(AttributeError):
+    fedjax_kd.nope

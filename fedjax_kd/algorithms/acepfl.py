@@ -300,7 +300,9 @@ class ACEPFL(base.Algorithm):
     state = super().init()
     k, m, c, v = self.fed.num_clients, self.m, self.num_classes, self.n_teachers
     extra = {
-        'best_acc': jnp.full((k,), -jnp.inf, jnp.float32),
+        # -1: no best past model yet (a finite sentinel: the runner's NaN guard
+        # treats any non-finite state as divergence).
+        'best_acc': jnp.full((k,), -1.0, jnp.float32),
         'best_logp': jnp.zeros((k, m, c), jnp.float32),
         'hist': jnp.zeros((v, m, c), jnp.float32),
         'hist_count': jnp.zeros((v,), jnp.int32),
@@ -365,7 +367,7 @@ class ACEPFL(base.Algorithm):
     # 5. Triple distillation on D0 (lr eta2).
     ex = dict(state.extra)
     hist, hist_count = ex['hist'], ex['hist_count']
-    has_best = jnp.isfinite(ex['best_acc'])
+    has_best = ex['best_acc'] >= 0
     has_hist = hist_count[self.teacher_of] > 0
     w = jnp.asarray(o.weights, jnp.float32)
     gd_on = o.gd_mode == 'student'

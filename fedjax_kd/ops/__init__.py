@@ -1,0 +1,12 @@
+"""The functional ops: pure, jittable functions over arrays and pytrees.
+
+Each submodule names the paper it implements. They load on first use:
+``fedjax_kd.ops.aggregate.era(...)`` works after ``import fedjax_kd``.
+"""
+
+from fedjax_kd import _lazy_submodules
+
+_SUBMODULES = ('aggregate', 'cache', 'cluster', 'codec', 'comm', 'density', 'knowledge_cache',
+               'krr', 'label_cluster', 'losses', 'param_aggregate', 'privacy', 'selection',
+               'temperature')
+__getattr__, __dir__ = _lazy_submodules(__name__, _SUBMODULES)

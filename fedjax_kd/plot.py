@@ -1,0 +1,514 @@
+r"""Figures of one or more finished (or running) workdirs.
+
+  python -m fedjax_kd.plot DIR [DIR ...] [--out OUT_DIR] [--labels a,b,...]
+      [--metric test_acc|client_acc]
+
+Each ``DIR`` is a run's ``--workdir`` (:mod:`fedjax_kd.workdir`); it is read
+with :func:`fedjax_kd.workdir.read_run`, which uses
+
+* ``metrics.jsonl``   the per-round rows (required; a torn last row is
+  skipped): ``round``, ``test_acc`` on evaluated rounds, ``cum_bytes``;
+* ``config.json``     the algorithm and the partition for labels and titles;
+* ``clients.json``    each client model's accuracy at the last evaluation;
+* ``partition.json``  the clients x classes label counts.
+
+The PNGs written to ``OUT_DIR`` (default ``DIR/plots`` for one ``DIR``,
+``./plots`` for several) are listed in :func:`plot_runs`. Runs are overlaid
+in the same color in every figure. Labels default to each directory's name
+plus its algorithm, e.g. ``dsfl_era (dsfl)``; directories with the same name
+are told apart by their parent's name.
+
+Exit codes: 0 done; 2 a ``DIR`` is missing or is not a workdir, or bad
+``--labels``.
+
+The ``figure_*`` builders return :class:`matplotlib.figure.Figure` objects and
+work with any backend (notebooks keep their inline backend); only
+:func:`main` selects ``Agg``. The figures are not registered with pyplot, so a
+notebook cell ending in one shows it once and nothing piles up in pyplot's
+figure list; call ``fig.savefig(...)``, or display it in a notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+from typing import Any, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib import ticker
+from matplotlib.figure import Figure
+
+from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.errors import DataError
+
+DPI = 130
+MB = 1e6
+# Cells annotated with their count in the partition heatmap up to this size.
+ANNOTATE_MAX_CLIENTS = 20
+ANNOTATE_MAX_CLASSES = 10
+
+
+# ------------------------------------------------------------ helpers
+def run_color(i: int) -> Any:
+  """The color of the ``i``-th run, the same in every figure."""
+  cycle = plt.rcParams['axes.prop_cycle'].by_key().get('color') or ['C0']
+  return cycle[i % len(cycle)]
+
+
+def _model_colors(specs: Sequence[str]) -> dict[str, Any]:
+  """A color per model spec, from a palette distinct from the default cycle."""
+  cmap = plt.get_cmap('Dark2')
+  return {s: cmap(i % cmap.N) for i, s in enumerate(specs)}
+
+
+def _finite(v: Any) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+METRICS = {
+    # Each algorithm's headline accuracy: the server model where there is one
+    # (DS-FL, SCARLET, FedAvg), else the mean client accuracy (UA).
+    'test_acc': 'test accuracy',
+    # The mean accuracy of the client models (UA) for every algorithm.
+    'client_acc': 'mean client accuracy',
+}
+
+
+def accuracy_series(run: dict[str, Any], key: str = 'test_acc') -> dict[str, np.ndarray]:
+  """The evaluated rows of a run as arrays.
+
+  Args:
+    run: a :func:`fedjax_kd.workdir.read_run` dict.
+    key: the accuracy column (a fraction in [0, 1]). ``'client_acc'`` falls
+      back to ``test_acc`` for runs that log no ``client_acc`` (FD, FedCache
+      2.0, ACE-pFL, single: there the client models are the evaluated models
+      and ``test_acc`` already is their mean).
+
+  Returns:
+    ``{'round', 'cum_bytes', 'acc'}``, one entry per row whose ``key`` is a
+    finite number (rows without it, or with None, are skipped); ``acc`` is a
+    fraction, ``cum_bytes`` is NaN where a row lacks it.
+  """
+  if key == 'client_acc' and not any(_finite(r.get(key)) for r in run['metrics']):
+    key = 'test_acc'
+  rows = [r for r in run['metrics'] if _finite(r.get(key))]
+  return {'round': np.array([r['round'] for r in rows], dtype=np.int64),
+          'cum_bytes': np.array([r['cum_bytes'] if _finite(r.get('cum_bytes')) else np.nan
+                                 for r in rows], dtype=np.float64),
+          'acc': np.array([r[key] for r in rows], dtype=np.float64)}
+
+
+def _mantissa(v: float) -> int:
+  """The leading digit of a positive number: 0.05 -> 5, 300 -> 3."""
+  return int(round(v / 10 ** math.floor(math.log10(v) + 1e-9)))
+
+
+def _marker(n: int) -> str | None:
+  """Markers on short series only (they clutter long ones)."""
+  return 'o' if n <= 30 else None
+
+
+def _legend(ax: Any, n: int) -> None:
+  if n > 6:   # many runs: outside the axes, so no data is hidden
+    ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1.0), fontsize='small', frameon=False)
+  else:
+    ax.legend(loc='best', fontsize='small', framealpha=0.85)
+
+
+def _new_figure(n_runs: int, width: float = 7.5, height: float = 4.8) -> tuple[Figure, Any]:
+  # Figure() rather than plt.figure(): nothing is registered with pyplot, so
+  # callers that only save the figure leak nothing; notebooks still display
+  # returned figures through their rich repr.
+  fig = Figure(figsize=(width + (2.5 if n_runs > 6 else 0.0), height), layout='constrained')
+  return fig, fig.add_subplot()
+
+
+def _percent_axis(ax: Any, label: str) -> None:
+  ax.set_ylabel(label)
+  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter('%g'))
+
+
+def partition_description(config: dict[str, Any] | None) -> str | None:
+  """The partition as a short phrase, e.g. ``dirichlet α=0.1``, from a config dict."""
+  data = (config or {}).get('data') or {}
+  name = data.get('partition')
+  if not name:
+    return None
+  if name in ('dirichlet', 'client_dirichlet', 'niid_labeldir') and data.get('alpha') is not None:
+    return f'{name} α={data["alpha"]:g}'
+  if name == 'shards' and data.get('shards_per_client') is not None:
+    return f'shards ({data["shards_per_client"]} per client)'
+  if name == 'classes' and data.get('classes_per_client') is not None:
+    return f'classes ({data["classes_per_client"]} per client)'
+  return str(name)
+
+
+# ------------------------------------------------------------ figures
+def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[str],
+                             metric: str = 'test_acc') -> Figure:
+  """Test accuracy (%) against the round, one line per run.
+
+  Args:
+    runs: :func:`fedjax_kd.workdir.read_run` dicts.
+    labels: a legend label per run.
+    metric: a key of :data:`METRICS`.
+
+  Returns:
+    The figure; only evaluated rounds (``test_acc`` not None) are drawn.
+  """
+  name = METRICS[metric]
+  fig, ax = _new_figure(len(runs))
+  for i, (run, label) in enumerate(zip(runs, labels)):
+    s = accuracy_series(run, metric)
+    ax.plot(s['round'], s['acc'] * 100, label=label, color=run_color(i),
+            marker=_marker(len(s['round'])), markersize=4, linewidth=1.6)
+  ax.set_xlabel('round')
+  _percent_axis(ax, f'{name} (%)')
+  ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  ax.set_title(f'{name} vs round')
+  ax.grid(True, alpha=0.35)
+  _legend(ax, len(runs))
+  return fig
+
+
+def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[str],
+                             metric: str = 'test_acc') -> Figure:
+  """Test accuracy (%) against cumulative communication (MB, log scale).
+
+  The x value of a round is its ``cum_bytes`` (uplink plus downlink, one-time
+  setup traffic included) in megabytes (10^6 bytes).
+
+  Args:
+    runs: :func:`fedjax_kd.workdir.read_run` dicts.
+    labels: a legend label per run.
+    metric: a key of :data:`METRICS`.
+
+  Returns:
+    The figure; rows without accuracy or with no positive ``cum_bytes`` are
+    not drawn.
+  """
+  name = METRICS[metric]
+  fig, ax = _new_figure(len(runs))
+  for i, (run, label) in enumerate(zip(runs, labels)):
+    s = accuracy_series(run, metric)
+    keep = np.isfinite(s['cum_bytes']) & (s['cum_bytes'] > 0)
+    ax.plot(s['cum_bytes'][keep] / MB, s['acc'][keep] * 100, label=label, color=run_color(i),
+            marker=_marker(int(keep.sum())), markersize=4, linewidth=1.6)
+  ax.set_xscale('log')
+  # Plain numbers (0.1, 1, 10 ...); within a short span some minor ticks
+  # are labelled too, so there are always a few labelled ticks.
+  lo, hi = ax.get_xlim()
+  span = hi / lo if lo > 0 else math.inf
+  labelled = set(range(2, 9)) if span < 10 else {2, 5} if span < 100 else set()
+  ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f'{v:g}'))
+  ax.xaxis.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(2, 10)))
+  ax.xaxis.set_minor_formatter(ticker.FuncFormatter(
+      lambda v, _: f'{v:g}' if v > 0 and _mantissa(v) in labelled else ''))
+  ax.set_xlabel('cumulative communication (MB, log scale)')
+  _percent_axis(ax, f'{name} (%)')
+  ax.set_title(f'{name} vs cumulative communication')
+  ax.grid(True, which='major', alpha=0.45)
+  ax.grid(True, which='minor', axis='x', alpha=0.15)
+  _legend(ax, len(runs))
+  return fig
+
+
+def figure_client_accuracy(runs: Sequence[dict[str, Any]],
+                           labels: Sequence[str]) -> Figure | None:
+  """Each run's per-client final test accuracy: a box plot and the clients.
+
+  Every client is a jittered point (fixed seed) over its run's box; where a
+  run's clients have different model specs the points are colored by spec,
+  with a legend of the specs. Runs without ``clients.json`` are left out.
+
+  Args:
+    runs: :func:`fedjax_kd.workdir.read_run` dicts.
+    labels: a label per run.
+
+  Returns:
+    The figure, or None if no run has ``clients.json``.
+  """
+  shown = [(i, run, label) for i, (run, label) in enumerate(zip(runs, labels))
+           if run.get('clients')]
+  if not shown:
+    return None
+  rng = np.random.default_rng(0)
+  # Points are colored by model spec in every run as soon as one run mixes
+  # specs (so a color means the same spec throughout), else by run.
+  by_spec = any(len(set(run['clients'].get('client_models') or [])) > 1 for _, run, _ in shown)
+  specs = sorted({m for _, run, _ in shown for m in run['clients'].get('client_models') or []
+                  if m is not None}) if by_spec else []
+  spec_color = _model_colors(specs)
+
+  fig, ax = _new_figure(0, width=max(5.5, 1.7 * len(shown) + 3.0))
+  ticks, when = [], []
+  for pos, (i, run, label) in enumerate(shown, 1):
+    c = run['clients']
+    accs = c.get('acc') or []
+    models = c.get('client_models') or [None] * len(accs)
+    keep = [k for k, a in enumerate(accs) if _finite(a)]
+    values = np.array([accs[k] for k in keep], dtype=np.float64) * 100
+    ticks.append(f'{label}\n{len(keep)} clients')
+    when.append(f'round {c.get("round")}, {c.get("split")}')
+    if not len(values):
+      continue
+    box = ax.boxplot(values, positions=[pos], widths=0.55, showfliers=False,
+                     patch_artist=True, medianprops={'color': 'black', 'linewidth': 1.5})
+    for patch in box['boxes']:
+      patch.set_facecolor(run_color(i))
+      patch.set_alpha(0.25)
+      patch.set_edgecolor(run_color(i))
+    x = pos + rng.uniform(-0.18, 0.18, size=len(values))
+    size = 22 if len(values) <= 50 else 10
+    if by_spec:
+      kept_models = np.array([models[k] for k in keep], dtype=object)
+      for spec in specs:
+        m = kept_models == spec
+        if m.any():
+          ax.scatter(x[m], values[m], s=size, color=spec_color[spec], alpha=0.85,
+                     edgecolors='none', zorder=3, gid=f'clients:{label}:{spec}')
+    else:
+      ax.scatter(x, values, s=size, color=run_color(i), alpha=0.85, edgecolors='none',
+                 zorder=3, gid=f'clients:{label}')
+  ax.set_xticks(range(1, len(shown) + 1), ticks)
+  if len(shown) > 4 or (len(shown) > 1 and max(len(t) for _, _, t in shown) > 28):
+    for t in ax.get_xticklabels():
+      t.set_rotation(15)
+      t.set_horizontalalignment('right')
+  ax.set_xlim(0.4, len(shown) + 0.6)
+  _percent_axis(ax, 'client test accuracy (%)')
+  ax.grid(True, axis='y', alpha=0.35)
+  unique = list(dict.fromkeys(when))
+  title = 'per-client test accuracy'
+  if len(unique) == 1:
+    title += f' ({unique[0]})'
+  else:
+    title += ' (' + '; '.join(f'{lab}: {w}' for (_, _, lab), w in zip(shown, when)) + ')'
+  ax.set_title(title, fontsize='medium', wrap=True)
+  if specs:
+    handles = [ax.scatter([], [], s=30, color=spec_color[s], label=s) for s in specs]
+    ax.legend(handles=handles, title='client model', loc='upper left',
+              bbox_to_anchor=(1.01, 1.0), fontsize='small', frameon=False)
+  return fig
+
+
+def figure_partition(run: dict[str, Any], label: str) -> Figure | None:
+  """The clients x classes training-label counts of a run as a heatmap.
+
+  Rows are clients, columns classes, and a side panel shows each client's
+  total. Cells carry their count when there are at most
+  ``ANNOTATE_MAX_CLIENTS`` clients and ``ANNOTATE_MAX_CLASSES`` classes.
+
+  Args:
+    run: a :func:`fedjax_kd.workdir.read_run` dict.
+    label: the run's label, for the title.
+
+  Returns:
+    The figure, or None if the run has no ``partition.json``.
+  """
+  part = run.get('partition')
+  if not part or not part.get('train_counts'):
+    return None
+  counts = np.asarray(part['train_counts'], dtype=np.int64)
+  k, c = counts.shape
+  fig = Figure(figsize=(max(7.0, min(13.0, 4.0 + 0.45 * c)), max(4.0, min(9.0, 2.0 + 0.3 * k))),
+               layout='constrained')
+  ax, ax_tot = fig.subplots(1, 2, sharey=True, gridspec_kw={'width_ratios': [4, 1]})
+  im = ax.imshow(counts, aspect='auto', cmap='viridis', interpolation='nearest')
+  cbar = fig.colorbar(im, ax=[ax, ax_tot], location='right', shrink=0.9, pad=0.02)
+  cbar.set_label('samples')
+  ax.set_xlabel('class')
+  ax.set_ylabel('client')
+  if c <= 20:
+    ax.set_xticks(range(c))
+  else:
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  models = part.get('client_models') or []
+  if k <= ANNOTATE_MAX_CLIENTS:
+    ax.set_yticks(range(k))
+    if len(set(models)) > 1 and len(models) == k:
+      ax.set_yticklabels([f'{i} ({m})' for i, m in enumerate(models)], fontsize='small')
+  else:
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True, nbins=12))
+  if k <= ANNOTATE_MAX_CLIENTS and c <= ANNOTATE_MAX_CLASSES:
+    top = counts.max() if counts.size else 0
+    for (r, col), v in np.ndenumerate(counts):
+      ax.text(col, r, str(v), ha='center', va='center', fontsize='x-small',
+              color='black' if v > 0.6 * top else 'white')
+  totals = counts.sum(axis=1)
+  ax_tot.barh(np.arange(k), totals, height=0.8 if k <= 50 else 1.0, color='0.45')
+  ax_tot.set_xlabel('total samples')
+  ax_tot.xaxis.set_major_locator(ticker.MaxNLocator(nbins=3))
+  ax_tot.tick_params(axis='y', left=False, labelleft=False)
+  ax_tot.grid(True, axis='x', alpha=0.35)
+  ax_tot.set_ylim(k - 0.5, -0.5)
+  info = partition_description(run.get('config'))
+  source = ((run.get('config') or {}).get('data') or {}).get('source')
+  bits = [b for b in (source, info) if b]
+  ax.set_title(f'{label}: {k} clients x {c} classes'
+               + (f' ({", ".join(bits)})' if bits else ''), fontsize='medium')
+  return fig
+
+
+# ------------------------------------------------------------ files
+def default_labels(workdirs: Sequence[str], runs: Sequence[dict[str, Any]]) -> list[str]:
+  """``<dir name> (<algorithm>)``; the last two path parts where names collide.
+
+  Args:
+    workdirs: the run directories.
+    runs: their :func:`fedjax_kd.workdir.read_run` dicts.
+
+  Returns:
+    A label per run.
+  """
+  parts = [os.path.normpath(os.path.abspath(w)).split(os.sep) for w in workdirs]
+  names = [p[-1] for p in parts]
+  if len(set(names)) < len(names):
+    names = ['/'.join(p[-2:]) for p in parts]
+  out = []
+  for name, run in zip(names, runs):
+    algo = (run.get('config') or {}).get('algorithm') or (run.get('summary') or {}).get(
+        'algorithm')
+    out.append(f'{name} ({algo})' if algo else name)
+  return out
+
+
+def slug(label: str) -> str:
+  """A file-name-safe form of a label: ``dsfl_era (dsfl)`` -> ``dsfl_era_dsfl``."""
+  return re.sub(r'[^A-Za-z0-9.-]+', '_', label).strip('_.') or 'run'
+
+
+def _save(fig: Figure, path: str) -> str:
+  fig.savefig(path, dpi=DPI)
+  plt.close(fig)   # a no-op for figures pyplot does not manage
+  return path
+
+
+def plot_runs(workdirs: Sequence[str], out_dir: str,
+              labels: Sequence[str] | None = None, metric: str = 'test_acc') -> dict[str, str]:
+  """Reads the workdirs and writes every figure as a PNG in ``out_dir``.
+
+  Files (and the keys of the returned dict):
+
+  * ``accuracy_vs_round.png`` (``'accuracy_vs_round'``);
+  * ``accuracy_vs_bytes.png`` (``'accuracy_vs_bytes'``);
+  * ``client_accuracy.png`` (``'client_accuracy'``), if a run has
+    ``clients.json``;
+  * with one run: ``partition.png`` (``'partition'``), if it has
+    ``partition.json``;
+  * with several runs: ``partition_<slug>.png`` for each run that has
+    ``partition.json`` (key ``'partition_<slug>'``, where ``<slug>`` is
+    :func:`slug` of its label, suffixed ``_2``, ``_3``... if two labels give
+    the same slug), and ``'partition'`` names the first of them.
+
+  Args:
+    workdirs: run directories.
+    out_dir: where the PNGs go (created if needed).
+    labels: a label per run; default :func:`default_labels`.
+    metric: the accuracy of the two line figures, a key of :data:`METRICS`:
+      ``'test_acc'`` (each algorithm's headline accuracy) or ``'client_acc'``
+      (the mean client accuracy, UA, comparable across DS-FL, SCARLET and
+      FedCache 2.0).
+
+  Returns:
+    The written files by key, as above.
+
+  Raises:
+    DataError: a workdir is missing or has no ``metrics.jsonl``.
+    ValueError: ``labels`` has the wrong length.
+  """
+  if not workdirs:
+    raise ValueError('plot_runs needs at least one workdir.')
+  if metric not in METRICS:
+    raise ValueError(f'metric={metric!r}: expected one of {", ".join(METRICS)}.')
+  for w in workdirs:
+    if not os.path.isdir(w):
+      raise DataError(f'{w!r} is not a directory.')
+  runs = [workdir_lib.read_run(w) for w in workdirs]
+  if labels is None:
+    labels = default_labels(workdirs, runs)
+  labels = list(labels)
+  if len(labels) != len(runs):
+    raise ValueError(f'{len(labels)} labels given for {len(runs)} runs.')
+  os.makedirs(out_dir, exist_ok=True)
+
+  def path(name: str) -> str:
+    return os.path.join(out_dir, f'{name}.png')
+
+  out = {'accuracy_vs_round': _save(figure_accuracy_vs_round(runs, labels, metric),
+                                    path('accuracy_vs_round')),
+         'accuracy_vs_bytes': _save(figure_accuracy_vs_bytes(runs, labels, metric),
+                                    path('accuracy_vs_bytes'))}
+  fig = figure_client_accuracy(runs, labels)
+  if fig is not None:
+    out['client_accuracy'] = _save(fig, path('client_accuracy'))
+  used: set[str] = set()
+  for run, label in zip(runs, labels):
+    fig = figure_partition(run, label)
+    if fig is None:
+      continue
+    if len(runs) == 1:
+      out['partition'] = _save(fig, path('partition'))
+      continue
+    base = name = f'partition_{slug(label)}'
+    n = 1
+    while name in used:
+      n += 1
+      name = f'{base}_{n}'
+    used.add(name)
+    out[name] = _save(fig, path(name))
+    out.setdefault('partition', out[name])
+  return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """The command line (see the module docstring); returns the exit code.
+
+  Args:
+    argv: the arguments after the program name; default ``sys.argv[1:]``.
+
+  Returns:
+    0 when the figures were written, 2 for a missing or bad workdir or bad
+    ``--labels`` (the reason goes to stderr as ``error: ...``).
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  parser = argparse.ArgumentParser(
+      prog='python -m fedjax_kd.plot',
+      description='Write PNG figures (accuracy vs round and vs communication, per-client '
+                  'accuracy, label partition) of one or more fedjax_kd workdirs.')
+  parser.add_argument('workdirs', nargs='+', metavar='DIR', help='a run\'s --workdir')
+  parser.add_argument('--out', default=None, metavar='OUT_DIR',
+                      help='output directory (default: DIR/plots for one DIR, else ./plots)')
+  parser.add_argument('--labels', default=None,
+                      help='comma-separated legend labels, one per DIR '
+                           '(default: directory name and algorithm)')
+  parser.add_argument('--metric', default='test_acc', choices=tuple(METRICS),
+                      help="'test_acc': each algorithm's headline accuracy (the server "
+                           "model where there is one); 'client_acc': the mean client "
+                           'accuracy (UA) for every algorithm')
+  args = parser.parse_args(argv)
+  out_dir = args.out or (os.path.join(args.workdirs[0], 'plots') if len(args.workdirs) == 1
+                         else 'plots')
+  labels = None
+  if args.labels is not None:
+    labels = [s.strip() for s in args.labels.split(',')]
+  try:
+    if labels is not None and len(labels) != len(args.workdirs):
+      raise ValueError(f'--labels has {len(labels)} labels for {len(args.workdirs)} '
+                       'directories.')
+    files = plot_runs(args.workdirs, out_dir, labels, metric=args.metric)
+  except (DataError, ValueError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  for p in dict.fromkeys(files.values()):
+    print(p)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

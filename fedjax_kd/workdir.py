@@ -1,0 +1,235 @@
+"""The files of a run's ``--workdir``: written crash-safe, read back for plots.
+
+A workdir holds
+
+* ``config.json``     the resolved config;
+* ``metrics.jsonl``   one JSON row per round, appended as the run goes (the
+  source of truth), and ``metrics.csv`` with the same rows for spreadsheets;
+* ``partition.json``  the clients x classes label counts (train, and test
+  where clients have their own test split) and each client's model;
+* ``selection.json``  the client-selection method, counts and schedule;
+* ``clients.json``    every client model's accuracy and loss at the last
+  evaluation;
+* ``summary.json``    final and best accuracy, communication, timing;
+* ``checkpoints/``    orbax checkpoints (:mod:`fedjax_kd.checkpoint`);
+* ``tensorboard/``    TensorBoard event files with every numeric metric.
+
+Every row is appended with one ``write`` of a whole line to a file opened in
+append mode, and whole-file rewrites go through a temporary file and
+``os.replace``, so a crash (even SIGKILL) leaves either the old or the new
+content; a reader skips a last line that does not end in a newline.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from fedjax_kd.errors import DataError
+
+METRICS = 'metrics.jsonl'
+METRICS_CSV = 'metrics.csv'
+
+
+def write_json(path: str, obj: Any, indent: int | None = None) -> None:
+  """Writes ``obj`` as JSON atomically (temporary file, then ``os.replace``)."""
+  write_text(path, json.dumps(obj, indent=indent))
+
+
+def write_text(path: str, text: str) -> None:
+  """Replaces ``path`` with ``text`` atomically."""
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w', newline='') as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def _append(path: str, text: str) -> None:
+  """Appends whole lines with one ``os.write`` per call (O_APPEND)."""
+  data = text.encode()
+  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+  try:
+    view = memoryview(data)
+    while view:
+      n = os.write(fd, view)
+      view = view[n:]
+  finally:
+    os.close(fd)
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+  """Rows of a JSON-lines file, skipping a torn last line.
+
+  A last line without its newline (a write cut short by a crash) is ignored;
+  an unreadable line before it is an error.
+
+  Raises:
+    DataError: a complete line is not a JSON object.
+  """
+  with open(path, 'rb') as f:
+    data = f.read()
+  lines = data.split(b'\n')
+  complete, torn = lines[:-1], lines[-1]
+  del torn  # empty when the file ends in a newline; a partial row otherwise
+  rows = []
+  for i, line in enumerate(complete, 1):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except ValueError as e:
+      raise DataError(f'{path}: line {i} is not valid JSON ({e}).') from None
+    if not isinstance(row, dict):
+      raise DataError(f'{path}: line {i} is not a JSON object.')
+    rows.append(row)
+  return rows
+
+
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
+  """The per-round rows of a workdir's ``metrics.jsonl`` (a torn last row is skipped)."""
+  path = os.path.join(workdir, METRICS)
+  if not os.path.exists(path):
+    raise DataError(f'{workdir!r} has no {METRICS}: is it a fedjax_kd --workdir?')
+  return read_jsonl(path)
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+  """JSON-safe scalars: numpy types to Python, non-finite floats to None."""
+  out = {}
+  for k, v in row.items():
+    if isinstance(v, np.generic):
+      v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+      v = None
+    out[k] = v
+  return out
+
+
+class MetricsWriter:
+  """Appends rows to ``metrics.jsonl`` and keeps ``metrics.csv`` in step.
+
+  Args:
+    workdir: the run's directory.
+    keep_until: on resume, the last round whose rows are kept (later rows
+      were computed after the checkpoint and are recomputed); None starts
+      afresh.
+  """
+
+  def __init__(self, workdir: str, keep_until: int | None = None):
+    self.jsonl = os.path.join(workdir, METRICS)
+    self.csv = os.path.join(workdir, METRICS_CSV)
+    self.rows: list[dict[str, Any]] = []
+    if keep_until is not None and os.path.exists(self.jsonl):
+      self.rows = [r for r in read_jsonl(self.jsonl) if r.get('round', 0) <= keep_until]
+    write_text(self.jsonl, ''.join(json.dumps(r) + '\n' for r in self.rows))
+    self.columns: list[str] = []
+    self._rewrite_csv()
+
+  def _csv_text(self, rows, header: bool) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=self.columns)
+    if header:
+      w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+  def _rewrite_csv(self):
+    for row in self.rows:
+      self.columns += [k for k in row if k not in self.columns]
+    write_text(self.csv, self._csv_text(self.rows, header=True))
+
+  def write(self, row: dict[str, Any]) -> dict[str, Any]:
+    """Appends one round's row (non-finite floats become null); returns it."""
+    row = _clean(row)
+    self.rows.append(row)
+    _append(self.jsonl, json.dumps(row) + '\n')
+    if any(k not in self.columns for k in row):
+      self._rewrite_csv()
+    else:
+      _append(self.csv, self._csv_text([row], header=False))
+    return row
+
+
+class ScalarWriter:
+  """TensorBoard scalars in ``<workdir>/tensorboard`` (tensorboardX).
+
+  Every numeric value of a round's row is logged under its metrics name with
+  the round as the step. On resume, ``purge_step`` tells TensorBoard to drop
+  the steps a crashed run logged after its last checkpoint.
+  """
+
+  def __init__(self, workdir: str, start_round: int = 1):
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    self.logdir = os.path.join(workdir, 'tensorboard')
+    self._w = SummaryWriter(self.logdir, purge_step=start_round if start_round > 1 else None,
+                            flush_secs=10)
+
+  def write(self, row: dict[str, Any]) -> None:
+    step = int(row['round'])
+    for k, v in row.items():
+      if k == 'round' or isinstance(v, bool) or not isinstance(v, (int, float)):
+        continue
+      self._w.add_scalar(k, float(v), step)
+
+  def flush(self) -> None:
+    self._w.flush()
+
+  def close(self) -> None:
+    self._w.close()
+
+
+def partition_record(data: Any, client_models) -> dict[str, Any]:
+  """``partition.json``: the clients x classes label counts of a federation.
+
+  Args:
+    data: a :class:`fedjax_kd.core.federation.FederatedData`.
+    client_models: each client's model spec.
+
+  Returns:
+    ``num_clients``, ``num_classes``, ``train_counts`` ``[K][C]`` and, where
+    clients have their own test split, ``test_counts``; ``client_models``.
+  """
+  out = {'num_clients': int(data.num_clients), 'num_classes': int(data.num_classes),
+         'train_counts': data.client_labels().astype(int).tolist(), 'test_counts': None,
+         'client_models': list(client_models)}
+  if data.test_idx is not None:
+    y = np.asarray(data.y_test)
+    idx = np.asarray(data.test_idx)
+    out['test_counts'] = [
+        np.bincount(y[idx[k, :data.test_n[k]]], minlength=data.num_classes).astype(int).tolist()
+        for k in range(data.num_clients)]
+  return out
+
+
+def read_json(workdir: str, name: str) -> Any:
+  """A JSON file of a workdir, or None if it is not there."""
+  path = os.path.join(workdir, name)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except ValueError as e:
+    raise DataError(f'{path} is not valid JSON ({e}).') from None
+
+
+def read_run(workdir: str) -> dict[str, Any]:
+  """Everything the plots need from one workdir.
+
+  Returns:
+    ``{'workdir', 'config', 'metrics', 'summary', 'partition', 'clients'}``;
+    a file that is not there gives None (``metrics`` is required).
+  """
+  return {'workdir': workdir, 'metrics': read_metrics(workdir),
+          'config': read_json(workdir, 'config.json'),
+          'summary': read_json(workdir, 'summary.json'),
+          'partition': read_json(workdir, 'partition.json'),
+          'clients': read_json(workdir, 'clients.json')}

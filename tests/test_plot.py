@@ -1,0 +1,235 @@
+"""The figures of fedjax_kd.plot, on hand-written workdirs and one real run."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from fedjax_kd import plot
+from fedjax_kd import workdir as workdir_lib
+
+PNG = b'\x89PNG\r\n\x1a\n'
+
+# Round 2 is not evaluated (None), round 4 has no test_acc at all.
+METRICS = [
+    {'round': 1, 'participants': 3, 'cum_bytes': 150_000, 'cum_up_bytes': 50_000,
+     'cum_down_bytes': 100_000, 'test_acc': 0.25},
+    {'round': 2, 'participants': 3, 'cum_bytes': 1_200_000, 'cum_up_bytes': 400_000,
+     'cum_down_bytes': 800_000, 'test_acc': None},
+    {'round': 3, 'participants': 3, 'cum_bytes': 30_000_000, 'cum_up_bytes': 10_000_000,
+     'cum_down_bytes': 20_000_000, 'test_acc': 0.5},
+    {'round': 4, 'participants': 3, 'cum_bytes': 45_000_000, 'cum_up_bytes': 15_000_000,
+     'cum_down_bytes': 30_000_000},
+    {'round': 5, 'participants': 3, 'cum_bytes': 2_000_000_000, 'cum_up_bytes': 1e9,
+     'cum_down_bytes': 1e9, 'test_acc': 0.875},
+]
+TRAIN_COUNTS = [[5, 0, 7, 1], [0, 9, 2, 3], [4, 4, 0, 8]]
+CLIENTS = {'round': 5, 'split': 'server test set', 'acc': [0.5, None, 0.75],
+           'loss': [1.0, None, 0.5], 'test_n': None, 'train_n': [13, 14, 16],
+           'client_models': ['cnn@0.5', 'cnn@1.0', 'cnn@1.0']}
+
+
+def write_run(path, metrics=METRICS, algorithm='dsfl', partition=True, clients=True,
+              torn=False):
+  """A workdir written by hand; returns its path as a string."""
+  os.makedirs(path, exist_ok=True)
+  text = ''.join(json.dumps(r) + '\n' for r in metrics)
+  if torn:
+    text += '{"round": 99, "test_acc": 0.'   # a write cut short: no newline
+  (path / 'metrics.jsonl').write_text(text)
+  (path / 'config.json').write_text(json.dumps(
+      {'algorithm': algorithm, 'rounds': len(metrics),
+       'data': {'source': 'digits', 'partition': 'dirichlet', 'alpha': 0.1},
+       'clients': {'num_clients': 3}}))
+  (path / 'summary.json').write_text(json.dumps(
+      {'algorithm': algorithm, 'final_acc': 0.875, 'top_acc': 0.875,
+       'cum_bytes': metrics[-1]['cum_bytes']}))
+  if partition:
+    (path / 'partition.json').write_text(json.dumps(
+        {'num_clients': 3, 'num_classes': 4, 'train_counts': TRAIN_COUNTS,
+         'test_counts': None, 'client_models': CLIENTS['client_models']}))
+  if clients:
+    (path / 'clients.json').write_text(json.dumps(CLIENTS))
+  return str(path)
+
+
+def expected_series():
+  rows = [r for r in METRICS if r.get('test_acc') is not None]
+  return ([r['round'] for r in rows], [r['cum_bytes'] / 1e6 for r in rows],
+          [r['test_acc'] * 100 for r in rows])
+
+
+def legend_texts(ax):
+  return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def is_png(path):
+  with open(path, 'rb') as f:
+    data = f.read()
+  return data[:8] == PNG and len(data) > 5000
+
+
+def test_accuracy_vs_bytes_is_log_mb_and_skips_unevaluated_rows(tmp_path):
+  runs = [workdir_lib.read_run(write_run(tmp_path / 'a')),
+          workdir_lib.read_run(write_run(tmp_path / 'b', metrics=METRICS[:3]))]
+  fig = plot.figure_accuracy_vs_bytes(runs, ['first', 'second'])
+  ax, = [a for a in fig.axes]
+  assert ax.get_xscale() == 'log'
+  assert 'MB' in ax.get_xlabel() and 'log' in ax.get_xlabel()
+  assert '%' in ax.get_ylabel()
+  assert legend_texts(ax) == ['first', 'second']
+  _, mb, pct = expected_series()
+  line, line2 = ax.get_lines()
+  np.testing.assert_allclose(line.get_xdata(), mb)        # [0.15, 30, 2000]
+  np.testing.assert_allclose(line.get_ydata(), pct)       # [25, 50, 87.5]
+  np.testing.assert_allclose(line2.get_xdata(), mb[:2])
+  assert line.get_color() != line2.get_color()
+
+
+def test_accuracy_vs_round_line_equals_metrics(tmp_path):
+  run = workdir_lib.read_run(write_run(tmp_path / 'a'))
+  fig = plot.figure_accuracy_vs_round([run], ['only'])
+  ax = fig.axes[0]
+  rounds, _, pct = expected_series()
+  line, = ax.get_lines()
+  np.testing.assert_array_equal(line.get_xdata(), rounds)  # [1, 3, 5]
+  np.testing.assert_allclose(line.get_ydata(), pct)
+  assert ax.get_xlabel() == 'round' and ax.get_ylabel() == 'test accuracy (%)'
+  assert legend_texts(ax) == ['only']
+
+
+def test_run_colors_are_consistent_across_figures(tmp_path):
+  runs = [workdir_lib.read_run(write_run(tmp_path / n)) for n in 'abc']
+  by_round = plot.figure_accuracy_vs_round(runs, list('abc')).axes[0].get_lines()
+  by_bytes = plot.figure_accuracy_vs_bytes(runs, list('abc')).axes[0].get_lines()
+  assert [l.get_color() for l in by_round] == [l.get_color() for l in by_bytes]
+  assert len({l.get_color() for l in by_round}) == 3
+
+
+def test_partition_heatmap_equals_train_counts(tmp_path):
+  run = workdir_lib.read_run(write_run(tmp_path / 'a'))
+  fig = plot.figure_partition(run, 'a (dsfl)')
+  ax = fig.axes[0]
+  image, = ax.get_images()
+  np.testing.assert_array_equal(np.asarray(image.get_array()), TRAIN_COUNTS)
+  assert ax.get_xlabel() == 'class' and ax.get_ylabel() == 'client'
+  assert 'a (dsfl)' in ax.get_title() and 'dirichlet α=0.1' in ax.get_title()
+  assert any(a.get_ylabel() == 'samples' for a in fig.axes)      # the colorbar
+  # Small: every cell carries its count; the side panel has the totals.
+  assert sorted(int(t.get_text()) for t in ax.texts) == sorted(np.ravel(TRAIN_COUNTS))
+  bars = [p.get_width() for p in fig.axes[1].patches]
+  np.testing.assert_array_equal(bars, np.sum(TRAIN_COUNTS, axis=1))
+
+
+def test_partition_heatmap_of_many_clients_has_no_cell_text(tmp_path):
+  counts = np.random.default_rng(0).integers(0, 50, size=(120, 10))
+  run = {'partition': {'num_clients': 120, 'num_classes': 10, 'train_counts': counts.tolist(),
+                       'test_counts': None, 'client_models': ['cnn'] * 120},
+         'config': None}
+  ax = plot.figure_partition(run, 'big').axes[0]
+  assert not ax.texts
+  np.testing.assert_array_equal(np.asarray(ax.get_images()[0].get_array()), counts)
+
+
+def test_figures_return_none_without_their_files(tmp_path):
+  run = workdir_lib.read_run(write_run(tmp_path / 'a', partition=False, clients=False))
+  assert plot.figure_partition(run, 'a') is None
+  assert plot.figure_client_accuracy([run], ['a']) is None
+
+
+def test_client_figure_ignores_none_and_colors_by_model(tmp_path):
+  with_clients = workdir_lib.read_run(write_run(tmp_path / 'a'))
+  without = workdir_lib.read_run(write_run(tmp_path / 'b', clients=False))
+  fig = plot.figure_client_accuracy([with_clients, without], ['a', 'b'])
+  ax = fig.axes[0]
+  points = [c for c in ax.collections if (c.get_gid() or '').startswith('clients:')]
+  values = sorted(y for c in points for y in c.get_offsets()[:, 1])
+  assert values == [50.0, 75.0]                   # the None client is left out
+  assert {c.get_gid() for c in points} == {'clients:a:cnn@0.5', 'clients:a:cnn@1.0'}
+  assert legend_texts(ax) == ['cnn@0.5', 'cnn@1.0']
+  assert '%' in ax.get_ylabel()
+  assert 'round 5' in ax.get_title() and 'server test set' in ax.get_title()
+  assert [t.get_text() for t in ax.get_xticklabels()] == ['a\n2 clients']   # b has no clients
+
+
+def test_plot_runs_writes_pngs_with_documented_names(tmp_path):
+  a = write_run(tmp_path / 'x' / 'run', algorithm='dsfl')
+  b = write_run(tmp_path / 'y' / 'run', algorithm='fedmd')   # same basename
+  out = tmp_path / 'plots'
+  files = plot.plot_runs([a, b], str(out))
+  names = {'accuracy_vs_round', 'accuracy_vs_bytes', 'client_accuracy',
+           'partition_x_run_dsfl', 'partition_y_run_fedmd'}
+  assert set(files) == names | {'partition'}
+  assert files['partition'] == files['partition_x_run_dsfl']
+  for key in names:
+    assert files[key] == str(out / f'{key}.png')
+    assert is_png(files[key]), key
+  assert plot.default_labels([a, b], [workdir_lib.read_run(a), workdir_lib.read_run(b)]) == [
+      'x/run (dsfl)', 'y/run (fedmd)']
+
+
+def test_plot_runs_single_run_names(tmp_path):
+  files = plot.plot_runs([write_run(tmp_path / 'dsfl_era')], str(tmp_path / 'o'))
+  assert set(files) == {'accuracy_vs_round', 'accuracy_vs_bytes', 'client_accuracy',
+                        'partition'}
+  assert os.path.basename(files['partition']) == 'partition.png'
+  assert all(is_png(p) for p in files.values())
+
+
+def test_main_writes_into_out_and_uses_labels(tmp_path, capsys):
+  a, b = write_run(tmp_path / 'a'), write_run(tmp_path / 'b')
+  out = tmp_path / 'figs'
+  assert plot.main([a, b, '--out', str(out), '--labels', 'one,two']) == 0
+  assert is_png(out / 'accuracy_vs_bytes.png')
+  assert is_png(out / 'partition_one.png') and is_png(out / 'partition_two.png')
+  assert 'accuracy_vs_bytes' in capsys.readouterr().out
+
+
+def test_main_default_out_is_dir_plots(tmp_path):
+  a = write_run(tmp_path / 'a')
+  assert plot.main([a]) == 0
+  assert is_png(tmp_path / 'a' / 'plots' / 'accuracy_vs_round.png')
+
+
+@pytest.mark.parametrize('case', ['missing', 'no_metrics', 'bad_labels'])
+def test_main_errors_exit_2_with_message(tmp_path, capsys, case):
+  if case == 'missing':
+    args = [str(tmp_path / 'nope')]
+  elif case == 'no_metrics':
+    (tmp_path / 'empty').mkdir()
+    args = [str(tmp_path / 'empty')]
+  else:
+    args = [write_run(tmp_path / 'a'), '--labels', 'x,y']
+  assert plot.main(args + ['--out', str(tmp_path / 'o')]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith('error: ')
+  assert 'Traceback' not in err
+  if case == 'no_metrics':
+    assert 'metrics.jsonl' in err
+
+
+def test_torn_last_line_still_plots(tmp_path):
+  a = write_run(tmp_path / 'a', torn=True)
+  files = plot.plot_runs([a], str(tmp_path / 'o'))
+  assert is_png(files['accuracy_vs_round'])
+  line, = plot.figure_accuracy_vs_round([workdir_lib.read_run(a)], ['a']).axes[0].get_lines()
+  np.testing.assert_array_equal(line.get_xdata(), [1, 3, 5])   # round 99 is not there
+
+
+def test_client_acc_metric_and_its_fallback(tmp_path):
+  server = [dict(r, client_acc=(None if r.get('test_acc') is None else r['test_acc'] / 2))
+            for r in METRICS]
+  a = write_run(tmp_path / 'a', metrics=server)        # DS-FL-like: server and clients
+  b = write_run(tmp_path / 'b', algorithm='fedcache2')  # UA is test_acc, no client_acc
+  runs = [workdir_lib.read_run(a), workdir_lib.read_run(b)]
+  fig = plot.figure_accuracy_vs_bytes(runs, ['a', 'b'], metric='client_acc')
+  la, lb = fig.axes[0].get_lines()
+  _, _, acc = expected_series()
+  np.testing.assert_allclose(la.get_ydata(), np.asarray(acc) / 2)
+  np.testing.assert_allclose(lb.get_ydata(), acc)
+  assert fig.axes[0].get_ylabel() == 'mean client accuracy (%)'
+  with pytest.raises(ValueError, match='metric'):
+    plot.plot_runs([a], str(tmp_path / 'o'), metric='server_acc')
+  # The real-run end of the pipeline is tested in test_reliability
+  # (test_clients_and_partition_files plots a run the runner wrote).
