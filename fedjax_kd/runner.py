@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -187,6 +188,8 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
   t_start = time.time()
   state = algo.init()
 
+  if not resume:   # starting over: an old run's later checkpoints must not be resumed
+    shutil.rmtree(os.path.join(workdir, checkpoint_lib.DIRNAME), ignore_errors=True)
   ckpt = checkpoint_lib.Checkpointer(workdir, keep=spec.checkpoint_keep)
   start, cum, setup_bytes, last_saved = 1, {'up': 0, 'down': 0, 'total': 0}, None, None
   if resume and ckpt.latest_round() is not None:
@@ -257,7 +260,9 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
         if due or (stop.signum is not None and spec.checkpoint_every):
           save(t)
         if stop.signum is not None:
-          log(f'stopped after round {t}; rerun the same command to resume.')
+          log(f'stopped after round {t}; rerun the same command to resume.'
+              if spec.checkpoint_every else
+              f'stopped after round {t}; checkpoint.every=0, so a rerun starts over.')
           break
     finally:
       if scalars is not None:

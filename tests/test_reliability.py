@@ -388,3 +388,15 @@ def test_algorithm_ranges_and_cross_field_rules(algorithm, field, value, allowed
   with pytest.raises(ConfigError) as e:
     config_lib.validate(c)
   assert str(e.value).startswith(f'{field}=') and allowed in str(e.value)
+
+
+def test_noresume_starts_over_and_forgets_the_old_checkpoints(tmp_path):
+  c = tiny(rounds=4)
+  c.checkpoint.every = 2
+  _run(c, tmp_path)
+  assert _steps(tmp_path) == [2, 4]
+  c.rounds = 1
+  summary = _run(c, tmp_path, resume=False)
+  assert summary['rounds_run_this_call'] == 1
+  assert _steps(tmp_path) == [1]       # round 4 of the old run cannot be resumed by mistake
+  assert [r['round'] for r in workdir_lib.read_metrics(str(tmp_path))] == [1]
