@@ -208,7 +208,8 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
   selector = exp.ctx.selector
   workdir_lib.write_json(os.path.join(workdir, 'selection.json'), selector.description())
   workdir_lib.write_json(os.path.join(workdir, 'partition.json'),
-                         workdir_lib.partition_record(exp.ctx.data, spec.client_models))
+                         workdir_lib.partition_record(exp.ctx.data, spec.client_models,
+                                                      selector.true_counts))
   writer = workdir_lib.MetricsWriter(workdir, keep_until=start - 1)
   scalars = workdir_lib.ScalarWriter(workdir, start) if spec.tensorboard else None
   if setup_bytes is None:

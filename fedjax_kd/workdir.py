@@ -186,19 +186,21 @@ class ScalarWriter:
     self._w.close()
 
 
-def partition_record(data: Any, client_models) -> dict[str, Any]:
+def partition_record(data: Any, client_models, train_counts: np.ndarray) -> dict[str, Any]:
   """``partition.json``: the clients x classes label counts of a federation.
 
   Args:
     data: a :class:`fedjax_kd.core.federation.FederatedData`.
     client_models: each client's model spec.
+    train_counts: ``[K, C]`` label counts of the clients' training rows
+      (``data.client_labels()``, which the client selector already holds).
 
   Returns:
     ``num_clients``, ``num_classes``, ``train_counts`` ``[K][C]`` and, where
     clients have their own test split, ``test_counts``; ``client_models``.
   """
   out = {'num_clients': int(data.num_clients), 'num_classes': int(data.num_classes),
-         'train_counts': data.client_labels().astype(int).tolist(), 'test_counts': None,
+         'train_counts': np.asarray(train_counts).astype(int).tolist(), 'test_counts': None,
          'client_models': list(client_models)}
   if data.test_idx is not None:
     y = np.asarray(data.y_test)
