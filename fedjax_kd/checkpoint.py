@@ -12,6 +12,11 @@ complete, so a crash mid-save leaves the previous checkpoint intact; the
 newest ``keep`` steps are kept. Restoring reads array files (tensorstore) and
 JSON, never pickle. Saves are synchronous: the next round donates the state's
 buffers to the training step.
+
+Multi-host runs (:mod:`fedjax_kd.distributed`): every process calls ``save`` and
+``restore`` on the same directory (a file system all hosts share); orbax
+writes each array shard once and process 0 commits the step. Process-local
+leaves (identical on every process) are saved as replicated global arrays.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import jax
 
+from fedjax_kd import distributed
 from fedjax_kd.errors import DataError
 
 DIRNAME = 'checkpoints'
@@ -58,8 +64,9 @@ class Checkpointer:
   def save(self, round_: int, state: Any, meta: dict[str, Any]) -> None:
     """Saves ``state`` and the JSON-able ``meta`` as step ``round_``."""
     ocp = self._ocp
-    self._mgr.save(round_, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                   meta=ocp.args.JsonSave(meta)), force=True)
+    self._mgr.save(round_, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(distributed.globalize(state)),
+        meta=ocp.args.JsonSave(meta)), force=True)
     self._mgr.wait_until_finished()
 
   def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
@@ -82,7 +89,8 @@ class Checkpointer:
     ocp = self._ocp
     try:
       out = self._mgr.restore(step, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(_abstract(like)), meta=ocp.args.JsonRestore()))
+          state=ocp.args.StandardRestore(distributed.abstract_global(_abstract(like))),
+          meta=ocp.args.JsonRestore()))
     except Exception as e:  # pylint: disable=broad-except
       raise DataError(
           f'checkpoint {self.directory}/{step} cannot be restored into this experiment '
@@ -92,7 +100,7 @@ class Checkpointer:
     if got != want:
       raise DataError(f'checkpoint {self.directory}/{step} does not match this experiment\'s '
                       'state; use a new --workdir or delete the checkpoints directory.')
-    return out.state, dict(out.meta)
+    return distributed.localize(out.state, like), dict(out.meta)
 
   def close(self) -> None:
     self._mgr.close()

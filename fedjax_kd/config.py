@@ -20,6 +20,7 @@ import numpy as np
 from fedjax_kd.errors import ConfigError
 
 OPTIMIZERS = ('sgd', 'adam')
+COMPUTE_DTYPES = ('float32', 'bfloat16')   # train.compute_dtype (core.kernels.COMPUTE_DTYPES)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -53,6 +54,12 @@ def default_config() -> ml_collections.ConfigDict:
   c.clients.assignment = 'round_robin'   # 'round_robin', 'blocks' or model indices '0,1,1,0'
   c.clients.participation = 1.0          # fraction of clients selected per round, in (0, 1]
   c.clients.shared_init = False          # DS-FL A2: independent init by default
+  # Where client states live between rounds: 'device' (stacked on the accelerator),
+  # 'host' (host memory; only a round's participants go to the device) or 'disk'
+  # (.npy memory maps in store_dir, default <workdir>/client_store). For K >> clients per round.
+  c.clients.store = 'device'
+  c.clients.store_dir = ''
+  c.clients.store_chunk = 256            # clients per transfer when all are visited (eval, init)
 
   c.server = ml_collections.ConfigDict()
   c.server.model = ''                    # '' = the first client model spec
@@ -66,6 +73,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.train.epochs = 5
   c.train.lr_decay = 1.0                 # lr of round r = learning_rate * lr_decay ** (r - 1)
   c.train.fresh_optimizer = False        # new optimizer state every round (NIID-Bench, FedEntOpt A18)
+  # Forward-pass dtype: 'float32' | 'bfloat16' (mixed precision: params, optimizer state,
+  # BatchNorm statistics, losses and the predictions sent to aggregation stay float32).
+  # bfloat16 is meant for GPU/TPU; on XLA:CPU it is slower: a 2-core CPU ran the DS-FL MNIST
+  # round (benchmarks/speed.py, 10 clients) at 5.6 vs 13.9 client-steps/s, 0.4x float32.
+  c.train.compute_dtype = 'float32'
 
   # Client selection for every algorithm (spec fedentopt.md); M = round(participation * K).
   c.selection = ml_collections.ConfigDict()
@@ -223,6 +235,7 @@ class OptimSpec:
   epochs: int
   lr_decay: float = 1.0
   fresh_optimizer: bool = False
+  compute_dtype: str = 'float32'
 
 
 SELECTORS = ('uniform', 'fedentopt', 'power_of_choice')
@@ -271,6 +284,9 @@ class ExperimentSpec:
   checkpoint_keep: int = 2
   tensorboard: bool = True
   selection: SelectionSpec = SelectionSpec()
+  store: str = 'device'               # clients.store: 'device' | 'host' | 'disk'
+  store_dir: str = ''
+  store_chunk: int = 256
   options: Any = None
   raw: Any = None                     # the ConfigDict, for writing to the workdir
 
@@ -416,7 +432,8 @@ def _optim(c, group: str, with_epochs: bool = True) -> OptimSpec:
   extra = {}
   if group == 'train':
     extra = dict(lr_decay=_float(c, 'train.lr_decay', 0.0, lo_open=True, hi=1.0),
-                 fresh_optimizer=_bool(c, 'train.fresh_optimizer'))
+                 fresh_optimizer=_bool(c, 'train.fresh_optimizer'),
+                 compute_dtype=_choice(c, 'train.compute_dtype', COMPUTE_DTYPES))
   return OptimSpec(
       optimizer=_choice(c, f'{group}.optimizer', OPTIMIZERS),
       learning_rate=_float(c, f'{group}.learning_rate', 0.0, lo_open=True),
@@ -561,7 +578,10 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       eval_chunk=_int(config, 'eval.chunk', 1),
       checkpoint_every=_int(config, 'checkpoint.every', 0),
       checkpoint_keep=_int(config, 'checkpoint.keep', 1),
-      tensorboard=_bool(config, 'log.tensorboard'), selection=selection, raw=config)
+      tensorboard=_bool(config, 'log.tensorboard'), selection=selection,
+      store=_choice(config, 'clients.store', ('device', 'host', 'disk')),
+      store_dir=str(_get(config, 'clients.store_dir') or ''),
+      store_chunk=_int(config, 'clients.store_chunk', 1), raw=config)
   cls = algorithms.ALGORITHMS[algorithm]
   if cls.uses_public and cls.samples_public and public_per_round > data.num_public:
     raise ConfigError('distill.public_per_round', public_per_round,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import tempfile
 
 import jax
 import numpy as np
@@ -18,6 +20,7 @@ from fedjax_kd import selection as selection_lib
 from fedjax_kd.algorithms.base import Algorithm, Context
 from fedjax_kd.config import ExperimentSpec, OptimSpec
 from fedjax_kd.core.federation import Federation, build_federated_data
+from fedjax_kd.core.store import ClientStore
 from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources, splits
 from fedjax_kd.models import registry
@@ -42,8 +45,26 @@ class Experiment:
   algorithm: Algorithm
 
 
-def build(spec: ExperimentSpec) -> Experiment:
-  """Loads data, partitions it, builds models and the algorithm (no training)."""
+def make_store(spec: ExperimentSpec, workdir: str | None = None) -> ClientStore | None:
+  """The client store ``clients.store`` asks for (None: device-resident clients).
+
+  ``'disk'`` keeps its memory maps in ``clients.store_dir``, by default
+  ``<workdir>/client_store`` (or a temporary folder without a workdir).
+  """
+  if spec.store == 'device':
+    return None
+  directory = None
+  if spec.store == 'disk':
+    directory = spec.store_dir or (os.path.join(workdir, 'client_store') if workdir
+                                   else tempfile.mkdtemp(prefix='fedjax_kd_store_'))
+  return ClientStore(spec.store, directory, chunk=spec.store_chunk)
+
+
+def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
+  """Loads data, partitions it, builds models and the algorithm (no training).
+
+  ``workdir`` only places a ``clients.store='disk'`` store.
+  """
   d = spec.data
   data_dir = d.data_dir or None
   dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed, field='data.source',
@@ -81,7 +102,8 @@ def build(spec: ExperimentSpec) -> Experiment:
   optimizers = {'train': make_optimizer(spec.train)}
   if spec.distill is not None:
     optimizers['distill'] = make_optimizer(spec.distill)
-  fed = Federation(data, spec.client_models, modules, optimizers)
+  fed = Federation(data, spec.client_models, modules, optimizers,
+                   store=make_store(spec, workdir), compute_dtype=spec.train.compute_dtype)
   selector = selection_lib.ClientSelector(spec, data.client_labels(), data.client_n)
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
                 optimizers=optimizers,

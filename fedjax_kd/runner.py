@@ -39,7 +39,7 @@ import numpy as np
 from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import experiment as experiment_lib
 from fedjax_kd import workdir as workdir_lib
-from fedjax_kd.algorithms.base import RoundOutput
+from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
 from fedjax_kd.config import ExperimentSpec
 from fedjax_kd.errors import ConfigError, DivergenceError
 from fedjax_kd.ops import comm
@@ -108,7 +108,7 @@ def nonfinite_arrays(state: Any, fed: Any = None) -> list[str]:
     first = path[0] if path else None
     if (fed is not None and getattr(first, 'name', None) == 'clients' and len(path) > 1
         and hasattr(path[1], 'idx') and np.ndim(leaf) >= 1):
-      ids = fed.cohorts[path[1].idx].client_ids
+      ids = fed.global_ids[fed.cohorts[path[1].idx].client_ids]   # global ids (views too)
       rows = ~np.isfinite(np.asarray(leaf).reshape(np.shape(leaf)[0], -1)).all(axis=1)
       g['clients'].update(int(ids[r]) for r in np.flatnonzero(rows) if r < len(ids))
   out = []
@@ -182,11 +182,11 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
   os.makedirs(workdir, exist_ok=True)
   cfg_json = _config_json(spec)
   cfg_path = os.path.join(workdir, 'config.json')
-  exp = experiment_lib.build(spec)
+  exp = experiment_lib.build(spec, workdir)
   algo = exp.algorithm
   rules = comm.get_rules(spec.comm_rules, algo.paper_rules)
   t_start = time.time()
-  state = algo.init()
+  state = init_state(algo)
 
   if not resume:   # starting over: an old run's later checkpoints must not be resumed
     shutil.rmtree(os.path.join(workdir, checkpoint_lib.DIRNAME), ignore_errors=True)
@@ -198,7 +198,10 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
         if _resumable(json.loads(f.read())) != _resumable(json.loads(cfg_json)):
           raise ConfigError('--workdir', workdir,
                             'a fresh directory, or the same config as the checkpoint in it')
-    state, meta = ckpt.restore(state)
+    like = state
+    state, meta = ckpt.restore(like)
+    if exp.ctx.fed.store is not None:   # restored host arrays go back into the store's files
+      state = exp.ctx.fed.store.adopt(like, state)
     start = last_saved = int(meta['round'])
     start += 1
     cum = meta['cum_bytes']
@@ -230,10 +233,11 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
         plan = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask))
         active = plan.active
         if active.any():
-          state, out = algo.round(state, t, active)
+          state, out = play_round(
+              algo, state, t, active,
+              check=lambda st, fed, o: _check_finite(st, o, t, active, fed, ckpt, last_saved))
         else:   # everybody dropped out: the model is unchanged (FedEntOpt A7)
           out = RoundOutput({}, [])
-        _check_finite(state, out, t, active, exp.ctx.fed, ckpt, last_saved)
         sent = comm.count_bytes(out.payloads, rules)
         for k in cum:
           cum[k] += sent[k]

@@ -18,6 +18,9 @@ Every row is appended with one ``write`` of a whole line to a file opened in
 append mode, and whole-file rewrites go through a temporary file and
 ``os.replace``, so a crash (even SIGKILL) leaves either the old or the new
 content; a reader skips a last line that does not end in a newline.
+
+In a multi-host run (:mod:`fedjax_kd.distributed`) only process 0 writes: the
+writers here are no-ops on the other processes (they still compute every row).
 """
 
 from __future__ import annotations
@@ -37,13 +40,24 @@ METRICS = 'metrics.jsonl'
 METRICS_CSV = 'metrics.csv'
 
 
+def _primary() -> bool:
+  """False on the non-zero processes of a multi-host run (they write nothing)."""
+  import sys  # pylint: disable=g-import-not-at-top
+  jax = sys.modules.get('jax')
+  if jax is None or not jax.distributed.is_initialized():
+    return True
+  return jax.process_index() == 0
+
+
 def write_json(path: str, obj: Any, indent: int | None = None) -> None:
   """Writes ``obj`` as JSON atomically (temporary file, then ``os.replace``)."""
   write_text(path, json.dumps(obj, indent=indent))
 
 
 def write_text(path: str, text: str) -> None:
-  """Replaces ``path`` with ``text`` atomically."""
+  """Replaces ``path`` with ``text`` atomically (process 0 only)."""
+  if not _primary():
+    return
   tmp = f'{path}.tmp'
   with open(tmp, 'w', newline='') as f:
     f.write(text)
@@ -53,7 +67,9 @@ def write_text(path: str, text: str) -> None:
 
 
 def _append(path: str, text: str) -> None:
-  """Appends whole lines with one ``os.write`` per call (O_APPEND)."""
+  """Appends whole lines with one ``os.write`` per call (O_APPEND; process 0 only)."""
+  if not _primary():
+    return
   data = text.encode()
   fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
   try:
@@ -169,10 +185,12 @@ class ScalarWriter:
   def __init__(self, workdir: str, start_round: int = 1):
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
     self.logdir = os.path.join(workdir, 'tensorboard')
-    self._w = SummaryWriter(self.logdir, purge_step=start_round if start_round > 1 else None,
+    self._w = None if not _primary() else SummaryWriter(self.logdir, purge_step=start_round if start_round > 1 else None,
                             flush_secs=10)
 
   def write(self, row: dict[str, Any]) -> None:
+    if self._w is None:
+      return
     step = int(row['round'])
     for k, v in row.items():
       if k == 'round' or isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -180,10 +198,12 @@ class ScalarWriter:
       self._w.add_scalar(k, float(v), step)
 
   def flush(self) -> None:
-    self._w.flush()
+    if self._w is not None:
+      self._w.flush()
 
   def close(self) -> None:
-    self._w.close()
+    if self._w is not None:
+      self._w.close()
 
 
 def partition_record(data: Any, client_models, train_counts: np.ndarray) -> dict[str, Any]:

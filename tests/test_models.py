@@ -312,7 +312,7 @@ def test_parse_spec():
   assert set(registry.MODELS) == {'mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20',
                                   'resnet32', 'lenet5', 'resnet_t', 'resnet_s', 'resnet_m',
                                   'resnet_l', 'fcn', 'googlenet', 'vgg16', 'resnet34',
-                                  'resnet50', 'vgg11'}
+                                  'resnet50', 'vgg11', 'blazefl_cnn'}
 
 
 @pytest.mark.parametrize('spec', ['vgg13', 'cnn@0', 'cnn@abc', 'cnn@-1', 'cnn@nan', 'cnn@',
@@ -377,7 +377,18 @@ EMBED_CASES = [
     ('fcn', (40,), 256),
     ('fcn@0.5', (65,), 128),
     ('vgg11@0.125', (8, 8, 3), 64),  # FedEntOpt's VGG-11: dropout + hidden Dense 512 * width
+    ('blazefl_cnn@0.25', (16, 16, 3), 128),
 ]
+
+
+def test_blazefl_cnn_param_count():
+  # FedLab CNN_CIFAR10 / BlazeFL's CNN: 2,432 + 51,264 + 819,712 + 5,130 on 32x32x3.
+  module = registry.get_model('blazefl_cnn', num_classes=10, input_shape=(32, 32, 3))
+  shapes = jax.eval_shape(lambda: registry.init_variables(
+      module, jax.random.PRNGKey(0), (32, 32, 3)))
+  assert registry.count_params(shapes) == (878_538, 878_538)
+  with pytest.raises(ConfigError):
+    registry.get_model('blazefl_cnn', num_classes=10, input_shape=(12, 12, 3))
 
 
 # ACE-pFL's CIFAR networks: embed, masking and counts are tested in test_paper_models.py.

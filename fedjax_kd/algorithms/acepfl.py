@@ -173,6 +173,8 @@ def _literal_gd(teacher: jax.Array, history: jax.Array, temperature: jax.Array) 
 class ACEPFL(base.Algorithm):
   """ACE-pFL; see the module docstring."""
   name = 'acepfl'
+  # Per-client constants a round view slices: data sizes and cluster ids.
+  client_attrs = ('sizes', 'labels', 'teacher_of')
   paper_rules = 'acepfl'
   uses_public = True
   samples_public = False      # the whole labelled D0 every round (A13)
@@ -290,8 +292,9 @@ class ACEPFL(base.Algorithm):
   def cluster_summary(self) -> dict[str, float]:
     """The clustering diagnostics logged once (Fig. 3's intra-cluster distance)."""
     out = {'clusters': self.num_clusters, 'reference_client': int(self.clustering.reference)}
+    labels = np.asarray(self.clustering.labels)   # all clients (self.labels may be a view's)
     for v, dist in enumerate(np.asarray(self.clustering.intra_distance)):
-      out[f'cluster{v}_size'] = int(np.sum(self.labels == v))
+      out[f'cluster{v}_size'] = int(np.sum(labels == v))
       out[f'cluster{v}_intra_distance'] = float(dist)
     return out
 
@@ -308,6 +311,9 @@ class ACEPFL(base.Algorithm):
         'hist_count': jnp.zeros((v,), jnp.int32),
     }
     return state.replace(extra=extra)
+
+  def client_state_keys(self):
+    return ('best_acc', 'best_logp')   # each client's best past model and its predictions
 
   def setup_payloads(self) -> list[comm.Payload]:
     """Open data (the labelled D0) plus the one-time clustering traffic (spec §7)."""
@@ -394,9 +400,12 @@ class ACEPFL(base.Algorithm):
     metrics['distill_loss'] = base._nanmean(dloss)
     if o.gd_mode == 'literal' or o.weights[3] > 0:
       used = fresh & (hist_count > 0)
-      if bool(jnp.any(used)):
-        vals = jax.vmap(_literal_gd, in_axes=(0, 0, None))(teachers, hist, jnp.float32(temp))
-        metrics['gd_literal'] = float(jnp.sum(jnp.where(used, vals, 0.0)) / jnp.sum(used))
+      # Evaluated every round, round 1 (no history yet) included, so its ops compile
+      # in round 1 rather than in round 2; the metric is reported once there is history.
+      vals = jax.vmap(_literal_gd, in_axes=(0, 0, None))(teachers, hist, jnp.float32(temp))
+      num, den = jax.device_get((jnp.sum(jnp.where(used, vals, 0.0)), jnp.sum(used)))
+      if den:
+        metrics['gd_literal'] = float(num / den)
 
     # Bookkeeping: the best past model (A10) and the running mean of aggregates (A11).
     improved = np.zeros(self.fed.num_clients, bool)

@@ -9,6 +9,7 @@ clients and which payloads. Everything a round needs next time is in one
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, ClassVar
 
@@ -73,6 +74,10 @@ class Algorithm:
   samples_public: ClassVar[bool] = True
   has_server_model: ClassVar[bool] = False
 
+  # Attributes built at construction with a leading client axis of K (label
+  # frequencies, cluster ids, ...): a round view slices them to its clients.
+  client_attrs: ClassVar[tuple[str, ...]] = ()
+
   def __init__(self, ctx: Context):
     self.ctx = ctx
     self.spec = ctx.spec
@@ -81,7 +86,7 @@ class Algorithm:
     self.server_model = None
     if self.has_server_model:
       self.server_model = SingleModel(ctx.modules[self.spec.server_model], ctx.optimizers,
-                                      ctx.data.input_shape)
+                                      ctx.data.input_shape, ctx.spec.train.compute_dtype)
     self.distill_slot = 'train' if self.spec.distill is None else 'distill'
     # One function object per run, so it is a stable jit static argument.
     self.augment = augment_lib.get_augment(self.spec.data.augment)
@@ -102,6 +107,40 @@ class Algorithm:
     if self.server_model is not None:
       server = self.server_model.init(rng.server_key(self.ctx.root, 0, 'init'))
     return AlgState(clients=clients, server=server, extra={})
+
+  def client_state_keys(self) -> tuple[str, ...]:
+    """Entries of ``AlgState.extra`` with one row per client (leading axis K).
+
+    With a host or disk client store these live with the client models and
+    only the participants' rows reach the device in a round; every other
+    entry is server-side state and stays on the device.
+    """
+    return ()
+
+  def on_view(self, view) -> 'Algorithm':
+    """This algorithm bound to a round's participants only.
+
+    Args:
+      view: a :class:`~fedjax_kd.core.federation.RoundView`.
+
+    Returns:
+      A shallow copy whose ``fed``/``ctx`` are the view's (the algorithm's
+      ``round`` then sees the view's S clients, of which ``view.active``
+      participate) and whose ``client_attrs`` are sliced to the view's clients.
+      Client ids used for random keys stay global (``fed.global_ids``).
+    """
+    new = copy.copy(self)
+    selector = self.ctx.selector
+    new.ctx = dataclasses.replace(
+        self.ctx, fed=view.fed,
+        selector=None if selector is None else _SelectorView(selector, view.ids))
+    new.fed = view.fed
+    ids = np.asarray(view.ids)
+    for name in self.client_attrs:
+      a = getattr(self, name)
+      setattr(new, name, jnp.take(a, jnp.asarray(ids), axis=0) if isinstance(a, jax.Array)
+              else np.asarray(a)[ids])
+    return new
 
   def setup_payloads(self) -> list[comm.Payload]:
     """One-time traffic before round 1 (the open-data multicast, ComU@I)."""
@@ -214,6 +253,67 @@ class Algorithm:
     return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
 
 
+class _SelectorView:
+  """A client selector seen by a round view: per-client answers sliced to its clients."""
+
+  def __init__(self, selector, ids: np.ndarray):
+    self._selector = selector
+    self._ids = np.asarray(ids)
+
+  def local_epochs(self, t: int, epochs: int):
+    out = self._selector.local_epochs(t, epochs)
+    return None if out is None else np.asarray(out)[self._ids]
+
+
 def _nanmean(x) -> float:
   x = np.asarray(x, np.float64)
   return float(np.nanmean(x)) if np.isfinite(x).any() else float('nan')
+
+
+# ------------------------------------------------------------ the engine
+def init_state(algo: Algorithm) -> AlgState:
+  """``algo.init()``, with per-client state moved to the client store if there is one."""
+  state = algo.init()
+  store = algo.fed.store
+  if store is None:
+    return state
+  extra = dict(state.extra)
+  for k in algo.client_state_keys():
+    extra[k] = store.put(extra[k])
+  return state.replace(extra=extra)
+
+
+def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
+               check=None) -> tuple[AlgState, RoundOutput]:
+  """One round of ``algo`` on the clients ``active``, wherever client state lives.
+
+  With device-resident clients this is ``algo.round``. With a client store,
+  the round runs on a :class:`~fedjax_kd.core.federation.RoundView`: only the
+  participants' rows are gathered to the device, the unchanged ``round`` runs
+  on them, and their rows are written back.
+
+  Args:
+    algo: the algorithm (bound to the full federation).
+    state: the state after round ``t - 1``.
+    t: the round.
+    active: ``[K]`` bool mask of participants (at least one).
+    check: optional ``check(state, fed, out)`` called on the round's new state
+      before it is stored (the runner's NaN guard); for a store this is the
+      participants' compact state and the view's federation.
+
+  Returns:
+    The new state and the round's output.
+  """
+  fed = algo.fed
+  if fed.store is None:
+    state, out = algo.round(state, t, active)
+    if check is not None:
+      check(state, fed, out)
+    return state, out
+  view = fed.round_view(active)
+  keys = algo.client_state_keys()
+  vstate = fed.store.gather(state, view, keys)
+  vstate, out = algo.on_view(view).round(vstate, t, view.active)
+  if check is not None:
+    check(vstate, view.fed, out)
+  return fed.store.scatter(state, vstate, view, keys), out

@@ -71,7 +71,8 @@ class COMET(protocol.Protocol):
     del x, labels
     key = rng.server_key(self.ctx.root, t, 'server')
     centroids, _ = cluster.kmeans_per_sample(jnp.swapaxes(probs, 0, 1), mask.T,
-                                             self.options.clusters, key)
+                                             self.options.clusters, key,
+                                             ids=jnp.asarray(self.fed.global_ids))
     return state, jnp.where(jnp.isfinite(centroids), centroids, 0.0)
 
   def client_targets(self, state, t, x, payload, active):

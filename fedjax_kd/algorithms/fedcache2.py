@@ -91,6 +91,7 @@ def _where_rows(mask: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
 
 class FedCache2(base.Algorithm):
   name = 'fedcache2'
+  client_attrs = ('label_freq',)   # p^k, eq. 16
   paper_rules = 'fedcache2'
   uses_public = False
 
@@ -133,7 +134,7 @@ class FedCache2(base.Algorithm):
     item = math.prod(d.input_shape)
     self.raw_item_bytes = item if self.image else 4 * item
     self.n_private = int(d.x_private.shape[0])
-    self._x_pool = None
+    self._pool_buf = {}   # the download pool; a dict, so round views (copies) share it
     self._y_pool = jnp.concatenate([d.y_private,
                                     jnp.tile(jnp.asarray(self.slot_class), d.num_clients)])
 
@@ -148,6 +149,9 @@ class FedCache2(base.Algorithm):
     proto, valid = self._real_prototypes()
     cache = kc.empty_cache(self.fed.num_clients, self.slots, self.ctx.data.input_shape)
     return state.replace(extra={'proto': proto, 'proto_valid': valid, 'cache': cache})
+
+  def client_state_keys(self):
+    return ('proto', 'proto_valid')   # each client's own synthetic set D_b^k and its mask
 
   def _real_prototypes(self):
     """D_0^k (eq. 9): ``ipc`` distinct random real samples per class the client has."""
@@ -179,8 +183,9 @@ class FedCache2(base.Algorithm):
     metrics: dict[str, float] = {}
 
     # 1. Device-centric download (eq. 17).
-    keys = rng.client_keys(self.ctx.root, t, np.arange(k_all), 'sample')
-    exclude = jnp.arange(k_all) if o.exclude_own else jnp.full((k_all,), -1)
+    gids = self.fed.global_ids   # a client's own cache row is its global id
+    keys = rng.client_keys(self.ctx.root, t, gids, 'sample')
+    exclude = jnp.asarray(gids) if o.exclude_own else jnp.full((k_all,), -1)
     masks = kc.sample_clients(keys, cache.valid, jnp.asarray(self.slot_class),
                               self.label_freq, o.tau, mode=o.sampling, cap=o.max_download,
                               exclude_rows=exclude)
@@ -221,7 +226,7 @@ class FedCache2(base.Algorithm):
 
     # 4. Upload: the new set replaces the client's slot (eq. 13).
     x_recv, nbytes = self._encode(x_new, v0, active)
-    cache = kc.write(cache, x_recv, v0, nbytes, act, t)
+    cache = kc.write(cache, x_recv, v0, nbytes, act, t, jnp.asarray(gids))
     up_items, up_bytes, cache_items = jax.device_get(
         (jnp.sum(v0 & act[:, None]), jnp.sum(nbytes * act[:, None]), jnp.sum(cache.valid)))
     payloads += self._sample_payloads(comm.UP, float(up_bytes), int(up_items), receivers)
@@ -236,11 +241,13 @@ class FedCache2(base.Algorithm):
   def _pool(self, cache: kc.KnowledgeCache) -> jax.Array:
     """``x_private`` followed by every cache slot (the rows clients can download)."""
     tail = cache.x.reshape((-1,) + cache.x.shape[2:])
-    if self._x_pool is None:
-      self._x_pool = jnp.concatenate([self.ctx.data.x_private, tail.astype(jnp.float32)])
-    else:
-      self._x_pool = _set_tail(self._x_pool, tail, start=self.n_private)
-    return self._x_pool
+    pool = self._pool_buf.get('x')
+    if pool is None:
+      pool = jnp.concatenate([self.ctx.data.x_private, jnp.zeros(tail.shape, jnp.float32)])
+    # The tail goes through _set_tail every time, the first included, so the kernel
+    # compiles in the first round with downloads, not in the round after it.
+    self._pool_buf['x'] = _set_tail(pool, tail, start=self.n_private)
+    return self._pool_buf['x']
 
   def _sample_payloads(self, direction: str, nbytes: float, items: int,
                        receivers: int) -> list[comm.Payload]:
@@ -257,12 +264,12 @@ class FedCache2(base.Algorithm):
       return proto, valid, []
     # sigma: a derangement of the clients, redrawn every sigma_period rounds.
     cache = state.extra['cache']
-    k_all = self.fed.num_clients
+    k_pop = self.fed.population
     period = (t - 1) // self.options.sigma_period
-    order = rng.host_rng(self.spec.seed, period, 'server').permutation(k_all)
-    donor = np.empty(k_all, np.int64)
+    order = rng.host_rng(self.spec.seed, period, 'server').permutation(k_pop)
+    donor = np.empty(k_pop, np.int64)
     donor[order] = np.roll(order, -1)          # a cycle: nobody is its own donor (K > 1)
-    donor = jnp.asarray(donor)
+    donor = jnp.asarray(donor[self.fed.global_ids])   # the donors of this federation's clients
     dv = cache.valid[donor]
     use = jnp.any(dv, axis=1) & jnp.asarray(active)
     x0 = _where_rows(use, cache.x[donor], proto)

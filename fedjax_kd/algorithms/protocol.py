@@ -159,6 +159,14 @@ class Protocol(base.Algorithm):
                    prev_post_stamp=jnp.zeros((n,), jnp.int32))
     return state.replace(extra=extra)
 
+  def client_state_keys(self) -> tuple[str, ...]:
+    keys = ()
+    if self.cache.enabled and self.per_client_targets:   # each client's own cache copy
+      keys += ('local_labels', 'local_stamp')
+    if self.track_clients:   # when each client last synced each public sample
+      keys += ('client_stamp',)
+    return keys
+
   def payload_shape(self) -> tuple[int, ...]:
     return (self.num_classes,)
 
@@ -191,8 +199,10 @@ class Protocol(base.Algorithm):
     act = jnp.asarray(active)
     mask = act[:, None] & req[None, :]
     allowed = self.upload_mask(idx)
-    if allowed is not None:
+    if allowed is not None:   # the share of the participants' requested uploads that pass
+      offered = jnp.maximum(jnp.sum(mask), 1)
       mask = mask & allowed
+      metrics['inlier_fraction'] = float(jnp.sum(mask) / offered)
     probs = self.predict_clients(state, t, x, active)
     probs = probs * mask[:, :, None]
     labels, keep, agg_metrics = self.aggregate(probs, mask)

@@ -48,8 +48,11 @@ class SCAFFOLD(FedAvg):
     c, c_k = param_aggregate.scaffold_controls(
         state.extra['c'], state.extra['c_k'], start.params, state.clients[0].params,
         jnp.asarray(active), jnp.asarray(self.local_steps(t, active)), self._lr(t),
-        self.fed.num_clients)
+        self.fed.population)   # N = all clients, also when a round view holds only some
     return state.replace(extra={'c': c, 'c_k': c_k})
+
+  def client_state_keys(self):
+    return ('c_k',)
 
   def payloads(self, active):
     # The control variates (same size as the model) go up and down with it.

@@ -43,6 +43,7 @@ class SelectiveFDOptions:
 class SelectiveFD(protocol.Protocol):
   name = 'selective_fd'
   paper_rules = 'scarlet'
+  client_attrs = ('inliers',)   # [K, N_pub] client-side selector masks
 
   @classmethod
   def options_from_config(cls, config, spec) -> SelectiveFDOptions:
@@ -70,4 +71,4 @@ class SelectiveFD(protocol.Protocol):
   def aggregate(self, probs, mask):
     mean, count = aggregate.uploader_mean(probs, mask)
     keep = (count > 0) & (aggregate.l1_to_onehot(mean) < self.options.tau_server)
-    return mean, keep, {'inlier_fraction': jnp.mean(mask.astype(jnp.float32))}
+    return mean, keep, {}

@@ -19,6 +19,7 @@ import numpy as np
 import optax
 
 from fedjax_kd.core import rng
+from fedjax_kd.core import store as store_lib
 from fedjax_kd.core.kernels import CohortKernels, LossFn, client_mesh
 from fedjax_kd.core.state import ModelState
 from fedjax_kd.ops import losses
@@ -88,13 +89,28 @@ class FederatedData:
     return tuple(self.x_private.shape[1:])
 
   def client_labels(self) -> np.ndarray:
-    """``[K, C]`` host label counts of each client's private data."""
+    """``[K, C]`` host label counts of each client's private data (one vectorised pass)."""
     y = np.asarray(self.y_private)
     idx = np.asarray(self.client_idx)
-    counts = np.zeros((self.num_clients, self.num_classes), np.int64)
-    for k in range(self.num_clients):
-      counts[k] = np.bincount(y[idx[k, :self.client_n[k]]], minlength=self.num_classes)
-    return counts
+    k, c = self.num_clients, self.num_classes
+    real = np.arange(idx.shape[1])[None, :] < np.asarray(self.client_n)[:, None]
+    codes = (np.arange(k)[:, None] * c + y[idx])[real]
+    return np.bincount(codes, minlength=k * c).reshape(k, c).astype(np.int64)
+
+  def subset(self, ids: np.ndarray) -> 'FederatedData':
+    """The same data seen by clients ``ids`` only (their index tables, in that order).
+
+    The pooled arrays are shared, not copied; only the ``[len(ids), n_max]``
+    index tables are gathered.
+    """
+    ids = np.asarray(ids, np.int32)
+    g = jnp.asarray(ids)
+    take = lambda a: None if a is None else jnp.take(a, g, axis=0)
+    host = lambda a: None if a is None else np.asarray(a)[ids]
+    return dataclasses.replace(
+        self, client_idx=take(self.client_idx), client_n=host(self.client_n),
+        test_idx=take(self.test_idx), test_n=host(self.test_n), val_idx=take(self.val_idx),
+        val_n=host(self.val_n))
 
 
 def pack_indices(index_lists: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -142,6 +158,12 @@ def _join_rows(idx: Array, n: Array, extra: Array, extra_n: Array) -> tuple[Arra
   return jnp.where(pos < n[:, None], own, add), n + extra_n
 
 
+def _device_only(states, phase: str) -> None:
+  if any(store_lib.is_host(s) for s in states):
+    raise ValueError(f'{phase}: host-resident client states train on a round view '
+                     '(Federation.round_view + ClientStore.gather), not in place')
+
+
 # ---------------------------------------------------------------- cohorts
 @dataclasses.dataclass(frozen=True, eq=False)
 class Cohort:
@@ -171,6 +193,24 @@ def _bucket(count: int, size: int, multiple: int) -> int:
   return -(-s // multiple) * multiple
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundView:
+  """A round's participants as a compact federation of their own.
+
+  Attributes:
+    fed: a :class:`Federation` over clients ``ids`` only (sorted global ids,
+      padded per cohort to a fixed slot bucket with inactive clients).
+    ids: ``[S]`` global client ids of the view's clients.
+    active: ``[S]`` bool, which of them participate (the rest is padding).
+    cohort_rows: for each cohort of ``fed``, ``(parent cohort index, [S_c] rows
+      of that parent cohort)``.
+  """
+  fed: 'Federation'
+  ids: np.ndarray
+  active: np.ndarray
+  cohort_rows: tuple
+
+
 class Federation:
   """Runs phases over all clients, cohort by cohort, in client order.
 
@@ -180,27 +220,86 @@ class Federation:
     modules: spec -> Flax module.
     optimizers: optimizer slot name -> optax transformation (shared by all).
     use_mesh: shard each cohort's slot axis over all local devices.
+    store: where client states live between rounds: ``None`` (device-resident
+      stacked states) or a :class:`fedjax_kd.core.store.ClientStore` (host
+      memory or disk; rounds then run on a :meth:`round_view` of the
+      participants and only their rows travel to the device).
+    compute_dtype: forward-pass dtype of the kernels, see `CohortKernels`.
   """
 
   def __init__(self, data: FederatedData, client_models: Sequence[str],
                modules: dict[str, Any], optimizers: dict[str, optax.GradientTransformation],
-               use_mesh: bool = True):
+               use_mesh: bool = True, store: Any = None, compute_dtype: str = 'float32'):
     self.data = data
     self.client_models = tuple(client_models)
     self.mesh = client_mesh() if use_mesh else None
     self.multiple = 1 if self.mesh is None else self.mesh.size
     self.optimizers = optimizers
+    self.store = store
+    specs = sorted(set(self.client_models), key=self.client_models.index)
+    kernels = {s: CohortKernels(modules[s], optimizers, self.mesh, compute_dtype)
+               for s in specs}
+    self._scatter = jax.jit(lambda full, ids, vals: full.at[ids].set(vals, mode='drop'))
+    self._set_clients(kernels, np.arange(len(self.client_models), dtype=np.int32),
+                      len(self.client_models))
+
+  def _set_clients(self, kernels: dict[str, CohortKernels], global_ids: np.ndarray,
+                   population: int) -> None:
+    """Groups the clients into cohorts (in order of first appearance of each spec)."""
     specs = sorted(set(self.client_models), key=self.client_models.index)
     ids = np.asarray(self.client_models)
-    self.cohorts = [Cohort(s, np.flatnonzero(ids == s).astype(np.int32),
-                           CohortKernels(modules[s], optimizers, self.mesh))
+    self.cohorts = [Cohort(s, np.flatnonzero(ids == s).astype(np.int32), kernels[s])
                     for s in specs]
-    self._cohort_of = np.zeros(len(client_models), np.int32)
-    self._row_of = np.zeros(len(client_models), np.int32)
+    # Global id of each client (a view's clients are a subset) and the population K.
+    self.global_ids = np.asarray(global_ids, np.int32)
+    self.population = int(population)
+    self._cohort_of = np.zeros(len(self.client_models), np.int32)
+    self._row_of = np.zeros(len(self.client_models), np.int32)
     for c, cohort in enumerate(self.cohorts):
       self._cohort_of[cohort.client_ids] = c
       self._row_of[cohort.client_ids] = np.arange(cohort.size)
-    self._scatter = jax.jit(lambda full, ids, vals: full.at[ids].set(vals, mode='drop'))
+
+  def _key_ids(self, gids: np.ndarray) -> np.ndarray:
+    """Global client ids of slots ``gids`` (padding slots map to the last client)."""
+    return self.global_ids[np.minimum(gids, self.num_clients - 1)]
+
+  def round_view(self, active: np.ndarray) -> RoundView:
+    """The participants of a round as a federation of their own (see :class:`RoundView`).
+
+    Each cohort's participants are padded, with non-participating clients of
+    the same cohort, to the slot bucket the device-resident engine would use,
+    so a view of any cohort of the same size reuses the compiled kernels.
+    """
+    active = self._active(active)
+    pos, act, cohort_rows = [], [], []
+    for c, cohort in enumerate(self.cohorts):
+      rows = np.flatnonzero(active[cohort.client_ids])
+      if not len(rows):
+        continue
+      s = _bucket(len(rows), cohort.size, self.multiple)
+      rest = np.flatnonzero(~active[cohort.client_ids])[:s - len(rows)]
+      pad = np.full(s - len(rows) - len(rest), rows[-1])
+      cohort_rows.append((c, np.concatenate([rows, rest, pad]).astype(np.int32)))
+      pos.append(cohort.client_ids[cohort_rows[-1][1]])
+      act.append(np.arange(s) < len(rows))
+    pos_all, act_all = np.concatenate(pos), np.concatenate(act)
+    order = np.argsort(pos_all, kind='stable')   # client order, as the full engine sees it
+    pos_all, act_all = pos_all[order], act_all[order]
+    view = object.__new__(Federation)
+    view.data = self.data.subset(pos_all)
+    view.client_models = tuple(self.client_models[i] for i in pos_all)
+    view.mesh, view.multiple, view.optimizers = self.mesh, self.multiple, self.optimizers
+    view.store = None
+    view._scatter = self._scatter
+    view._set_clients({c.spec: c.kernels for c in self.cohorts}, self.global_ids[pos_all],
+                      self.population)
+    # The view's cohorts come in the parent's cohort order; rows follow the sorted ids.
+    rows_by_cohort = []
+    for vc in view.cohorts:
+      parent = next(i for i, c in enumerate(self.cohorts) if c.spec == vc.spec)
+      rows_by_cohort.append((parent, self._row_of[pos_all[vc.client_ids]]))
+    return RoundView(fed=view, ids=self.global_ids[pos_all], active=act_all,
+                     cohort_rows=tuple(rows_by_cohort))
 
   @property
   def num_clients(self) -> int:
@@ -241,9 +340,38 @@ class Federation:
     states = []
     for cohort in self.cohorts:
       ids = np.zeros_like(cohort.client_ids) if shared_init else cohort.client_ids
-      keys = rng.client_keys(root, 0, ids, 'init')
-      states.append(cohort.kernels.init(keys, self.data.input_shape))
+      ids = self.global_ids[ids]
+      make = lambda rows, ids=ids, k=cohort.kernels: k.init(
+          rng.client_keys(root, 0, ids[rows], 'init'), self.data.input_shape)
+      if self.store is None:
+        states.append(make(np.arange(cohort.size)))
+      else:   # built chunk by chunk straight into host memory (or disk)
+        states.append(self.store.init_rows(cohort.size, make))
     return tuple(states)
+
+  def _batches(self, cohort: Cohort, state: ModelState, active: np.ndarray):
+    """``(state, slots, valid, gids)`` pieces to run a read-only kernel on.
+
+    A device-resident cohort is one piece (its full state and the slots of
+    `plan`). A host-resident cohort is visited ``store.chunk`` clients at a
+    time: only those rows are copied to the device, as a compact state whose
+    slots are ``0..chunk-1``.
+    """
+    slots, valid, gids = self.plan(cohort, active)
+    if not valid.any():
+      return
+    if not store_lib.is_host(state):
+      yield state, jnp.asarray(slots), valid, gids
+      return
+    rows = slots[valid]
+    e = min(_bucket(len(rows), cohort.size, self.multiple),
+            -(-self.store.chunk // self.multiple) * self.multiple)
+    for lo in range(0, len(rows), e):
+      part = rows[lo:lo + e]
+      ok = np.arange(e) < len(part)
+      prow = np.concatenate([part, np.full(e - len(part), part[-1])]).astype(np.int32)
+      yield (self.store.take(state, prow), jnp.arange(e, dtype=jnp.int32), ok,
+             np.where(ok, cohort.client_ids[prow], self.num_clients).astype(np.int32))
 
   # ---------------------------------------------------------------- fit
   def fit(self, states: Sequence[ModelState], root: Array, t: int, phase: str, *,
@@ -281,6 +409,7 @@ class Federation:
       New states and the mean loss per client ``[K]`` (NaN for inactive).
     """
     active = self._active(active)
+    _device_only(states, 'fit')
     aux = aux or {}
     n = jnp.asarray(n, jnp.int32)
     out_states, loss_full = [], jnp.full((self.num_clients,), jnp.nan, jnp.float32)
@@ -290,7 +419,7 @@ class Federation:
         out_states.append(state)
         continue
       g = jnp.asarray(gids)
-      keys = rng.client_keys(root, t, np.minimum(gids, self.num_clients - 1), phase)
+      keys = rng.client_keys(root, t, self._key_ids(gids), phase)
       cidx = idx if idx.ndim == 1 else jnp.take(idx, g, axis=0, mode='clip')
       take = lambda a: jnp.take(a, g, axis=0, mode='clip')
       caux = jax.tree.map(take, aux)
@@ -391,6 +520,7 @@ class Federation:
       client ``[K]`` (NaN for inactive) and the skipped-step count ``[K]``.
     """
     active = self._active(active)
+    _device_only(states, 'distill_inputs')
     d = self.data
     loss_full = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
     bad_full = jnp.zeros((self.num_clients,), jnp.int32)
@@ -400,7 +530,7 @@ class Federation:
       if not valid.any():
         continue
       g = jnp.asarray(gids)
-      keys = rng.client_keys(root, t, np.minimum(gids, self.num_clients - 1), 'distill')
+      keys = rng.client_keys(root, t, self._key_ids(gids), 'distill')
       take = lambda a: jnp.take(a, g, axis=0, mode='clip')
       new_x, loss, bad = cohort.kernels.distill_inputs(
           state, jnp.asarray(slots), keys, take(x_b), take(valid_b), y_b, take(d.client_idx),
@@ -425,15 +555,13 @@ class Federation:
     active = self._active(active)
     full = jnp.zeros((self.num_clients, x.shape[0], self.data.num_classes), jnp.float32)
     for cohort, state in zip(self.cohorts, states):
-      slots, valid, gids = self.plan(cohort, active)
-      if not valid.any():
-        continue
-      keys = None
-      if augment is not None:
-        keys = rng.client_keys(root, t, np.minimum(gids, self.num_clients - 1), 'predict')
-      probs = cohort.kernels.predict(state, jnp.asarray(slots), x, chunk=chunk, log=log,
-                                     keys=keys, augment=augment)
-      full = self._scatter_clients(full, np.where(valid, gids, self.num_clients), probs)
+      for st, slots, valid, gids in self._batches(cohort, state, active):
+        keys = None
+        if augment is not None:
+          keys = rng.client_keys(root, t, self._key_ids(gids), 'predict')
+        probs = cohort.kernels.predict(st, slots, x, chunk=chunk, log=log, keys=keys,
+                                       augment=augment)
+        full = self._scatter_clients(full, np.where(valid, gids, self.num_clients), probs)
     return full
 
   def class_mean_probs(self, states, active=None, *, chunk: int = 512):
@@ -450,17 +578,15 @@ class Federation:
     counts = jnp.zeros((self.num_clients, c), jnp.float32)
     n_all = jnp.asarray(d.client_n)
     for cohort, state in zip(self.cohorts, states):
-      slots, valid, gids = self.plan(cohort, active)
-      if not valid.any():
-        continue
-      g = jnp.asarray(gids)
-      s, n = cohort.kernels.class_prob_sums(
-          state, jnp.asarray(slots), d.x_private, d.y_private,
-          jnp.take(d.client_idx, g, axis=0, mode='clip'), jnp.take(n_all, g, mode='clip'), c,
-          chunk=chunk)
-      w = np.where(valid, gids, self.num_clients)
-      sums = self._scatter_clients(sums, w, s)
-      counts = self._scatter_clients(counts, w, n)
+      for st, slots, valid, gids in self._batches(cohort, state, active):
+        g = jnp.asarray(gids)
+        s, n = cohort.kernels.class_prob_sums(
+            st, slots, d.x_private, d.y_private,
+            jnp.take(d.client_idx, g, axis=0, mode='clip'), jnp.take(n_all, g, mode='clip'),
+            c, chunk=chunk)
+        w = np.where(valid, gids, self.num_clients)
+        sums = self._scatter_clients(sums, w, s)
+        counts = self._scatter_clients(counts, w, n)
     means = sums / jnp.maximum(counts, 1.0)[:, :, None]
     return means, counts
 
@@ -499,19 +625,17 @@ class Federation:
     acc = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
     nll = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
     for cohort, state in zip(self.cohorts, states):
-      slots, valid, gids = self.plan(cohort, active)
-      if not valid.any():
-        continue
-      if idx is not None:
-        g = jnp.asarray(gids)
-        a, l, _ = cohort.kernels.evaluate(
-            state, jnp.asarray(slots), x, y, jnp.take(idx, g, axis=0, mode='clip'),
-            jnp.take(jnp.asarray(n), g, mode='clip'), chunk=chunk)
-      else:
-        a, l, _ = cohort.kernels.evaluate(state, jnp.asarray(slots), x, y, chunk=chunk)
-      w = np.where(valid, gids, self.num_clients)
-      acc = self._scatter_clients(acc, w, a)
-      nll = self._scatter_clients(nll, w, l)
+      for st, slots, valid, gids in self._batches(cohort, state, active):
+        if idx is not None:
+          g = jnp.asarray(gids)
+          a, l, _ = cohort.kernels.evaluate(
+              st, slots, x, y, jnp.take(idx, g, axis=0, mode='clip'),
+              jnp.take(jnp.asarray(n), g, mode='clip'), chunk=chunk)
+        else:
+          a, l, _ = cohort.kernels.evaluate(st, slots, x, y, chunk=chunk)
+        w = np.where(valid, gids, self.num_clients)
+        acc = self._scatter_clients(acc, w, a)
+        nll = self._scatter_clients(nll, w, l)
     return np.asarray(acc), np.asarray(nll)
 
 
@@ -519,8 +643,8 @@ class SingleModel:
   """A lone model (e.g. DS-FL's server model w_g) run with the same kernels."""
 
   def __init__(self, module, optimizers: dict[str, optax.GradientTransformation],
-               input_shape: tuple[int, ...]):
-    self.kernels = CohortKernels(module, optimizers, mesh=None)
+               input_shape: tuple[int, ...], compute_dtype: str = 'float32'):
+    self.kernels = CohortKernels(module, optimizers, mesh=None, compute_dtype=compute_dtype)
     self.input_shape = tuple(input_shape)
     self._slots = jnp.zeros((1,), jnp.int32)
     self._valid = jnp.ones((1,), bool)

@@ -13,6 +13,13 @@ reshuffle every epoch, keep the partial last batch, mean loss over the real
 samples of a batch. Clients of unequal size are padded to the largest; padded
 positions are masked out of the loss and of BatchNorm statistics, and a step
 with no real sample leaves the state untouched.
+
+Mixed precision (``compute_dtype='bfloat16'``, config ``train.compute_dtype``)
+follows the usual recipe (Micikevicius et al., "Mixed Precision Training",
+ICLR 2018; JAX/Flax's bf16 practice): master parameters, optimizer state and
+BatchNorm statistics stay float32; every forward pass casts the parameters and
+inputs to bfloat16 and the logits back to float32 before the loss or softmax,
+so gradients, updates and the predictions handed to aggregation are float32.
 """
 
 from __future__ import annotations
@@ -85,6 +92,15 @@ def epoch_positions(key: Array, n_max: int, n: Array, epochs: int,
   return positions, step_keys
 
 
+COMPUTE_DTYPES: tuple[str, ...] = ('float32', 'bfloat16')
+
+
+def _cast_floats(tree: Any, dtype: Any) -> Any:
+  """Casts the floating-point leaves of ``tree`` to ``dtype`` (others unchanged)."""
+  return jax.tree.map(
+      lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+
 def _variables(params, batch_stats):
   v = {'params': params}
   if batch_stats:
@@ -99,13 +115,21 @@ class CohortKernels:
     module: the Flax module of the cohort.
     optimizers: optimizer slot name -> optax transformation.
     mesh: device mesh for the slot axis (``None``: one device).
+    compute_dtype: ``'float32'`` or ``'bfloat16'``: the dtype of the forward pass of
+      fit/predict/evaluate/class sums (mixed precision: params, optimizer state,
+      BatchNorm statistics, losses and outputs stay float32). Dataset distillation
+      (``distill_inputs``) always runs in float32 (its KRR solve needs the precision).
   """
 
   def __init__(self, module: nn.Module, optimizers: dict[str, optax.GradientTransformation],
-               mesh: Mesh | None = None):
+               mesh: Mesh | None = None, compute_dtype: str = 'float32'):
+    if compute_dtype not in COMPUTE_DTYPES:
+      raise ValueError(f'compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}')
     self.module = module
     self.optimizers = dict(optimizers)
     self.mesh = mesh
+    self.compute_dtype = compute_dtype
+    self._dtype = jnp.dtype(compute_dtype)
     self._fit = jax.jit(self._fit_impl, donate_argnums=(0,),
                         static_argnames=('loss_fn', 'epochs', 'batch_size',
                                          'opt_slot', 'idx_shared', 'augment',
@@ -118,6 +142,25 @@ class CohortKernels:
         self._distill_inputs_impl,
         static_argnames=('epochs', 'batch_size', 'lr', 'reg', 'bn_mode', 'augment', 'chunk',
                          'value_range'))
+
+  # ------------------------------------------------------------ forward
+  def _apply(self, params: Any, batch_stats: Any, x: Array, **kwargs) -> Any:
+    """``module.apply`` in the compute dtype; float32 logits (and batch stats).
+
+    With float32 this is exactly ``module.apply(variables, x, **kwargs)``. With
+    ``mutable=['batch_stats']`` it returns ``(logits, updates)`` like Flax, the
+    updated statistics cast back to their float32 dtype.
+    """
+    if self._dtype == jnp.float32:
+      return self.module.apply(_variables(params, batch_stats), x, **kwargs)
+    out = self.module.apply(_variables(_cast_floats(params, self._dtype), batch_stats),
+                            _cast_floats(x, self._dtype), **kwargs)
+    if kwargs.get('mutable'):
+      logits, upd = out
+      upd = {**upd, 'batch_stats': jax.tree.map(lambda new, old: new.astype(old.dtype),
+                                                upd['batch_stats'], batch_stats)}
+      return logits.astype(jnp.float32), upd
+    return out.astype(jnp.float32)
 
   # ------------------------------------------------------------------ init
   def _init_impl(self, keys: Array, input_shape: tuple[int, ...]) -> ModelState:
@@ -164,14 +207,13 @@ class CohortKernels:
         batch['x'] = augment(k_aug, batch['x'])
 
       def loss(params):
-        variables = _variables(params, st.batch_stats)
         if st.batch_stats:
-          logits, upd = self.module.apply(variables, batch['x'], train=True, mask=valid,
-                                          mutable=['batch_stats'], rngs={'dropout': k_drop})
+          logits, upd = self._apply(params, st.batch_stats, batch['x'], train=True, mask=valid,
+                                    mutable=['batch_stats'], rngs={'dropout': k_drop})
           stats = upd['batch_stats']
         else:
-          logits = self.module.apply(variables, batch['x'], train=True, mask=valid,
-                                     rngs={'dropout': k_drop})
+          logits = self._apply(params, st.batch_stats, batch['x'], train=True, mask=valid,
+                               rngs={'dropout': k_drop})
           stats = st.batch_stats
         value = masked_mean(loss_fn(logits, batch, aux), valid)
         if prox_mu:   # FedProx: (mu / 2) ||w - theta^r||^2
@@ -279,7 +321,7 @@ class CohortKernels:
 
       def one_slot(st, key):
         xin = xc if augment is None else augment(jax.random.fold_in(key, i), xc)
-        return self.module.apply(_variables(st.params, st.batch_stats), xin, train=False)
+        return self._apply(st.params, st.batch_stats, xin, train=False)
 
       slot_keys = keys if keys is not None else jnp.zeros((sub_size(sub), 2), jnp.uint32)
       return jax.vmap(one_slot)(sub, slot_keys)
@@ -319,8 +361,7 @@ class CohortKernels:
     def one_client(st, cidx, cn):
       def body(carry, p):
         rows = cidx[p]
-        logits = self.module.apply(_variables(st.params, st.batch_stats), x[rows],
-                                   train=False)
+        logits = self._apply(st.params, st.batch_stats, x[rows], train=False)
         ok = (p < cn).astype(jnp.float32)
         correct = jnp.sum((jnp.argmax(logits, -1) == y[rows]) * ok)
         _, top = jax.lax.top_k(logits, min(5, logits.shape[-1]))
@@ -362,8 +403,8 @@ class CohortKernels:
     def one_client(st, cidx, cn):
       def body(carry, p):
         rows = cidx[p]
-        probs = jax.nn.softmax(self.module.apply(_variables(st.params, st.batch_stats),
-                                                 x[rows], train=False), -1)
+        probs = jax.nn.softmax(self._apply(st.params, st.batch_stats, x[rows], train=False),
+                               -1)
         onehot = jax.nn.one_hot(y[rows], num_classes) * (p < cn)[:, None]
         return (carry[0] + onehot.T @ probs, carry[1] + onehot.sum(0)), None
 

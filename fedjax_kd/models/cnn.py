@@ -1,4 +1,4 @@
-"""Small CNNs for 28x28 (and 8x8) grayscale images.
+"""Small CNNs for 28x28 (and 8x8) grayscale images, and BlazeFL's CIFAR-10 CNN.
 
 * `CNN` ("cnn"): the calibration CNN of /work/shared/perf (the MNIST CNN family of McMahan et
   al., "Communication-Efficient Learning of Deep Networks from Decentralized Data", AISTATS
@@ -11,6 +11,12 @@
   2021), reconstructed from the reported parameter counts in /work/shared/specs/dsfl.md §4.4:
   583,242 trainable / 584,458 total and 2,760,228 trainable / 2,762,272 total. Keras-style
   BatchNorm (momentum 0.99, epsilon 1e-3) and Keras initializers (Glorot uniform, zero bias).
+* `BlazeFLCNN` ("blazefl_cnn"): the CIFAR-10 CNN of McMahan et al. 2017 as implemented by
+  FedLab's `CNN_CIFAR10` (Conv5x5(32) VALID -> ReLU -> MaxPool2 -> Conv5x5(64) VALID -> ReLU
+  -> MaxPool2 -> Dense(512) -> ReLU -> Dense(C)), which is the architecture as we understand
+  BlazeFL's quickstart-fedavg `models.cnn.CNN` (kitsuyaazuma/BlazeFL), used by
+  benchmarks/speed.py to reproduce BlazeFL's published rounds/minute. 878,538 parameters on
+  32x32x3 with 10 classes (2,432 + 51,264 + 819,712 + 5,130). No BatchNorm, no dropout.
 """
 
 from __future__ import annotations
@@ -165,3 +171,46 @@ class DSFLFMNISTCNN(nn.Module):
     return nn.Dense(self.num_classes, kernel_init=_glorot)(x)
 
 
+
+
+class BlazeFLCNN(nn.Module):
+  """BlazeFL's / FedLab's CIFAR-10 CNN (McMahan et al. 2017). `mask` is accepted and ignored.
+
+  Conv5x5(32) VALID -> ReLU -> MaxPool2 -> Conv5x5(64) VALID -> ReLU -> MaxPool2 ->
+  Dense(512) -> ReLU -> Dense(C); 878,538 parameters on 32x32x3 with 10 classes.
+
+  Attributes:
+    num_classes: number of output logits.
+    width: multiplier of the hidden sizes (32, 64, 512).
+    lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
+  """
+  num_classes: int
+  width: float = 1.0
+  lowering: str = 'auto'
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
+               embed: bool = False) -> jax.Array:
+    """Computes logits, or the penultimate features with `embed=True`.
+
+    Args:
+      x: [B, H, W, C] (or [B, H, W]) images, H and W at least 16 (32 in the paper).
+      train: unused.
+      mask: unused.
+      embed: return the [B, 512 * width] input of the final Dense layer (after its ReLU)
+        instead of the logits.
+
+    Returns:
+      [B, num_classes] logits, or [B, d] features if `embed`.
+    """
+    del train, mask
+    s = lambda n: layers.scaled(n, self.width)
+    x = layers.as_image(x)
+    for feats in (32, 64):
+      x = layers.Conv(s(feats), 5, padding='VALID', lowering=self.lowering)(x)
+      x = layers.max_pool2(nn.relu(x))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(s(512))(x))
+    if embed:
+      return x
+    return nn.Dense(self.num_classes)(x)

@@ -15,6 +15,7 @@ dropout), so that `logits == embed_output @ W + b` with the final Dense paramete
 | cnn | `cnn.CNN` | McMahan et al. 2017 CNN family (the calibration CNN) |
 | dsfl_cnn | `cnn.DSFLCNN` | Itahara et al. 2021 (DS-FL), MNIST |
 | dsfl_fmnist_cnn | `cnn.DSFLFMNISTCNN` | Itahara et al. 2021 (DS-FL), Fashion-MNIST |
+| blazefl_cnn | `cnn.BlazeFLCNN` | McMahan et al. 2017 CIFAR CNN (FedLab `CNN_CIFAR10`; BlazeFL) |
 | resnet20, resnet32 | `resnet.CifarResNet` | He et al. 2016, §4.2 |
 | lenet5 | `lenet.LeNet5` | LeCun et al. 1998 (CIFAR variant) |
 | resnet_t/s/m/l | `resnet.CifarResNet` | Pan et al., FedCache 2.0, arXiv 2405.13378, Table XIV |
@@ -40,6 +41,10 @@ vgg11 is the large client model of FedEntOpt (arXiv 2411.01240 v2, §4.3; spec `
 Dropout(0.5) -> Dense 512 -> ReLU -> Dense C (NIID-Bench / pytorch-vgg-cifar10 style), with the
 same pooling as vgg16 for other input sizes; 9,750,922 trainable parameters for 10 classes at
 width 1. Its dropout draws from the 'dropout' rng with `train=True`.
+
+blazefl_cnn is the CIFAR-10 CNN of McMahan et al. 2017 in FedLab's `CNN_CIFAR10` form, the
+architecture as we understand BlazeFL's quickstart `models.cnn.CNN` (benchmarks/speed.py):
+878,538 trainable parameters on 32x32x3 with 10 classes at width 1.
 """
 
 from __future__ import annotations
@@ -58,7 +63,8 @@ from fedjax_kd.models import (cnn, fcn, googlenet, layers, lenet, mlp, resnet,
 
 MODELS: tuple[str, ...] = ('mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
                            'lenet5', 'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l', 'fcn',
-                           'googlenet', 'vgg16', 'resnet34', 'resnet50', 'vgg11')
+                           'googlenet', 'vgg16', 'resnet34', 'resnet50', 'vgg11',
+                           'blazefl_cnn')
 
 # Models that flatten their input and accept any input shape.
 _FLAT_MODELS: tuple[str, ...] = ('mlp', 'fcn')
@@ -72,11 +78,11 @@ def _min_side(name: str) -> int:
   return {'mlp': 0, 'cnn': 4, 'dsfl_cnn': 16, 'dsfl_fmnist_cnn': 4, 'resnet20': 1,
           'resnet32': 1, 'lenet5': 16, 'resnet_t': 1, 'resnet_s': 1, 'resnet_m': 1,
           'resnet_l': 1, 'fcn': 0, 'googlenet': 1, 'vgg16': 1, 'resnet34': 1,
-          'resnet50': 1, 'vgg11': 1}[name]
+          'resnet50': 1, 'vgg11': 1, 'blazefl_cnn': 16}[name]
 
 
 def _spatial_ok(name: str, side: int) -> bool:
-  if name in ('dsfl_cnn', 'lenet5'):
+  if name in ('dsfl_cnn', 'lenet5', 'blazefl_cnn'):
     # conv5 VALID -> pool2 -> conv5 VALID -> pool2 must leave at least one pixel.
     return side >= 5 and (side - 4) // 2 >= 5 and ((side - 4) // 2 - 4) // 2 >= 1
   if name in ('cnn', 'dsfl_fmnist_cnn'):
@@ -169,6 +175,8 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       'resnet34': lambda: resnet_imagenet.resnet34(num_classes, width, lowering),
       'resnet50': lambda: resnet_imagenet.resnet50(num_classes, width, lowering),
       'vgg11': lambda: vgg.vgg11(num_classes, width, lowering),
+      'blazefl_cnn': lambda: cnn.BlazeFLCNN(num_classes=num_classes, width=width,
+                                            lowering=lowering),
   }
   return builders[name]()
 

@@ -57,32 +57,38 @@ def _sq_dists(x: Array, centroids: Array) -> Array:
   return jnp.sum(diff * diff, axis=-1)
 
 
-def _init_indices(key: Array, mask: Array, num_clusters: int) -> Array:
+def _init_indices(key: Array, mask: Array, num_clusters: int, ids: Array) -> Array:
   """Indices of the initial centroids of one sample.
 
   Draws ``num_clusters`` distinct valid points uniformly at random (a random
   ordering of a uniformly random subset); if fewer points are valid, draws
-  them uniformly with replacement among the valid ones.
+  them uniformly with replacement among the valid ones. Every point's random
+  number is keyed by its id, not its position, so the same clients draw the
+  same centroids whatever other (masked) rows the array holds.
 
   Args:
     key: PRNG key of this sample.
     mask: ``[K]`` bool, which points exist (at least one).
     num_clusters: ``c``.
+    ids: ``[K]`` identity of each point (e.g. its global client id).
 
   Returns:
     ``[c]`` int32 point indices.
   """
   k_perm, k_repl = jax.random.split(key)
-  scores = jax.random.uniform(k_perm, mask.shape)
-  scores = jnp.where(mask, scores, jnp.inf)
+
+  def draw(k):
+    return jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(k, i)))(ids)
+
+  scores = jnp.where(mask, draw(k_perm), jnp.inf)
   order = jnp.argsort(scores)
   num_points = mask.shape[0]
   if num_points >= num_clusters:
     distinct = order[:num_clusters]
   else:
     distinct = jnp.zeros((num_clusters,), order.dtype)  # never selected
-  logits = jnp.where(mask, 0.0, -jnp.inf)
-  with_repl = jax.random.categorical(k_repl, logits, shape=(num_clusters,))
+  with_repl = jax.vmap(lambda j: jnp.argmax(jnp.where(
+      mask, draw(jax.random.fold_in(k_repl, j)), -1.0)))(jnp.arange(num_clusters))
   enough = jnp.sum(mask) >= num_clusters
   return jnp.where(enough, distinct, with_repl).astype(jnp.int32)
 
@@ -93,14 +99,14 @@ def _assign(points: Array, mask: Array, centroids: Array) -> Array:
   return jnp.where(mask, idx, 0)
 
 
-def _kmeans_one(points: Array, mask: Array, key: Array, num_clusters: int,
+def _kmeans_one(points: Array, mask: Array, key: Array, ids: Array, num_clusters: int,
                 max_iter: int, tol: Array, empty: str) -> tuple[Array, Array]:
   """k-means of one sample: ``points[K, C]``, ``mask[K]``.
 
   Returns:
     ``(centroids[c, C], assign[K])``.
   """
-  init = points[_init_indices(key, mask, num_clusters)]
+  init = points[_init_indices(key, mask, num_clusters, ids)]
   weights = mask.astype(points.dtype)
 
   def update(centroids):
@@ -137,7 +143,8 @@ def kmeans_per_sample(points: Array,
                       *,
                       max_iter: int = 100,
                       tol: float = 1e-4,
-                      empty: str = 'zero') -> tuple[Array, Array]:
+                      empty: str = 'zero',
+                      ids: Array | None = None) -> tuple[Array, Array]:
   """COMET server step: k-means over the K client vectors of every sample.
 
   Args:
@@ -151,6 +158,9 @@ def kmeans_per_sample(points: Array,
     empty: what an empty cluster becomes: ``'zero'`` (the zero vector, as
       ``fast_pytorch_kmeans`` does) or ``'keep'`` (its previous centroid).
       Static.
+    ids: ``[K]`` identity of each client (default ``0..K-1``); initial
+      centroids are drawn by identity, so a subset of the clients in another
+      layout (a round view) draws the same ones.
 
   Returns:
     ``(centroids, assign)``: ``centroids`` ``[n, c, C]`` and ``assign``
@@ -168,11 +178,12 @@ def kmeans_per_sample(points: Array,
   n, num_points = points.shape[:2]
   mask = jnp.broadcast_to(jnp.asarray(mask, bool), (n, num_points))
   keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(n))
+  ids = jnp.arange(num_points) if ids is None else jnp.asarray(ids)
   tol = jnp.asarray(tol, points.dtype)
   one = functools.partial(
       _kmeans_one, num_clusters=num_clusters, max_iter=max_iter, tol=tol,
       empty=empty)
-  return jax.vmap(one)(points, mask, keys)
+  return jax.vmap(one, in_axes=(0, 0, 0, None))(points, mask, keys, ids)
 
 
 @jax.jit

@@ -102,31 +102,33 @@ def slot_classes(num_classes: int, ipc: int) -> np.ndarray:
 
 @jax.jit
 def write(cache: KnowledgeCache, x: Array, valid: Array, nbytes: Array,
-          writers: Array, t: int | Array) -> KnowledgeCache:
+          writers: Array, t: int | Array, rows: Array | None = None) -> KnowledgeCache:
   """Eq. 13, ``KC[client, k] <- D_b^k``, for the clients that uploaded.
 
   Args:
     cache: the cache before the round.
-    x: ``[K, S, *input_shape]`` new rows (only writer rows are read).
-    valid: ``bool[K, S]`` which new slots hold a sample.
-    nbytes: ``[K, S]`` encoded sizes of the new items.
-    writers: ``bool[K]`` clients whose whole row is replaced.
+    x: ``[M, S, *input_shape]`` new rows (only writer rows are read).
+    valid: ``bool[M, S]`` which new slots hold a sample.
+    nbytes: ``[M, S]`` encoded sizes of the new items.
+    writers: ``bool[M]`` clients whose whole row is replaced.
     t: the round (stamp of the written valid slots).
+    rows: ``int[M]`` cache row of each of the M clients (default ``0..M-1``,
+      i.e. all K clients in order); a round view passes its clients' global ids.
 
   Returns:
     The new cache: writer rows replaced entirely (``x``, ``valid``,
     ``nbytes``, and ``stamp = t`` where valid else -1); other rows unchanged.
   """
-  w = jnp.asarray(writers, bool)
-  wx = w.reshape(w.shape + (1,) * (cache.x.ndim - 1))
-  ws = w[:, None]
+  k = cache.x.shape[0]
+  if rows is None:
+    rows = jnp.arange(x.shape[0], dtype=jnp.int32)
+  dest = jnp.where(jnp.asarray(writers, bool), rows, k)   # non-writers are dropped
   valid = jnp.asarray(valid, bool)
   new_stamp = jnp.where(valid, jnp.asarray(t, jnp.int32), NEVER)
-  return KnowledgeCache(
-      x=jnp.where(wx, jnp.asarray(x, cache.x.dtype), cache.x),
-      valid=jnp.where(ws, valid, cache.valid),
-      stamp=jnp.where(ws, new_stamp, cache.stamp).astype(jnp.int32),
-      nbytes=jnp.where(ws, jnp.asarray(nbytes, cache.nbytes.dtype), cache.nbytes))
+  put = lambda a, v: a.at[dest].set(jnp.asarray(v, a.dtype), mode='drop')
+  return KnowledgeCache(x=put(cache.x, x), valid=put(cache.valid, valid),
+                        stamp=put(cache.stamp, new_stamp),
+                        nbytes=put(cache.nbytes, nbytes))
 
 
 def class_sizes(valid: Array, slot_class: Array, num_classes: int) -> Array:
