@@ -162,36 +162,6 @@ def is_primary() -> bool:
   return jax.process_index() == 0
 
 
-def replicate(x: Any, mesh: Any) -> Any:
-  """A host or process-local array as a global array replicated over ``mesh``.
-
-  Every process must pass the same value. A no-op (returns ``x``) without a
-  mesh or in a single-process run, so single-host runs are unchanged.
-  """
-  if mesh is None or not is_multiprocess() or x is None:
-    return x
-  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
-  sharding = NamedSharding(mesh, PartitionSpec())
-
-  def one(a):
-    if isinstance(a, jax.Array) and a.sharding == sharding:
-      return a
-    host = np.asarray(a)
-    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
-
-  return jax.tree.map(one, x)
-
-
-def to_host(x: Any) -> Any:
-  """``np.asarray`` that also works for global arrays spanning other processes."""
-  if isinstance(x, jax.Array) and not x.is_fully_addressable:
-    if x.is_fully_replicated:
-      return np.asarray(x.addressable_data(0))
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-  return np.asarray(x)
-
-
 def _all_devices_replicated():
   from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
   return NamedSharding(Mesh(np.asarray(jax.devices()), ('all',)), PartitionSpec())

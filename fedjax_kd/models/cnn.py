@@ -11,7 +11,7 @@
   2021), reconstructed from the reported parameter counts in /work/shared/specs/dsfl.md §4.4:
   583,242 trainable / 584,458 total and 2,760,228 trainable / 2,762,272 total. Keras-style
   BatchNorm (momentum 0.99, epsilon 1e-3) and Keras initializers (Glorot uniform, zero bias).
-* `BlazeFLCNN` ("blazefl_cnn"): the CIFAR-10 CNN of McMahan et al. 2017 as implemented by
+* "blazefl_cnn": `CNN(features=(32, 64), hidden=512, padding='VALID')`, the CIFAR-10 CNN of McMahan et al. 2017 as implemented by
   FedLab's `CNN_CIFAR10` (Conv5x5(32) VALID -> ReLU -> MaxPool2 -> Conv5x5(64) VALID -> ReLU
   -> MaxPool2 -> Dense(512) -> ReLU -> Dense(C)), which is the architecture as we understand
   BlazeFL's quickstart-fedavg `models.cnn.CNN` (kitsuyaazuma/BlazeFL), used by
@@ -30,16 +30,25 @@ _glorot = nn.initializers.glorot_uniform()
 
 
 class CNN(nn.Module):
-  """The small calibration CNN. `mask` is accepted and ignored.
+  """Two conv5x5-ReLU-MaxPool2 blocks, a hidden Dense-ReLU and the logits. `mask` is ignored.
+
+  The defaults are the small calibration CNN; ``features=(32, 64), hidden=512,
+  padding='VALID'`` is BlazeFL's CIFAR-10 CNN ("blazefl_cnn").
 
   Attributes:
     num_classes: number of output logits.
-    width: multiplier of the hidden sizes (16, 32, 128).
+    width: multiplier of the hidden sizes (``features`` and ``hidden``).
     lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
+    features: channels of the two convolutions.
+    hidden: units of the hidden Dense layer.
+    padding: 'SAME' or 'VALID' convolutions.
   """
   num_classes: int
   width: float = 1.0
   lowering: str = 'auto'
+  features: tuple[int, int] = (16, 32)
+  hidden: int = 128
+  padding: str = 'SAME'
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
@@ -47,11 +56,11 @@ class CNN(nn.Module):
     """Computes logits, or the penultimate features with `embed=True`.
 
     Args:
-      x: [B, H, W, C] (or [B, H, W]) images, H and W at least 4.
+      x: [B, H, W, C] (or [B, H, W]) images; H and W at least 4 ('SAME') or 16 ('VALID').
       train: unused.
       mask: unused.
-      embed: return the [B, 128 * width] input of the final Dense layer (after its activation)
-        instead of the logits.
+      embed: return the [B, hidden * width] input of the final Dense layer (after its
+        activation) instead of the logits.
 
     Returns:
       [B, num_classes] logits, or [B, d] features if `embed`.
@@ -59,10 +68,11 @@ class CNN(nn.Module):
     del train, mask
     s = lambda n: layers.scaled(n, self.width)
     x = layers.as_image(x)
-    x = layers.max_pool2(nn.relu(layers.Conv(s(16), 5, lowering=self.lowering)(x)))
-    x = layers.max_pool2(nn.relu(layers.Conv(s(32), 5, lowering=self.lowering)(x)))
+    for feats in self.features:
+      x = layers.Conv(s(feats), 5, padding=self.padding, lowering=self.lowering)(x)
+      x = layers.max_pool2(nn.relu(x))
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(s(128))(x))
+    x = nn.relu(nn.Dense(s(self.hidden))(x))
     if embed:
       return x
     return nn.Dense(self.num_classes)(x)
@@ -169,48 +179,3 @@ class DSFLFMNISTCNN(nn.Module):
     if embed:
       return x
     return nn.Dense(self.num_classes, kernel_init=_glorot)(x)
-
-
-
-
-class BlazeFLCNN(nn.Module):
-  """BlazeFL's / FedLab's CIFAR-10 CNN (McMahan et al. 2017). `mask` is accepted and ignored.
-
-  Conv5x5(32) VALID -> ReLU -> MaxPool2 -> Conv5x5(64) VALID -> ReLU -> MaxPool2 ->
-  Dense(512) -> ReLU -> Dense(C); 878,538 parameters on 32x32x3 with 10 classes.
-
-  Attributes:
-    num_classes: number of output logits.
-    width: multiplier of the hidden sizes (32, 64, 512).
-    lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
-  """
-  num_classes: int
-  width: float = 1.0
-  lowering: str = 'auto'
-
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
-               embed: bool = False) -> jax.Array:
-    """Computes logits, or the penultimate features with `embed=True`.
-
-    Args:
-      x: [B, H, W, C] (or [B, H, W]) images, H and W at least 16 (32 in the paper).
-      train: unused.
-      mask: unused.
-      embed: return the [B, 512 * width] input of the final Dense layer (after its ReLU)
-        instead of the logits.
-
-    Returns:
-      [B, num_classes] logits, or [B, d] features if `embed`.
-    """
-    del train, mask
-    s = lambda n: layers.scaled(n, self.width)
-    x = layers.as_image(x)
-    for feats in (32, 64):
-      x = layers.Conv(s(feats), 5, padding='VALID', lowering=self.lowering)(x)
-      x = layers.max_pool2(nn.relu(x))
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(s(512))(x))
-    if embed:
-      return x
-    return nn.Dense(self.num_classes)(x)

@@ -15,7 +15,7 @@ dropout), so that `logits == embed_output @ W + b` with the final Dense paramete
 | cnn | `cnn.CNN` | McMahan et al. 2017 CNN family (the calibration CNN) |
 | dsfl_cnn | `cnn.DSFLCNN` | Itahara et al. 2021 (DS-FL), MNIST |
 | dsfl_fmnist_cnn | `cnn.DSFLFMNISTCNN` | Itahara et al. 2021 (DS-FL), Fashion-MNIST |
-| blazefl_cnn | `cnn.BlazeFLCNN` | McMahan et al. 2017 CIFAR CNN (FedLab `CNN_CIFAR10`; BlazeFL) |
+| blazefl_cnn | `cnn.CNN` (32/64 VALID, 512) | McMahan et al. 2017 CIFAR CNN (FedLab `CNN_CIFAR10`; BlazeFL) |
 | resnet20, resnet32 | `resnet.CifarResNet` | He et al. 2016, §4.2 |
 | lenet5 | `lenet.LeNet5` | LeCun et al. 1998 (CIFAR variant) |
 | resnet_t/s/m/l | `resnet.CifarResNet` | Pan et al., FedCache 2.0, arXiv 2405.13378, Table XIV |
@@ -175,8 +175,8 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       'resnet34': lambda: resnet_imagenet.resnet34(num_classes, width, lowering),
       'resnet50': lambda: resnet_imagenet.resnet50(num_classes, width, lowering),
       'vgg11': lambda: vgg.vgg11(num_classes, width, lowering),
-      'blazefl_cnn': lambda: cnn.BlazeFLCNN(num_classes=num_classes, width=width,
-                                            lowering=lowering),
+      'blazefl_cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering,
+                                     features=(32, 64), hidden=512, padding='VALID'),
   }
   return builders[name]()
 
