@@ -9,5 +9,5 @@ from fedjax_kd import presets
 
 
 def get_config():
-  c = presets.dsfl_paper_cpu('tfds:fashion_mnist')
+  c = presets.dsfl_paper_cpu('tfds:fashion_mnist', 'dsfl_fmnist_cnn@1.0')
   return c

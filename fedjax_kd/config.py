@@ -47,6 +47,12 @@ def default_config() -> ml_collections.ConfigDict:
                                     # e.g. 'coarse_label' for CIFAR-100's 20 superclasses
   c.data.augment = 'none'           # 'none' | 'flip_crop' | 'jitter_flip_gray' (training batches)
   c.data.augment_predict = True     # with data.augment: clients also augment what they predict on
+  # Input scaling after loading (sources give [0, 1]): 'unit' keeps [0, 1]; 'symmetric' maps
+  # to [-1, 1] (2x - 1); 'standardize' maps each channel to (x - mean) / std with data.mean and
+  # data.std, or, where they are empty, the per-channel mean/std of the source's training set.
+  c.data.normalize = 'unit'
+  c.data.mean = ()
+  c.data.std = ()
 
   c.clients = ml_collections.ConfigDict()
   c.clients.num_clients = 10
@@ -63,6 +69,15 @@ def default_config() -> ml_collections.ConfigDict:
 
   c.server = ml_collections.ConfigDict()
   c.server.model = ''                    # '' = the first client model spec
+
+  # Options of every model (clients and server). init: 'auto' (each model's own choice, see
+  # fedjax_kd.models.registry.MODEL_INIT) | 'torch' | 'keras' | 'flax' | 'he' | 'module'.
+  # bn_momentum (flax convention: running = m * running + (1 - m) * batch; PyTorch's 0.1 is
+  # 0.9) and bn_epsilon for every BatchNorm; -1 keeps each model's own (0.9 and 1e-5).
+  c.model = ml_collections.ConfigDict()
+  c.model.init = 'auto'
+  c.model.bn_momentum = -1.0
+  c.model.bn_epsilon = -1.0
 
   c.train = ml_collections.ConfigDict()
   c.train.optimizer = 'sgd'
@@ -223,6 +238,20 @@ class DataSpec:
   augment: str = 'none'
   augment_predict: bool = True
   label_key: str = ''
+  normalize: str = 'unit'
+  mean: tuple[float, ...] = ()
+  std: tuple[float, ...] = ()
+
+
+NORMALIZATIONS = ('unit', 'symmetric', 'standardize')
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+  """``model.*``: initializer family and BatchNorm options (None: each model's own)."""
+  init: str = 'auto'
+  bn_momentum: float | None = None
+  bn_epsilon: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,6 +316,7 @@ class ExperimentSpec:
   store: str = 'device'               # clients.store: 'device' | 'host' | 'disk'
   store_dir: str = ''
   store_chunk: int = 256
+  model: ModelOptions = ModelOptions()
   options: Any = None
   raw: Any = None                     # the ConfigDict, for writing to the workdir
 
@@ -410,6 +440,38 @@ def _label_key(c, source: str) -> str:
   return v
 
 
+def _normalization(c) -> tuple[str, tuple[float, ...], tuple[float, ...]]:
+  mode = _choice(c, 'data.normalize', NORMALIZATIONS)
+  stats = []
+  for field in ('data.mean', 'data.std'):
+    v = _get(c, field)
+    if not isinstance(v, (tuple, list)) or not all(
+        isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) for a in v):
+      raise ConfigError(field, v, 'a tuple of per-channel numbers, or () to use the data')
+    stats.append(tuple(float(a) for a in v))
+  mean, std = stats
+  if (mean or std) and mode != 'standardize':
+    raise ConfigError('data.mean' if mean else 'data.std', mean or std,
+                      "() unless data.normalize='standardize'")
+  if len(mean) != len(std):
+    raise ConfigError('data.std', std, f'{len(mean)} numbers, one per data.mean channel')
+  if any(a <= 0 for a in std):
+    raise ConfigError('data.std', std, 'numbers > 0')
+  return mode, mean, std
+
+
+def _model_options(c) -> ModelOptions:
+  from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
+  init = _choice(c, 'model.init', registry.INIT_CHOICES)
+  out = {}
+  for name in ('bn_momentum', 'bn_epsilon'):
+    v = _float(c, f'model.{name}')
+    if v != -1.0 and not 0.0 < v < 1.0:
+      raise ConfigError(f'model.{name}', v, "a number in (0, 1), or -1 for each model's own")
+    out[name] = None if v == -1.0 else v
+  return ModelOptions(init=init, **out)
+
+
 def _get(c, field: str):
   node = c
   for part in field.split('.'):
@@ -515,6 +577,8 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       augment=_choice(config, 'data.augment', augment_lib.AUGMENTATIONS),
       augment_predict=_bool(config, 'data.augment_predict'),
       label_key=_label_key(config, source))
+  normalize, mean, std = _normalization(config)
+  data = dataclasses.replace(data, normalize=normalize, mean=mean, std=std)
 
   num_clients = _int(config, 'clients.num_clients', 1)
   models = _get(config, 'clients.models')
@@ -581,7 +645,8 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       tensorboard=_bool(config, 'log.tensorboard'), selection=selection,
       store=_choice(config, 'clients.store', ('device', 'host', 'disk')),
       store_dir=str(_get(config, 'clients.store_dir') or ''),
-      store_chunk=_int(config, 'clients.store_chunk', 1), raw=config)
+      store_chunk=_int(config, 'clients.store_chunk', 1), model=_model_options(config),
+      raw=config)
   cls = algorithms.ALGORITHMS[algorithm]
   if cls.uses_public and cls.samples_public and public_per_round > data.num_public:
     raise ConfigError('distill.public_per_round', public_per_round,

@@ -23,6 +23,7 @@ from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.core.store import ClientStore
 from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources, splits
+from fedjax_kd.errors import DataError
 from fedjax_kd.models import registry
 from fedjax_kd.ops import selection as selection_ops
 
@@ -73,6 +74,18 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   if d.public_source:
     public = sources.load_source(d.public_source, data_dir=data_dir, seed=spec.seed,
                                  field='data.public_source')
+  # data.normalize: one per-channel affine map (from the private source's training set) for
+  # the private, public and test inputs alike.
+  stats = sources.input_stats(d.normalize, dataset.x_train, d.mean, d.std)
+  if stats is not None:
+    norm = lambda ds: dataclasses.replace(ds, x_train=sources.normalize(ds.x_train, stats),
+                                          x_test=sources.normalize(ds.x_test, stats))
+    dataset = norm(dataset)
+    if public is not None:
+      if public.x_train.shape[-1] != dataset.x_train.shape[-1]:
+        raise DataError(f'data.public_source: {public.x_train.shape[-1]} channels, but '
+                        f'data.source has {dataset.x_train.shape[-1]}')
+      public = norm(public)
   split = splits.fd_split(dataset, num_public=d.num_public, num_private=d.num_private,
                           seed=spec.seed, public=public)
   kwargs = dict(num_classes=split.num_classes, seed=spec.seed, alpha=d.alpha,
@@ -98,7 +111,9 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   for s in specs:
     field = 'server.model' if s not in spec.client_models else 'clients.models'
     modules[s] = registry.get_model(s, num_classes=split.num_classes, input_shape=input_shape,
-                                    field=field)
+                                    field=field, init=spec.model.init,
+                                    bn_momentum=spec.model.bn_momentum,
+                                    bn_epsilon=spec.model.bn_epsilon)
   optimizers = {'train': make_optimizer(spec.train)}
   if spec.distill is not None:
     optimizers['distill'] = make_optimizer(spec.distill)
@@ -108,7 +123,7 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
                 optimizers=optimizers,
                 bytes_per_public_sample=float(math.prod(input_shape) * 4),
-                selector=selector)
+                selector=selector, input_stats=stats)
   algorithm = algorithms.ALGORITHMS[spec.algorithm](ctx)
   return Experiment(spec=spec, ctx=ctx, algorithm=algorithm)
 

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd import algorithms
 from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import experiment as experiment_lib
 from fedjax_kd import workdir as workdir_lib
@@ -331,10 +332,18 @@ def summary_table(summary: dict[str, Any], workdir: str) -> str:
     return '-' if x is None else f'{x:.4f}'
 
   final_round = summary.get('rounds')
+  cls = algorithms.ALGORITHMS.get(summary.get('algorithm'))
+  server = cls is not None and cls.has_server_model
+  what = 'server model' if server else 'mean over clients'
   lines = [
       ('algorithm', summary.get('algorithm')),
-      ('final acc', f'{acc(summary.get("final_acc"))} (round {final_round})'),
+      ('final acc', f'{acc(summary.get("final_acc"))} ({what}, round {final_round})'),
       ('best acc', f'{acc(summary.get("top_acc"))} (round {summary.get("top_round")})'),
+  ]
+  if server and summary.get('final_client_acc') is not None:
+    lines.append(('client acc', f'{acc(summary.get("final_client_acc"))} (mean over clients, '
+                                f'round {final_round})'))
+  lines += [
       ('rounds', f'{final_round} ({summary.get("rounds_run_this_call", 0)} in this call)'),
       ('bytes up', _fmt_bytes(summary.get('cum_up_bytes', 0))),
       ('bytes down', _fmt_bytes(summary.get('cum_down_bytes', 0))),

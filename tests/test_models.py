@@ -349,7 +349,10 @@ def test_cnn_on_small_inputs():
   v = init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
   assert jax.jit(model.apply)(v, jnp.ones((2, 8, 8, 1))).shape == (2, 10)
   assert jax.jit(model.apply)(v, jnp.ones((2, 8, 8))).shape == (2, 10)  # [B, H, W] input
-  assert isinstance(get_model('dsfl_cnn', num_classes=3, input_shape=(28, 28, 1)), DSFLCNN)
+  # DS-FL's CNN comes wrapped with its PyTorch-default init (registry.MODEL_INIT).
+  m = get_model('dsfl_cnn', num_classes=3, input_shape=(28, 28, 1))
+  assert isinstance(m, layers.WithOptions) and m.init_family == 'torch'
+  assert isinstance(m.model, DSFLCNN)
 
 
 # ------------------------------------------------------------------------------ embeddings

@@ -290,16 +290,21 @@ def test_summary_table_by_hand():
       {'algorithm': 'dsfl', 'final_acc': 0.64375, 'top_acc': 0.7, 'top_round': 37,
        'rounds': 40, 'rounds_run_this_call': 15, 'cum_up_bytes': 1_500_000,
        'cum_down_bytes': 2_250, 'cum_bytes': 1_502_250, 'setup_bytes': 999,
-       'wall_time_s': 68.4}, 'runs/x')
+       'wall_time_s': 68.4, 'final_client_acc': 0.61234}, 'runs/x')
   lines = text.splitlines()
   assert lines[0] == lines[-1] and set(lines[0]) == {'-'}
   body = {line[:11].strip(): line[13:] for line in lines[1:-1]}   # 'bytes total' is widest
-  assert body['final acc'] == '0.6438 (round 40)'
+  assert body['final acc'] == '0.6438 (server model, round 40)'
+  assert body['client acc'] == '0.6123 (mean over clients, round 40)'
   assert body['best acc'] == '0.7000 (round 37)'
   assert body['rounds'] == '40 (15 in this call)'
   assert body['bytes up'] == '1.50 MB' and body['bytes down'] == '2.25 kB'
   assert body['bytes total'] == '1.50 MB (setup 999 B)'
   assert body['wall time'] == '1m08s'
+  # Without a server model the headline accuracy is the clients' mean, shown once.
+  fd = runner.summary_table({'algorithm': 'fd', 'final_acc': 0.5, 'rounds': 3,
+                             'final_client_acc': 0.5}, 'runs/fd')
+  assert '0.5000 (mean over clients, round 3)' in fd and 'client acc' not in fd
 
 
 # ------------------------------------------------------------------ guards

@@ -59,6 +59,7 @@ class Context:
   optimizers: dict[str, optax.GradientTransformation]
   bytes_per_public_sample: float  # for the one-time open-data broadcast (ComU@I)
   selector: Any = None           # fedjax_kd.selection.ClientSelector (stragglers' epochs)
+  input_stats: Any = None        # per-channel (mean, std) of data.normalize; None: [0, 1]
 
   @property
   def data(self):
@@ -89,7 +90,7 @@ class Algorithm:
                                       ctx.data.input_shape, ctx.spec.train.compute_dtype)
     self.distill_slot = 'train' if self.spec.distill is None else 'distill'
     # One function object per run, so it is a stable jit static argument.
-    self.augment = augment_lib.get_augment(self.spec.data.augment)
+    self.augment = augment_lib.get_augment(self.spec.data.augment, ctx.input_stats)
     # SCARLET's code also augments the public images clients predict on (§8.8).
     self.predict_augment = self.augment if self.spec.data.augment_predict else None
 

@@ -21,7 +21,7 @@ images, so the inputs are the ``[0, 1]`` images themselves.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -184,22 +184,43 @@ def jitter_flip_gray(key: Array, x: Array) -> Array:
   return jax.vmap(one)(jax.random.split(key, b), x)
 
 
-def get_augment(name: str) -> Callable[..., Array] | None:
+def get_augment(name: str, stats: tuple[Any, Any] | None = None
+                ) -> Callable[..., Array] | None:
   """The augmentation named by ``data.augment``.
+
+  The augmentations work on [0, 1] pixels (zero padding is black, ColorJitter
+  clips to [0, 1]), as torchvision's do before ``Normalize``. For normalised
+  inputs (``data.normalize``) the returned function undoes the normalisation,
+  augments and normalises again, so the result is what torchvision's
+  ``[augment, ToTensor, Normalize]`` pipeline gives.
 
   Args:
     name: one of :data:`AUGMENTATIONS`.
+    stats: the per-channel ``(mean, std)`` the inputs were normalised with
+      (:func:`fedjax_kd.data.sources.input_stats`); None for [0, 1] inputs.
 
   Returns:
-    ``None`` for ``'none'``; the module-level :func:`flip_crop` or
-    :func:`jitter_flip_gray` (the same object every call, so it is stable as a
-    jit static argument) for ``'flip_crop'`` or ``'jitter_flip_gray'``.
+    ``None`` for ``'none'``. Without ``stats``: the module-level
+    :func:`flip_crop` or :func:`jitter_flip_gray` (the same object every call,
+    so it is stable as a jit static argument); with ``stats``, a new wrapper
+    (build it once per run).
   """
   if name == 'none':
     return None
   if name == 'flip_crop':
-    return flip_crop
-  if name == 'jitter_flip_gray':
-    return jitter_flip_gray
-  raise ValueError(
-      f'data.augment must be one of {AUGMENTATIONS}, got {name!r}')
+    fn = flip_crop
+  elif name == 'jitter_flip_gray':
+    fn = jitter_flip_gray
+  else:
+    raise ValueError(f'data.augment must be one of {AUGMENTATIONS}, got {name!r}')
+  if stats is None:
+    return fn
+  mean = tuple(float(m) for m in stats[0])
+  std = tuple(float(s) for s in stats[1])
+
+  def normalized(key: Array, x: Array) -> Array:
+    m = jnp.asarray(mean, x.dtype)
+    s = jnp.asarray(std, x.dtype)
+    return ((fn(key, x * s + m) - m) / s).astype(x.dtype)
+
+  return normalized

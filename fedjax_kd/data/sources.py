@@ -15,10 +15,11 @@ Sources (selected by a spec string, see `load_source`):
   of tensorflow-datasets >= 4.9). The data set must already be prepared in
   ``array_record`` format (``tfds build <name> --file_format=array_record``).
 
-Image preprocessing follows DS-FL (Itahara et al., IEEE TMC 2021) §4.3 / A29
-and FedCache 2.0 A19: float32 in [0, 1] (``x / 255`` for uint8), no mean/std
-normalisation; images are always ``[N, H, W, C]`` (a channel axis is added to
-``[N, H, W]`` grayscale arrays). Labels are int32 ``[N]``.
+Every source gives float32 inputs in [0, 1] (``x / 255`` for uint8, as DS-FL
+and FedCache 2.0 train); images are always ``[N, H, W, C]`` (a channel axis is
+added to ``[N, H, W]`` grayscale arrays). Labels are int32 ``[N]``.
+:func:`normalize` then rescales them as ``data.normalize`` asks (SCARLET's code
+trains on [-1, 1]; CIFAR training scripts standardise each channel).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 
 from fedjax_kd.errors import ConfigError, DataError
 
-__all__ = ['ArrayDataset', 'load_source', 'SOURCES_ALLOWED']
+__all__ = ['ArrayDataset', 'load_source', 'normalize', 'input_stats', 'SOURCES_ALLOWED']
 
 SOURCES_ALLOWED = "'digits', 'synthetic[:N]', 'npz:<path>' or 'tfds:<name>'"
 
@@ -133,6 +134,47 @@ def load_source(spec: str,
       raise ConfigError(field, spec, SOURCES_ALLOWED)
     return _load_tfds(name, data_dir, label_key=label_key or None)
   raise ConfigError(field, spec, SOURCES_ALLOWED)
+
+
+def input_stats(mode: str, x_train: np.ndarray, mean: tuple[float, ...] = (),
+                std: tuple[float, ...] = ()) -> tuple[np.ndarray, np.ndarray] | None:
+  """The per-channel ``(mean, std)`` of ``data.normalize`` (None for ``'unit'``).
+
+  Args:
+    mode: ``'unit'`` (keep [0, 1]), ``'symmetric'`` (mean 0.5, std 0.5: [-1, 1])
+      or ``'standardize'`` (``mean``/``std`` if given, else the per-channel
+      statistics of ``x_train``).
+    x_train: the training inputs ``[N, ..., C]`` in [0, 1].
+    mean: per-channel means for ``'standardize'`` (empty: from ``x_train``).
+    std: per-channel standard deviations, same length as ``mean``.
+
+  Returns:
+    float32 ``[C]`` arrays ``(mean, std)``, or None.
+
+  Raises:
+    ConfigError: ``data.mean`` has another number of channels than the data.
+  """
+  if mode == 'unit':
+    return None
+  c = x_train.shape[-1]
+  if mode == 'symmetric':
+    return np.full(c, 0.5, np.float32), np.full(c, 0.5, np.float32)
+  if mean:
+    if len(mean) != c:
+      raise ConfigError('data.mean', tuple(mean), f'{c} numbers (the inputs have {c} '
+                        'channels), or () to use the training set\'s statistics')
+    return np.asarray(mean, np.float32), np.asarray(std, np.float32)
+  flat = np.asarray(x_train, np.float64).reshape(-1, c)
+  return (flat.mean(0).astype(np.float32),
+          np.maximum(flat.std(0), 1e-6).astype(np.float32))
+
+
+def normalize(x: np.ndarray, stats: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+  """``(x - mean) / std`` per channel (the last axis); ``x`` itself when stats is None."""
+  if stats is None:
+    return x
+  mean, std = stats
+  return ((x - mean) / std).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ forward-mode (jvp) or higher-order derivatives; use lowering='xla' for those.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 from typing import Any, Callable, Sequence
@@ -433,12 +434,17 @@ class BatchNorm(nn.Module):
   if no row is valid, the running statistics are left unchanged instead of becoming NaN.
   The running statistics are updated only when 'batch_stats' is mutable.
 
+  A model wrapped by `WithOptions` can replace every BatchNorm's momentum and epsilon at once
+  (`model.bn_momentum`, `model.bn_epsilon`): inside its call the wrapper's values win over
+  these attributes.
+
   Attributes:
-    momentum: running-average decay (Keras convention: 0.99; PyTorch's momentum 0.1 is 0.9).
+    momentum: running-average decay (flax convention: running = momentum * running + (1 -
+      momentum) * batch; PyTorch's default momentum 0.1 is 0.9 here, Keras' default is 0.99).
     epsilon: added to the variance.
   """
-  momentum: float = 0.99
-  epsilon: float = 1e-3
+  momentum: float = 0.9
+  epsilon: float = 1e-5
 
   @nn.compact
   def __call__(self, x: Array, train: bool = False, mask: Array | None = None) -> Array:
@@ -454,6 +460,11 @@ class BatchNorm(nn.Module):
     """
     c = x.shape[-1]
     axes = tuple(range(x.ndim - 1))
+    momentum, epsilon = self.momentum, self.epsilon
+    override = _BN_OPTIONS.get()
+    if override is not None:
+      momentum = momentum if override[0] is None else override[0]
+      epsilon = epsilon if override[1] is None else override[1]
     scale = self.param('scale', nn.initializers.ones_init(), (c,), jnp.float32)
     bias = self.param('bias', nn.initializers.zeros_init(), (c,), jnp.float32)
     ra_mean = self.variable('batch_stats', 'mean', lambda: jnp.zeros((c,), jnp.float32))
@@ -475,13 +486,13 @@ class BatchNorm(nn.Module):
         mean = jnp.sum(xf * w, axes) / count
         var = jnp.sum(jnp.square(xf - mean) * w, axes) / count
       if not self.is_initializing() and self.is_mutable_collection('batch_stats'):
-        new_mean = self.momentum * ra_mean.value + (1.0 - self.momentum) * mean
-        new_var = self.momentum * ra_var.value + (1.0 - self.momentum) * var
+        new_mean = momentum * ra_mean.value + (1.0 - momentum) * mean
+        new_var = momentum * ra_var.value + (1.0 - momentum) * var
         if any_valid is not None:
           new_mean = jnp.where(any_valid, new_mean, ra_mean.value)
           new_var = jnp.where(any_valid, new_var, ra_var.value)
         ra_mean.value, ra_var.value = new_mean, new_var
-    mul = scale * jax.lax.rsqrt(var + self.epsilon)
+    mul = scale * jax.lax.rsqrt(var + epsilon)
     return ((x - mean) * mul + bias).astype(x.dtype)
 
 
@@ -502,3 +513,127 @@ def as_image(x: Array) -> Array:
   if x.ndim != 4:
     raise ValueError(f'expected images [B, H, W] or [B, H, W, C], got shape {x.shape}')
   return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Initializer families and BatchNorm options for a whole model
+# ---------------------------------------------------------------------------------------------
+
+# Each family redraws every Dense/Conv kernel (and bias) of a model from the rule of one
+# framework, with fan_in = prod(kernel.shape[:-1]) (kh * kw * Cin for a convolution, the input
+# size for a Dense layer) and fan_out = Cout * kh * kw:
+#
+# * 'torch': PyTorch's nn.Linear / nn.Conv2d defaults: kaiming_uniform(a=sqrt(5)), i.e. kernel
+#   ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+# * 'keras': Keras' Dense / Conv2D defaults: Glorot uniform kernel
+#   U(-sqrt(6 / (fan_in + fan_out)), +...), zero bias.
+# * 'flax': flax.linen's defaults: LeCun normal kernel (truncated, variance 1 / fan_in), zero bias.
+# * 'he': He et al. 2015, normal with variance 2 / fan_in, zero bias.
+#
+# 'module' keeps what the model module itself draws (see each model's docstring).
+INIT_FAMILIES = ('module', 'torch', 'keras', 'flax', 'he')
+
+# (momentum, epsilon) that `WithOptions` hands to every BatchNorm inside its call; None: keep.
+_BN_OPTIONS: contextvars.ContextVar[tuple[float | None, float | None] | None] = (
+    contextvars.ContextVar('fedjax_kd_bn_options', default=None))
+
+
+def _family_kernel(family: str, key: Array, shape: tuple[int, ...], dtype) -> Array:
+  fan_in = math.prod(shape[:-1])
+  fan_out = shape[-1] * math.prod(shape[:-2])
+  if family == 'torch':
+    bound = 1.0 / math.sqrt(fan_in)
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+  if family == 'keras':
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+  if family == 'flax':
+    return nn.initializers.lecun_normal()(key, shape, dtype)
+  return nn.initializers.he_normal()(key, shape, dtype)
+
+
+def reinit(params: Any, family: str, key: Array) -> Any:
+  """Redraws every kernel (and its bias) of a params tree from an initializer family.
+
+  A layer is a dict holding a 'kernel' of rank >= 2 (Dense [in, out], Conv [kh, kw, Cin,
+  Cout]); its 'bias', if any, is redrawn too (uniform in +-1/sqrt(fan_in) for 'torch', zeros
+  otherwise). Everything else (BatchNorm scale and bias) is left as it is. Traceable.
+
+  Args:
+    params: the 'params' collection of a model.
+    family: one of `INIT_FAMILIES`; 'module' returns `params` unchanged.
+    key: PRNG key; each layer draws from its own fold of it (by its position in sorted path
+      order), so the result does not depend on the other layers.
+
+  Returns:
+    The params tree with the same structure, shapes and dtypes.
+  """
+  if family not in INIT_FAMILIES:
+    raise ConfigError('model.init', family, INIT_FAMILIES)
+  if family == 'module':
+    return params
+  counter = [0]
+
+  def walk(node):
+    if not isinstance(node, dict) and not hasattr(node, 'items'):
+      return node
+    node = dict(node)
+    kernel = node.get('kernel')
+    if kernel is not None and not hasattr(kernel, 'items') and kernel.ndim >= 2:
+      k = jax.random.fold_in(key, counter[0])
+      counter[0] += 1
+      k_w, k_b = jax.random.split(k)
+      node['kernel'] = _family_kernel(family, k_w, kernel.shape, kernel.dtype)
+      if 'bias' in node:
+        bias = node['bias']
+        if family == 'torch':
+          bound = 1.0 / math.sqrt(math.prod(kernel.shape[:-1]))
+          node['bias'] = jax.random.uniform(k_b, bias.shape, bias.dtype, -bound, bound)
+        else:
+          node['bias'] = jnp.zeros_like(bias)
+      return node
+    return {name: walk(node[name]) for name in sorted(node)}
+
+  return walk(params)
+
+
+class WithOptions(nn.Module):
+  """A model with another initializer family and BatchNorm options; the same variables.
+
+  The wrapped model keeps its own variable names (the wrapper shares its scope), so its
+  parameters, checkpoints and `count_params` are unchanged; `init` draws the model's
+  variables and then redraws its Dense/Conv layers with `reinit(init_family)`, and every
+  `BatchNorm` inside a call uses `bn_momentum` / `bn_epsilon` where they are not None.
+
+  Attributes:
+    model: the model module.
+    init_family: one of `INIT_FAMILIES`.
+    bn_momentum: BatchNorm running-average decay for every BatchNorm (None: the model's own).
+    bn_epsilon: BatchNorm epsilon for every BatchNorm (None: the model's own).
+  """
+  model: nn.Module
+  init_family: str = 'module'
+  bn_momentum: float | None = None
+  bn_epsilon: float | None = None
+
+  def setup(self):
+    nn.share_scope(self, self.model)
+
+  def __call__(self, *args, **kwargs) -> Array:
+    """The wrapped model's `__call__` (same arguments), with the BatchNorm options in force."""
+    token = _BN_OPTIONS.set((self.bn_momentum, self.bn_epsilon))
+    try:
+      return self.model(*args, **kwargs)
+    finally:
+      _BN_OPTIONS.reset(token)
+
+  def init(self, rngs, *args, **kwargs):  # pylint: disable=arguments-differ
+    """`flax.linen.Module.init`, then the Dense/Conv layers redrawn from `init_family`."""
+    variables = super().init(rngs, *args, **kwargs)
+    if self.init_family == 'module':
+      return variables
+    key = rngs['params'] if isinstance(rngs, dict) else rngs
+    variables = dict(variables)
+    variables['params'] = reinit(variables['params'], self.init_family,
+                                 jax.random.fold_in(key, 0x1F))
+    return variables

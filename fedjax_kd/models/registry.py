@@ -120,8 +120,36 @@ def parse_spec(spec: str, field: str = 'clients.models') -> tuple[str, float]:
   return name, width
 
 
+# `model.init='auto'`: the initializer family each model is drawn from. The DS-FL CNNs use
+# PyTorch's layer defaults: with Keras' Glorot init, BatchNorm momentum 0.99 and epsilon 1e-3
+# (the other reading of the paper), conv1's outputs have a variance of ~0.01 while the running
+# variance starts at 1 and decays as 0.99^n, so for the first few hundred steps every
+# inference-mode prediction is one class; DS-FL exchanges inference-mode predictions, and its
+# server model then stalls at 0.12-0.20 for the first rounds on MNIST where a PyTorch DS-FL
+# reaches ~0.78 by round 2. Every other model keeps the init its module draws ('module',
+# documented in its module).
+MODEL_INIT: dict[str, str] = {'dsfl_cnn': 'torch', 'dsfl_fmnist_cnn': 'torch'}
+INIT_CHOICES: tuple[str, ...] = ('auto',) + tuple(f for f in layers.INIT_FAMILIES)
+
+# Models with BatchNorm (model.bn_momentum / model.bn_epsilon apply to these).
+BATCHNORM_MODELS: tuple[str, ...] = ('dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
+                                     'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l',
+                                     'googlenet', 'vgg16', 'resnet34', 'resnet50')
+
+
+def init_family(spec: str, init: str = 'auto') -> str:
+  """The initializer family a model is drawn from: ``init``, or the model's own for 'auto'."""
+  if init not in INIT_CHOICES:
+    raise ConfigError('model.init', init, INIT_CHOICES)
+  if init != 'auto':
+    return init
+  return MODEL_INIT.get(parse_spec(spec)[0], 'module')
+
+
 def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
-              field: str = 'clients.models', lowering: str = 'auto') -> nn.Module:
+              field: str = 'clients.models', lowering: str = 'auto', init: str = 'auto',
+              bn_momentum: float | None = None,
+              bn_epsilon: float | None = None) -> nn.Module:
   """Builds the model named by a spec.
 
   Args:
@@ -132,9 +160,15 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       image models, anything for 'mlp' and 'fcn'.
     field: the config field the spec came from (named in errors).
     lowering: convolution lowering for the conv models ('auto', 'im2col', 'xla').
+    init: initializer family of the Dense/Conv layers: 'auto' (the model's own, see
+      `MODEL_INIT`), 'module', 'torch', 'keras', 'flax' or 'he' (see `layers.reinit`).
+    bn_momentum: running-average decay of every BatchNorm (flax convention, PyTorch's 0.1 is
+      0.9); None keeps the model's (0.9 for every model here).
+    bn_epsilon: epsilon of every BatchNorm; None keeps the model's (1e-5 for every model here).
 
   Returns:
-    An unbound flax module; `module.apply(variables, x, train=..., mask=...)` gives logits
+    An unbound flax module (wrapped in `layers.WithOptions` when an option differs from the
+    module's own; the variables are the same); `module.apply(variables, x, train=..., mask=...)` gives logits
     (`embed=True`: the input of the final Dense layer).
 
   Raises:
@@ -178,7 +212,15 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       'blazefl_cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering,
                                      features=(32, 64), hidden=512, padding='VALID'),
   }
-  return builders[name]()
+  module = builders[name]()
+  family = init_family(spec, init)
+  for what, v in (('model.bn_momentum', bn_momentum), ('model.bn_epsilon', bn_epsilon)):
+    if v is not None and not (isinstance(v, (int, float)) and 0 < v < 1):
+      raise ConfigError(what, v, 'a number in (0, 1)')
+  if family != 'module' or bn_momentum is not None or bn_epsilon is not None:
+    module = layers.WithOptions(module, init_family=family, bn_momentum=bn_momentum,
+                                bn_epsilon=bn_epsilon)
+  return module
 
 
 def init_variables(module: nn.Module, key: jax.Array,

@@ -1,0 +1,1064 @@
+r"""The reproduction report: fixed multi-seed sweeps per paper and a report from their outputs.
+
+  python benchmarks/reproduction.py run --runs=runs/repro --jobs=2 \
+      [--only=dsfl,scarlet] [--mnist=../shared/data/mnist.npz] [--tiny] [--dry_run]
+  python benchmarks/reproduction.py report --runs=runs/repro --out=docs/reproduction.md \
+      [--only=...] [--tiny]
+
+``run`` plans every sweep of the chosen sections (:data:`SECTIONS`), validates
+every run's config before anything trains, and runs them with
+:mod:`fedjax_kd.sweep` (worker processes, ``--jobs`` at once): rerunning it
+skips finished runs and resumes interrupted ones. Each sweep's outputs
+(``sweep.json``, ``compare.csv``, ``compare.md``, figures, one workdir per
+run) go to ``<runs>/<sweep name>``. A sweep on MNIST needs ``--mnist`` (default
+``../shared/data/mnist.npz`` beside the repository); without the file it is
+skipped and the report says so.
+
+``report`` reads those outputs only (re-aggregating each sweep from its
+workdirs) and writes the markdown: a headline table with one row per check
+(paper, claim, our numbers, verdict), then per paper its claim, the commands,
+a table per sweep (mean ± sample std over the finished seeds), the figures
+(written beside the report, ``<out dir>/figures/reproduction/<sweep>_*.png``,
+linked with relative paths), the checks with their verdicts and notes. No
+measured number in it is typed by hand: they all come from the runs' files.
+
+``--tiny`` shrinks every sweep to a smoke test (2 rounds, 4 clients, a small
+MLP on the ``synthetic`` source, one seed, fewer variants and grid values, no
+MNIST sweeps) so the whole pipeline runs in about a minute; its numbers mean
+nothing.
+
+Editing: the variants, seeds, grids and tiny settings are the plain tables
+below (``SEEDS`` ... ``TINY``); :data:`SECTIONS` assembles them with the
+claims, checks and notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from typing import Any, Callable, Sequence
+
+import ml_collections
+
+from fedjax_kd import presets
+from fedjax_kd import sweep
+from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.sweep import Variant
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SKIPPED = 'skipped.json'    # in <runs>/<sweep>: why a sweep was not run
+
+# ----------------------------------------------------------------- the tables
+SEEDS = (0, 1, 2)
+TINY_SEEDS = (0,)         # --tiny checks the pipeline, not the numbers
+MNIST_DEFAULT = os.path.join(os.path.dirname(REPO), 'shared', 'data', 'mnist.npz')
+
+# (label, algorithm, config fields of the variant)
+DSFL_VARIANTS = (             # digits: clients of two widths (configs/default.py)
+    ('DS-FL ERA', 'dsfl', {'dsfl.aggregation': 'era'}),
+    ('DS-FL SA', 'dsfl', {'dsfl.aggregation': 'sa'}),
+    ('FedAvg', 'fedavg', {'clients.models': ('cnn@1.0',)}),   # averaging needs one architecture
+    ('FD', 'fd', {}),
+    ('Single client', 'single', {}),
+)
+DSFL_MNIST_VARIANTS = (       # MNIST: one architecture for all (configs/dsfl_mnist_cpu.py)
+    ('DS-FL ERA', 'dsfl', {'dsfl.aggregation': 'era'}),
+    ('DS-FL SA', 'dsfl', {'dsfl.aggregation': 'sa'}),
+    ('FedAvg', 'fedavg', {}),
+    ('FD', 'fd', {}),
+    ('Single client', 'single', {}),
+)
+SCARLET_VARIANTS = (
+    ('SCARLET', 'scarlet', {}),
+    ('DS-FL ERA', 'dsfl', {}),
+    ('CFD', 'cfd', {}),
+    ('COMET', 'comet', {}),
+    ('Selective-FD', 'selective_fd', {}),
+)
+SCARLET_DURATIONS = (0, 5, 10, 20)      # cache.duration D (0: a cached label is never reused)
+FEDCACHE2_VARIANTS = (
+    ('FedCache 2.0', 'fedcache2', {}),
+    ('Single client', 'single', {}),
+    ('DS-FL ERA', 'dsfl', {}),
+)
+# Public set carved from the training data for every FedCache 2.0 run (only DS-FL uses it):
+# (data.num_public, distill.public_per_round) per data set.
+FEDCACHE2_PUBLIC = {'digits': (400, 300), 'mnist': (3000, 500)}
+ACEPFL_VARIANTS = (
+    ('ACE-pFL', 'acepfl', {}),
+    ('w/o clustering', 'acepfl', {'acepfl.clustering': False}),
+    ('fixed T = T0', 'acepfl', {'acepfl.dynamic_temperature': False}),
+    ('double (no L_GD)', 'acepfl', {'acepfl.distillation': 'double'}),
+    ('single (L_CE + L_KD)', 'acepfl', {'acepfl.distillation': 'single'}),
+    ('Single client', 'single', {}),
+)
+# The paper's ablations (Tables XI, XII, XIV): each removes a component, so its UA should be
+# lower than ACE-pFL's.
+ACEPFL_ABLATIONS = ('w/o clustering', 'fixed T = T0', 'double (no L_GD)',
+                    'single (L_CE + L_KD)')
+FEDENTOPT_VARIANTS = (
+    ('FedAvg', 'fedavg', {}),
+    ('FedProx', 'fedprox', {}),
+    ('SCAFFOLD', 'scaffold', {}),
+    ('FedNova', 'fednova', {}),
+)
+FEDENTOPT_SELECTIONS = ('uniform', 'fedentopt', 'power_of_choice')   # selection.method grid
+FEDENTOPT_SETTINGS = ('c2',)                                # presets.FEDENTOPT_SETTINGS
+
+# --tiny: applied last to every sweep (MNIST sweeps are not run).
+TINY = {
+    'rounds': 2, 'clients.num_clients': 4, 'train.epochs': 1, 'distill.epochs': 1,
+    'data.source': 'synthetic:400', 'data.num_private': -1, 'data.partition': 'shards',
+    'data.shards_per_client': 2, 'clients.models': ('mlp@0.25',),
+    'clients.assignment': 'round_robin', 'server.model': 'mlp@0.25',
+    'train.batch_size': 16, 'distill.batch_size': 16, 'fedcache2.dd_epochs': 1,
+    'fedcache2.dd_batch_size': 16, 'checkpoint.every': 0, 'log.tensorboard': False,
+    'eval.every': 1,
+}
+TINY_PUBLIC = (60, 30)    # data.num_public, distill.public_per_round where a public set is used
+
+
+# ------------------------------------------------------------ definitions
+@dataclasses.dataclass(frozen=True)
+class SweepDef:
+  """One sweep of a section.
+
+  Attributes:
+    name: its directory under ``--runs`` and its figures' prefix.
+    title: the heading of its table.
+    variants: ``(label, algorithm, fields)`` rows.
+    config: the base, a config file (``path[:arg]``, relative to the
+      repository; its ``data.source`` is set as an override), or
+    preset: the base, ``source -> ConfigDict`` (built on :mod:`fedjax_kd.presets`),
+      described in the report by ``preset_text``.
+    data: ``'digits'`` or ``'mnist'`` (needs ``--mnist``).
+    grid: ``(field, values)`` pairs; the cross product runs for every variant.
+    overrides: ``(field, value)`` pairs set on every run (after the variant
+      and the grid cell).
+    seeds: the seeds (default :data:`SEEDS`).
+    metrics: per-round metrics averaged over rounds (extra columns).
+    columns: the report table's columns (:data:`COLUMNS` keys, ``'rounds_to'``,
+      ``'bytes_to'``, ``'delta'`` or ``'metric:<name>'``).
+    headers: ``(column, header)`` pairs replacing default headers, e.g.
+      ``(('acc', 'final UA'),)``.
+    reference: the variant ``'delta'`` is computed against (per seed).
+    tiny_variants: labels kept by ``--tiny`` (None: all).
+    tiny_grid: grid values kept by ``--tiny`` (None: the first two of each field).
+  """
+  name: str
+  title: str
+  variants: tuple[tuple[str, str, dict[str, Any]], ...]
+  config: str = ''
+  preset: Callable[[str], ml_collections.ConfigDict] | None = None
+  preset_text: str = ''
+  data: str = 'digits'
+  grid: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+  overrides: tuple[tuple[str, Any], ...] = ()
+  seeds: tuple[int, ...] = SEEDS
+  metrics: tuple[str, ...] = ()
+  columns: tuple[str, ...] = ('acc', 'best', 'client', 'bytes', 'bytes_to', 'wall')
+  headers: tuple[tuple[str, str], ...] = ()
+  reference: str = ''
+  tiny_variants: tuple[str, ...] | None = None
+  tiny_grid: tuple[tuple[str, tuple[Any, ...]], ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  """A claim tested on one sweep's table.
+
+  Attributes:
+    claim: the sentence, e.g. "ERA's final server accuracy exceeds SA's".
+    sweep: the name of the sweep it reads.
+    fn: ``Table -> (holds, detail)``: True, False or None (inconclusive or
+      not run) and the numbers behind it.
+  """
+  claim: str
+  sweep: str
+  fn: Callable[['Table'], tuple[bool | None, str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+  """One paper.
+
+  Attributes:
+    key: its ``--only`` name.
+    paper: the short name in the headline table.
+    title: its heading.
+    claim: what the paper claims (quoted numbers are the paper's).
+    sweeps: the sweeps run for it.
+    checks: the claims tested on their tables.
+    notes: a closing paragraph (how to read the tables, caveats).
+  """
+  key: str
+  paper: str
+  title: str
+  claim: str
+  sweeps: tuple[SweepDef, ...]
+  checks: tuple[Check, ...]
+  notes: str = ''
+
+
+# ------------------------------------------------------------ tables of cells
+Ref = Any   # a variant label, or (label, {grid field: value})
+
+
+class Table:
+  """A sweep's aggregated cells (:func:`fedjax_kd.sweep.aggregate`), looked up by label."""
+
+  def __init__(self, cells: Sequence[dict[str, Any]]):
+    self.cells = list(cells)
+
+  def find(self, ref: Ref) -> dict[str, Any] | None:
+    """The cell of a variant label, or of ``(label, {field: value})``; None if absent."""
+    label, grid = (ref, {}) if isinstance(ref, str) else ref
+    for c in self.cells:
+      if c['variant'] == label and all(c['cell'].get(k) == v for k, v in grid.items()):
+        return c
+    return None
+
+  def stat(self, ref: Ref, key: str) -> dict[str, Any] | None:
+    """The :func:`fedjax_kd.sweep.stat` of ``key`` for ``ref``; None if not run or not logged."""
+    c = self.find(ref)
+    if c is None or not c['n']:
+      return None
+    s = c['stats'].get(key)
+    return s if s and s['mean'] is not None else None
+
+
+def _name(ref: Ref) -> str:
+  if isinstance(ref, str):
+    return ref
+  return f'{ref[0]} ({sweep.cell_label(list(ref[1].items()))})'
+
+
+def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+  """Per-seed differences ``a - b`` over the seeds both have, as a :func:`sweep.stat`."""
+  va, vb = a['values'], b['values']
+  return sweep.stat({s: va[s] - vb[s] for s in va if s in vb})
+
+
+def _fmt(s: dict[str, Any] | None, kind: str = 'acc') -> str:
+  return sweep.fmt_stat(s, kind)
+
+
+def _fmt_delta(d: dict[str, Any], kind: str = 'acc') -> str:
+  if d['mean'] is None:
+    return '–'
+  scale, digits = (1.0, 3) if kind == 'acc' else (sweep.MB, 2)
+  std = '–' if d['std'] is None else f'{d["std"] / scale:.{digits}f}'
+  return f'{d["mean"] / scale:+.{digits}f} ± {std}'
+
+
+def _missing(t: Table, refs: Sequence[Ref], key: str) -> str | None:
+  gone = [_name(r) for r in refs if t.stat(r, key) is None]
+  return f'not run: {", ".join(gone)}' if gone else None
+
+
+def exceeds(a: Ref, b: Ref, key: str = 'final_acc', kind: str = 'acc',
+            margin: float = 0.0, at_least: bool = False) -> Callable[[Table], tuple]:
+  """Holds when ``mean(a) > mean(b) + margin`` (``>=`` with ``at_least``)."""
+  def fn(t: Table):
+    miss = _missing(t, (a, b), key)
+    if miss:
+      return None, miss
+    sa, sb = t.stat(a, key), t.stat(b, key)
+    holds = sa['mean'] >= sb['mean'] + margin if at_least else sa['mean'] > sb['mean'] + margin
+    d = paired(sa, sb)
+    return holds, (f'{_name(a)} {_fmt(sa, kind)} vs {_name(b)} {_fmt(sb, kind)}; paired '
+                   f'difference {_fmt_delta(d, kind)} (n={d["n"]})')
+  return fn
+
+
+def lower(a: Ref, b: Ref, key: str = 'total_bytes', kind: str = 'bytes') -> Callable:
+  """Holds when ``mean(a) < mean(b)`` (e.g. bytes)."""
+  def fn(t: Table):
+    miss = _missing(t, (a, b), key)
+    if miss:
+      return None, miss
+    sa, sb = t.stat(a, key), t.stat(b, key)
+    ratio = f'; ratio {sa["mean"] / sb["mean"]:.3f}' if sb['mean'] else ''
+    unit = ' MB' if kind == 'bytes' else ''
+    return sa['mean'] < sb['mean'], (f'{_name(a)} {_fmt(sa, kind)}{unit} vs {_name(b)} '
+                                     f'{_fmt(sb, kind)}{unit}{ratio}')
+  return fn
+
+
+def not_worse(a: Ref, b: Ref, tol: float = 0.01, key: str = 'final_acc') -> Callable:
+  """Holds when ``mean(a) >= mean(b) - tol`` (accuracy within ``tol``)."""
+  def fn(t: Table):
+    holds, detail = exceeds(a, b, key, margin=-tol, at_least=True)(t)
+    return holds, detail if holds is None else f'{detail}; tolerance {tol:g}'
+  return fn
+
+
+def gain_beyond_noise(a: Ref, b: Ref, key: str = 'final_acc') -> Callable:
+  """Holds when the paired difference ``a - b`` is positive and larger than its std.
+
+  False when it is not positive; None when positive but within one std (or
+  undecidable with one seed, where only its sign is reported).
+  """
+  def fn(t: Table):
+    miss = _missing(t, (a, b), key)
+    if miss:
+      return None, miss
+    sa, sb = t.stat(a, key), t.stat(b, key)
+    d = paired(sa, sb)
+    detail = (f'{_name(a)} {_fmt(sa)} vs {_name(b)} {_fmt(sb)}; paired difference '
+              f'{_fmt_delta(d)} (n={d["n"]})')
+    if d['mean'] is None or d['mean'] <= 0:
+      return False, detail
+    if d['std'] is None:
+      return None, detail + '; one seed: no std to compare with'
+    return (True if d['mean'] > d['std'] else None), detail + (
+        '' if d['mean'] > d['std'] else '; within one std')
+  return fn
+
+
+def drop_beyond_noise(ref: Ref, ablation: Ref, key: str = 'final_acc') -> Callable:
+  """An ablation lowers the metric: the per-seed delta ``ablation - ref`` is negative.
+
+  True when delta < 0 and |delta| > its std; None when negative but within
+  one std (or one seed); False when delta >= 0.
+  """
+  def fn(t: Table):
+    miss = _missing(t, (ref, ablation), key)
+    if miss:
+      return None, miss
+    d = paired(t.stat(ablation, key), t.stat(ref, key))
+    big = d['std'] is not None and abs(d['mean']) > d['std']
+    detail = (f'Δ = {_fmt_delta(d)} (n={d["n"]}); |Δ| > std: '
+              + ('yes' if big else 'no' if d['std'] is not None else 'n/a (one seed)'))
+    if d['mean'] >= 0:
+      return False, detail
+    return (True if big else None), detail
+  return fn
+
+
+def fewer_bytes_to_threshold(a: Ref, b: Ref) -> Callable:
+  """``a`` reaches the highest accuracy threshold both reach in every seed with fewer bytes."""
+  def fn(t: Table):
+    ca, cb = t.find(a), t.find(b)
+    if ca is None or cb is None or not ca['n'] or not cb['n']:
+      return None, 'not run: ' + ', '.join(_name(r) for r, c in ((a, ca), (b, cb))
+                                          if c is None or not c['n'])
+    both = [x for x in ca['thresholds']
+            if ca['reached'][f'{x:g}'][0] == ca['n'] and cb['reached'][f'{x:g}'][0] == cb['n']]
+    if not both:
+      return None, (f'no threshold ({", ".join(f"{x:g}" for x in ca["thresholds"])}) reached '
+                    'by both in every seed')
+    x = max(both)
+    sa, sb = ca['stats'][f'bytes_to_{x:g}'], cb['stats'][f'bytes_to_{x:g}']
+    ratio = f'; ratio {sa["mean"] / sb["mean"]:.3f}' if sb['mean'] else ''
+    return sa['mean'] < sb['mean'], (f'to reach {x:g}: {_name(a)} {_fmt(sa, "bytes")} MB vs '
+                                     f'{_name(b)} {_fmt(sb, "bytes")} MB{ratio}')
+  return fn
+
+
+def grid_trend(label: str, field: str, key: str = 'total_bytes', kind: str = 'bytes',
+               decreasing: bool = True) -> Callable:
+  """Holds when ``key`` at the largest grid value is below (above) the smallest one's."""
+  def fn(t: Table):
+    cells = [c for c in t.cells if c['variant'] == label and field in c['cell'] and c['n']]
+    if len(cells) < 2:
+      return None, f'not run: fewer than two {field} values'
+    cells.sort(key=lambda c: c['cell'][field])
+    lo, hi = cells[0], cells[-1]
+    sl, sh = lo['stats'][key], hi['stats'][key]
+    if sl['mean'] is None or sh['mean'] is None:
+      return None, 'not logged'
+    holds = sh['mean'] < sl['mean'] if decreasing else sh['mean'] > sl['mean']
+    unit = ' MB' if kind == 'bytes' else ''
+    return holds, (f'{field}={hi["cell"][field]}: {_fmt(sh, kind)}{unit} vs '
+                   f'{field}={lo["cell"][field]}: {_fmt(sl, kind)}{unit}')
+  return fn
+
+
+# ------------------------------------------------------------ the sections
+def _fe_preset(setting: str) -> Callable[[str], ml_collections.ConfigDict]:
+  return lambda source: presets.fedentopt_cpu(setting, source, 'fedavg', 'uniform')
+
+
+def _fc2_preset(data: str) -> Callable[[str], ml_collections.ConfigDict]:
+  def make(source):
+    c = presets.fedcache2_cpu(source)
+    c.data.num_public, c.distill.public_per_round = FEDCACHE2_PUBLIC[data]
+    return c
+  return make
+
+
+_DSFL_COLUMNS = ('acc', 'best', 'client', 'bytes', 'bytes_round', 'rounds_to', 'bytes_to', 'wall')
+_SCARLET_COLUMNS = ('acc', 'best', 'client', 'bytes', 'bytes_to', 'metric:hit_ratio', 'wall')
+_UA = (('acc', 'final UA †'), ('best', 'best UA †'), ('delta', 'Δ final UA vs ACE-pFL'))
+_FE_COLUMNS = ('last10', 'acc', 'best', 'rounds_to', 'metric:label_coverage',
+               'metric:cohort_entropy', 'wall')
+
+
+def _sections() -> tuple[Section, ...]:
+  dsfl = Section(
+      key='dsfl', paper='DS-FL',
+      title='DS-FL: distillation-based semi-supervised FL (Itahara et al., IEEE TMC 2023)',
+      claim=('With non-IID private data and an unlabelled open data set, DS-FL shares '
+             'soft labels on the open set instead of model parameters: its server model '
+             'reaches an accuracy comparable to FedAvg at a fraction of the communication '
+             '(Table 1 compares the per-round cost), it is far more accurate than FD '
+             '(whose accuracy stays near a single client\'s, §4.2), and entropy-reduction '
+             'aggregation (ERA) beats simple averaging (SA) (Table 3, Fig. 3).'),
+      sweeps=(
+          SweepDef('dsfl_digits', 'Digits (embedded), `configs/default.py`', DSFL_VARIANTS,
+                   config='configs/default.py', columns=_DSFL_COLUMNS),
+          SweepDef('dsfl_mnist', 'MNIST, `configs/dsfl_mnist_cpu.py`', DSFL_MNIST_VARIANTS,
+                   config='configs/dsfl_mnist_cpu.py', data='mnist', columns=_DSFL_COLUMNS),
+      ),
+      checks=tuple(c for s in ('dsfl_digits', 'dsfl_mnist') for c in (
+          Check("ERA's final server accuracy exceeds SA's", s, exceeds('DS-FL ERA', 'DS-FL SA')),
+          Check('DS-FL (ERA) sends fewer bytes than FedAvg', s, lower('DS-FL ERA', 'FedAvg')),
+          Check("DS-FL's server accuracy exceeds a single client's mean accuracy", s,
+                exceeds('DS-FL ERA', 'Single client')),
+          Check("DS-FL's server accuracy exceeds FD's", s, exceeds('DS-FL ERA', 'FD')),
+      )),
+      notes=('acc is each method\'s headline accuracy: the server (global) model for DS-FL '
+             'and FedAvg, the mean over client models for FD and single. On digits the '
+             'clients mix two CNN widths and FedAvg, which averages parameters, runs one '
+             '(`cnn@1.0`); on MNIST every method uses the same model. Bytes follow DS-FL\'s '
+             'rules (float32, multicast counted once) and include the one-time open-data '
+             'broadcast, which dominates short runs. The digits setting gives each client 3 '
+             'label shards and 2 local epochs (why: `fedjax_kd.presets.digits`); on MNIST '
+             'the clients hold the paper\'s 2 shards of 100 images and run its 5 + 5 '
+             'epochs with the paper\'s CNN (`dsfl_cnn`).'))
+
+  scarlet_checks = []
+  for s in ('scarlet_digits', 'scarlet_mnist'):
+    scarlet_checks += [
+        Check('SCARLET reaches the accuracy threshold with fewer bytes than DS-FL', s,
+              fewer_bytes_to_threshold('SCARLET', 'DS-FL ERA')),
+        Check("SCARLET's final server accuracy is within 1 point of DS-FL's (or above)", s,
+              not_worse('SCARLET', 'DS-FL ERA', tol=0.01)),
+        Check('SCARLET sends fewer bytes in total than DS-FL', s, lower('SCARLET', 'DS-FL ERA')),
+    ]
+  scarlet_checks.append(Check('A longer cache duration D sends fewer bytes',
+                              'scarlet_duration_digits',
+                              grid_trend('SCARLET', 'cache.duration')))
+  scarlet = Section(
+      key='scarlet', paper='SCARLET',
+      title='SCARLET: soft-label caching and sharpening (arXiv 2504.19602)',
+      claim=('SCARLET\'s server-side soft-label cache (reuse a sample\'s aggregated label '
+             'for D rounds) and Enhanced ERA cut cumulative communication by over 50% '
+             'against DS-FL, CFD, COMET and Selective-FD at equal or better accuracy '
+             '(Fig. 7; about 2 points higher server accuracy at alpha = 0.05).'),
+      sweeps=(
+          SweepDef('scarlet_digits', 'Digits (embedded), `presets.scarlet_cpu`',
+                   SCARLET_VARIANTS, preset=lambda src: presets.scarlet_cpu(src, 'scarlet'),
+                   preset_text='presets.scarlet_cpu(source)', metrics=('hit_ratio',),
+                   columns=_SCARLET_COLUMNS, tiny_variants=('SCARLET', 'DS-FL ERA')),
+          SweepDef('scarlet_mnist', 'MNIST, `presets.scarlet_cpu`', SCARLET_VARIANTS,
+                   preset=lambda src: presets.scarlet_cpu(src, 'scarlet'),
+                   preset_text='presets.scarlet_cpu(source)', data='mnist',
+                   metrics=('hit_ratio',), columns=_SCARLET_COLUMNS),
+          SweepDef('scarlet_duration_digits', 'Cache duration D, digits', SCARLET_VARIANTS[:1],
+                   preset=lambda src: presets.scarlet_cpu(src, 'scarlet'),
+                   preset_text='presets.scarlet_cpu(source)',
+                   grid=(('cache.duration', SCARLET_DURATIONS),), metrics=('hit_ratio',),
+                   columns=('acc', 'client', 'bytes', 'bytes_to', 'metric:hit_ratio')),
+      ),
+      checks=tuple(scarlet_checks),
+      notes=('Every method runs the authors\' round order and byte accounting '
+             '(`comm.rules=scarlet`: float32 labels, int64 indices and signals, counted per '
+             'receiving client). acc is the server model\'s accuracy on the full test set; '
+             'client acc the mean over clients of their own test splits. The hit ratio is '
+             'the share of a round\'s public samples served from the cache; at |P^t|/|P| = '
+             '0.1 it rises for a few times D rounds, so short runs understate the saving '
+             'at the paper\'s 2000 rounds. D = 0 never reuses a cached label.'))
+
+  fc2_checks = tuple(
+      Check("FedCache 2.0's UA exceeds single-client training by more than the seed noise", s,
+            gain_beyond_noise('FedCache 2.0', 'Single client'))
+      for s in ('fedcache2_digits', 'fedcache2_mnist'))
+  fedcache2 = Section(
+      key='fedcache2', paper='FedCache 2.0',
+      title='FedCache 2.0: knowledge caching with distilled data (arXiv 2405.13378)',
+      claim=('Clients upload a few distilled samples per class to a knowledge cache and '
+             'download a personalised sample of it: average UA on CIFAR-10 of 51.1% at '
+             'alpha = 0.5 and 36.5% at alpha = 2.0, above SCDPFL and FedCache, at a small '
+             'fraction of their communication (Tables IV, V).'),
+      sweeps=(
+          SweepDef('fedcache2_digits', 'Digits (embedded), `presets.fedcache2_cpu`',
+                   FEDCACHE2_VARIANTS, preset=_fc2_preset('digits'),
+                   preset_text='presets.fedcache2_cpu(source), public set 400/300',
+                   headers=_UA, tiny_variants=('FedCache 2.0', 'Single client')),
+          SweepDef('fedcache2_mnist', 'MNIST, `presets.fedcache2_cpu`', FEDCACHE2_VARIANTS,
+                   preset=_fc2_preset('mnist'), data='mnist',
+                   preset_text='presets.fedcache2_cpu(source), public set 3000/500',
+                   headers=_UA),
+      ),
+      checks=fc2_checks,
+      notes=('† UA = the mean over clients of their personalised test accuracy (per-client '
+             'test splits with the clients\' label priors); for DS-FL the first column is '
+             'its server model and "client acc" its client models\' UA. Every run carves the '
+             'same public set from the training data; only DS-FL uses it. Bytes follow each '
+             'method\'s own rules (FedCache 2.0: encoded distilled samples, 1 B per label '
+             'and the label distribution once; DS-FL: float32 labels and the open-data '
+             'broadcast). The paper\'s comparison is against parameter exchange, which this '
+             'table does not run.'))
+
+  ace_checks = tuple(
+      Check(f'Removing a component lowers UA: {ab}', s, drop_beyond_noise('ACE-pFL', ab))
+      for s in ('acepfl_digits', 'acepfl_mnist') for ab in ACEPFL_ABLATIONS)
+  acepfl = Section(
+      key='acepfl', paper='ACE-pFL',
+      title='ACE-pFL: clustering, adaptive temperature and triple distillation',
+      claim=('Each component matters: on CIFAR-10 (beta = 0.1) clustering, the dynamic '
+             'temperature and the triple distillation (L_SD and L_GD) each add 5-11 points of '
+             'UA (Tables XI, XII, XIV: 81.25 with all of them; 75.19 without clustering, '
+             '75.68 with a fixed temperature, 74.68 double, 70.16 single).'),
+      sweeps=(
+          SweepDef('acepfl_digits', 'Digits (embedded), `presets.acepfl_cpu`', ACEPFL_VARIANTS,
+                   preset=lambda src: presets.acepfl_cpu(src, 'acepfl'),
+                   preset_text='presets.acepfl_cpu(source)',
+                   columns=('acc', 'delta', 'best', 'bytes', 'wall'), headers=_UA,
+                   reference='ACE-pFL',
+                   tiny_variants=('ACE-pFL', 'w/o clustering', 'fixed T = T0')),
+          SweepDef('acepfl_mnist', 'MNIST, `presets.acepfl_cpu`', ACEPFL_VARIANTS,
+                   preset=lambda src: presets.acepfl_cpu(src, 'acepfl'),
+                   preset_text='presets.acepfl_cpu(source)', data='mnist',
+                   columns=('acc', 'delta', 'best', 'bytes', 'wall'), headers=_UA,
+                   reference='ACE-pFL'),
+      ),
+      checks=ace_checks,
+      notes=('† UA = mean personalised test accuracy (per-client test splits). Δ is each '
+             'variant\'s final UA minus ACE-pFL\'s on the same seed, then mean ± std over '
+             'seeds; an ablation "holds" when Δ < 0 by more than its std, is inconclusive '
+             'when Δ < 0 within one std. At T = 35-50 the soft labels are almost uniform and '
+             'the KD loss tends to logit matching that does not depend on T, so the '
+             'temperature, clustering weights and L_GD can move UA much less here than on '
+             'CIFAR-10. Bytes follow the `acepfl` rules for every method.'))
+
+  fe_sweeps, fe_checks = [], []
+  for data in ('digits', 'mnist'):
+    for setting in FEDENTOPT_SETTINGS:
+      name = f'fedentopt_{setting.replace(".", "")}_{data}'
+      fe_sweeps.append(SweepDef(
+          name, f'{"Digits (embedded)" if data == "digits" else "MNIST"}, setting {setting}, '
+          '`presets.fedentopt_cpu`', FEDENTOPT_VARIANTS, preset=_fe_preset(setting),
+          preset_text=f"presets.fedentopt_cpu('{setting}', source)", data=data,
+          grid=(('selection.method', FEDENTOPT_SELECTIONS),),
+          metrics=('label_coverage', 'cohort_entropy'), columns=_FE_COLUMNS,
+          tiny_variants=('FedAvg',), tiny_grid=(('selection.method', ('uniform', 'fedentopt')),)))
+      for label, _, _ in FEDENTOPT_VARIANTS:
+        fe_checks.append(Check(
+            f"FedEntOpt's last-10-round accuracy is at least random selection's ({label})", name,
+            exceeds((label, {'selection.method': 'fedentopt'}),
+                    (label, {'selection.method': 'uniform'}), key='last10_acc',
+                    at_least=True)))
+  fedentopt = Section(
+      key='fedentopt', paper='FedEntOpt',
+      title='FedEntOpt: client selection by label entropy',
+      claim=('Selecting the cohort whose summed label counts have the highest entropy '
+             '(FedEntOpt) gives a higher last-10-round accuracy than random selection for '
+             'FedAvg, FedProx, SCAFFOLD and FedNova under label skew (Table I), with every '
+             'label present in (almost) every cohort.'),
+      sweeps=tuple(fe_sweeps), checks=tuple(fe_checks),
+      notes=('acc is the global model\'s test accuracy; last-10 acc (the paper\'s metric) '
+             'its mean over the last 10 evaluated rounds. 100 clients, 10% a round. '
+             '"mean label_coverage" = labels present in a round\'s cohort (of 10), '
+             '"mean cohort_entropy" = entropy (bits) of the cohort\'s summed label counts; '
+             'Power-of-Choice picks high-loss clients among d = 2M candidates.'))
+  return (dsfl, scarlet, fedcache2, acepfl, fedentopt)
+
+
+SECTIONS = _sections()
+
+# Report columns: key -> (header, stat key, format kind).
+COLUMNS = {
+    'acc': ('final acc', 'final_acc', 'acc'),
+    'best': ('best acc', 'best_acc', 'acc'),
+    'last10': ('last-10 acc', 'last10_acc', 'acc'),
+    'client': ('final client acc', 'final_client_acc', 'acc'),
+    'bytes': ('total MB', 'total_bytes', 'bytes'),
+    'bytes_round': ('kB / round', 'bytes_per_round', 'kbytes'),
+    'wall': ('wall s / run', 'wall_s', 'num'),
+}
+VERDICTS = {True: 'holds', False: 'does not hold at this scale', None: 'inconclusive'}
+
+
+# ------------------------------------------------------------ planning
+def _variants(d: SweepDef, tiny: bool) -> list[Variant]:
+  keep = d.tiny_variants if tiny else None
+  return [Variant(label, algo, fields) for label, algo, fields in d.variants
+          if keep is None or label in keep]
+
+
+def _grid(d: SweepDef, tiny: bool) -> dict[str, list[Any]]:
+  if not tiny:
+    return {f: list(v) for f, v in d.grid}
+  if d.tiny_grid is not None:
+    return {f: list(v) for f, v in d.tiny_grid}
+  return {f: list(v)[:2] for f, v in d.grid}
+
+
+def base_config(d: SweepDef, source: str) -> ml_collections.ConfigDict:
+  """The sweep's base config: its config file, or its preset called with ``source``.
+
+  A config file's data source is set by :func:`plan_sweep` as an override
+  (so ``sweep.json`` records it and the sweep command can be rebuilt).
+  """
+  if d.config:
+    return sweep.load_config(os.path.join(REPO, d.config))
+  return d.preset(source)
+
+
+def _tiny_overrides(base: ml_collections.ConfigDict) -> dict[str, Any]:
+  out = dict(TINY)
+  if base.data.num_public > 0:
+    out['data.num_public'] = min(base.data.num_public, TINY_PUBLIC[0])
+  out['distill.public_per_round'] = min(base.distill.public_per_round, TINY_PUBLIC[1])
+  if base.acepfl.clusters > TINY['clients.num_clients']:
+    out['acepfl.clusters'] = TINY['clients.num_clients']
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+  """A sweep ready to run: its definition, directory, runs and plan info."""
+  section: Section
+  sweep: SweepDef
+  out: str
+  runs: tuple[sweep.Run, ...]
+  overrides: dict[str, Any]
+  thresholds: tuple[float, ...]
+  tiny: bool = False
+
+
+def plan_sweep(section: Section, d: SweepDef, runs_dir: str, mnist: str,
+               tiny: bool) -> Planned | str:
+  """Plans one sweep (every config validated); a string says why it is skipped.
+
+  Raises:
+    ConfigError: a run's config is bad.
+  """
+  if d.data == 'mnist':
+    if tiny:
+      return 'not part of --tiny (MNIST sweeps are skipped)'
+    if not os.path.exists(mnist):
+      return (f'the MNIST file {mnist} was not found; run with --mnist=PATH to a Keras '
+              'mnist.npz')
+    source = f'npz:{os.path.abspath(mnist)}'
+  else:
+    source = 'digits'
+  base = base_config(d, source)
+  overrides = {'data.source': source} if d.config else {}
+  overrides.update(d.overrides)
+  if tiny:
+    overrides.update(_tiny_overrides(base))
+  out = os.path.join(runs_dir, d.name)
+  runs = sweep.plan(base, _variants(d, tiny), TINY_SEEDS if tiny else d.seeds,
+                    _grid(d, tiny), out, overrides)
+  thresholds = tuple(float(x) for x in runs[0].config.comm.thresholds)
+  return Planned(section, d, out, tuple(runs), overrides, thresholds, tiny)
+
+
+def flag_literal(v: Any) -> str:
+  """A value as ``--set``/``--variant`` text that :func:`fedjax_kd.sweep.parse_value` reads back.
+
+  Strings stay bare where they read back as themselves, else they get double
+  quotes (so shell single quotes need no escapes); tuples and lists become
+  tuple literals.
+  """
+  if isinstance(v, str):
+    bare = sweep.parse_value(v) == v and not any(ch in v for ch in ',;()[]{}\'"')
+    return v if bare else json.dumps(v)
+  if isinstance(v, (list, tuple)):
+    items = [flag_literal(x) if not isinstance(x, str) else json.dumps(x) for x in v]
+    return '(' + ','.join(items) + (',)' if len(items) == 1 else ')')
+  return repr(v)
+
+
+def sweep_command(plan_doc: dict[str, Any], out: str) -> str | None:
+  """The ``python -m fedjax_kd.sweep`` command of a sweep's ``sweep.json``.
+
+  Only for sweeps whose base is a config file; None for preset-based ones.
+  """
+  config = str(plan_doc.get('config') or '')
+  if '.py' not in config:
+    return None
+
+  parts = ['python -m fedjax_kd.sweep', f'--config={config}']
+  for v in plan_doc.get('variants', []):
+    spec = f'{v["label"]}={v["algorithm"]}' + ''.join(
+        f';{k}={flag_literal(val)}' for k, val in v.get('overrides', {}).items())
+    parts.append(f'--variant {shlex.quote(spec)}')
+  for f, val in (plan_doc.get('overrides') or {}).items():
+    parts.append('--set ' + shlex.quote(f'{f}={flag_literal(val)}'))
+  for f, vals in (plan_doc.get('grid') or {}).items():
+    if len(vals) > 1:
+      parts.append('--set ' + shlex.quote(f + '=' + ','.join(flag_literal(v) for v in vals)))
+  parts.append('--seeds=' + ','.join(str(x) for x in plan_doc.get('seeds', [])))
+  if plan_doc.get('metrics'):
+    parts.append('--metrics=' + ','.join(plan_doc['metrics']))
+  parts.append(f'--out={out}')
+  return ' '.join(parts)
+
+
+def _git(*args: str) -> str:
+  try:
+    return subprocess.run(['git', *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=10, check=True).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return ''
+
+
+def commit() -> str:
+  """``git rev-parse --short HEAD`` (``+dirty`` with uncommitted changes), or ``unknown``."""
+  head = _git('rev-parse', '--short', 'HEAD')
+  if not head:
+    return 'unknown'
+  return head + ('+dirty' if _git('status', '--porcelain', '--untracked-files=no') else '')
+
+
+def _select(only: str) -> list[Section]:
+  if not only:
+    return list(SECTIONS)
+  keys = [k.strip() for k in only.split(',') if k.strip()]
+  known = {s.key for s in SECTIONS}
+  bad = [k for k in keys if k not in known]
+  if bad:
+    raise ConfigError('--only', ','.join(bad), f'section keys among {", ".join(sorted(known))}')
+  return [s for s in SECTIONS if s.key in keys]
+
+
+def _command(argv: Sequence[str]) -> str:
+  shown = [a for a in argv if not a.startswith('--jobs')]
+  return 'python benchmarks/reproduction.py ' + ' '.join(shlex.quote(a) for a in shown)
+
+
+# ------------------------------------------------------------ run
+def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+  """Plans every chosen sweep, runs what is not finished, writes each sweep's outputs."""
+  mnist = args.mnist or MNIST_DEFAULT
+  planned: list[Planned] = []
+  skipped: list[tuple[SweepDef, str]] = []
+  try:
+    for section in _select(args.only):
+      for d in section.sweeps:
+        p = plan_sweep(section, d, args.runs, mnist, args.tiny)
+        if isinstance(p, str):
+          skipped.append((d, p))
+        else:
+          planned.append(p)
+  except (ConfigError, DataError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  for d, why in skipped:
+    print(f'{d.name}: skipped: {why}', flush=True)
+  if args.dry_run:
+    for p in planned:
+      seeds = ','.join(str(x) for x in dict.fromkeys(r.seed for r in p.runs))
+      print(f'{p.sweep.name}: {len(p.runs)} runs, seeds {seeds} -> {p.out}')
+    print(f'reproduction: {sum(len(p.runs) for p in planned)} runs planned, every config valid')
+    return 0
+  for d, why in skipped:   # the report says why
+    os.makedirs(os.path.join(args.runs, d.name), exist_ok=True)
+    workdir_lib.write_json(os.path.join(args.runs, d.name, SKIPPED), {'reason': why}, indent=2)
+  for p in planned:
+    marker = os.path.join(p.out, SKIPPED)
+    if os.path.exists(marker):
+      os.remove(marker)
+  meta = {'tiny': bool(args.tiny), 'command': _command(argv), 'commit': commit(),
+          'date': datetime.date.today().isoformat()}
+  for p in planned:
+    sweep.write_plan(p.out, p.runs, config=p.sweep.config or p.sweep.preset_text,
+                     overrides=p.overrides, thresholds=list(p.thresholds),
+                     metrics=list(p.sweep.metrics),
+                     meta={**meta, 'section': p.section.key, 'sweep': p.sweep.name})
+  runs = [r for p in planned for r in p.runs]
+  print(f'reproduction: {len(planned)} sweeps, {len(runs)} runs in {args.runs}', flush=True)
+  results = sweep.execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
+                          compilation_cache=os.path.join(args.runs, 'jax_cache'))
+  for p in planned:
+    cells = sweep.aggregate(p.out)
+    sweep.write_outputs(p.out, cells, p.thresholds, title=f'{p.section.paper}: {p.sweep.name}')
+  failed = [r for r in results if r.status == 'failed']
+  stopped = [r for r in results if r.status == 'stopped']
+  print(f'reproduction: {sum(r.status == "done" for r in results)} done, '
+        f'{sum(r.status == "skipped" for r in results)} skipped, {len(failed)} failed'
+        + (f', {len(stopped)} stopped' if stopped else ''), flush=True)
+  for r in failed:
+    print(f'failed: {r.run.workdir}: {r.message}', file=sys.stderr)
+  return 1 if failed else sweep.stopped_status(results) if stopped else 0
+
+
+
+# ------------------------------------------------------------ report
+def _esc(text: str) -> str:
+  return str(text).replace('|', '\\|')
+
+
+def _setting(cells: Sequence[dict[str, Any]], out: str) -> str:
+  """A line describing the runs, read from a finished run's ``config.json``."""
+  plan_doc = sweep.load_plan(out)
+  for e in plan_doc.get('runs', []):
+    cfg = workdir_lib.read_json(os.path.join(out, e['workdir']), 'config.json')
+    if cfg:
+      break
+  else:
+    return ''
+  data, clients = cfg.get('data', {}), cfg.get('clients', {})
+  part = data.get('partition', '')
+  if part in ('dirichlet', 'client_dirichlet', 'niid_labeldir'):
+    part += f' alpha={data.get("alpha")}'
+  elif part == 'shards':
+    part += f' ({data.get("shards_per_client")} per client)'
+  elif part == 'classes':
+    part += f' ({data.get("classes_per_client")} per client)'
+  source = str(data.get('source', ''))
+  if source.startswith('npz:'):
+    source = f'npz:{os.path.basename(source[4:])}'
+  models = clients.get('models') or []
+  return (f'{cfg.get("rounds")} rounds; {clients.get("num_clients")} clients '
+          f'({100 * float(clients.get("participation", 1.0)):g}% a round); data `{source}`, '
+          f'{part}; models {", ".join(f"`{m}`" for m in models)} (variants may differ); '
+          f'public set {data.get("num_public")}; byte rules `{cfg.get("comm", {}).get("rules")}`.')
+
+
+def _table(d: SweepDef, cells: Sequence[dict[str, Any]]) -> str:
+  """The report table of one sweep."""
+  headers = dict(d.headers)
+  fields: list[str] = []
+  for c in cells:
+    fields += [f for f in c['cell'] if f not in fields]
+  thresholds = cells[0]['thresholds'] if cells else []
+  cols: list[tuple[str, Callable[[dict[str, Any]], str]]] = []
+  ref = Table(cells).find(d.reference) if d.reference else None
+  for key in d.columns:
+    if key in COLUMNS:
+      head, stat_key, kind = COLUMNS[key]
+      cols.append((headers.get(key, head),
+                   lambda c, k=stat_key, kind=kind: sweep.fmt_stat(c['stats'].get(k), kind)))
+    elif key == 'rounds_to':
+      for x in thresholds:
+        cols.append((f'rounds to {x:g} (k/n)',
+                     lambda c, x=x: sweep.format_column(c, f'rounds_to_{x:g}', 'num')))
+    elif key == 'bytes_to':
+      for x in thresholds:
+        cols.append((f'MB to {x:g}', lambda c, x=x: sweep.fmt_stat(
+            c['stats'].get(f'bytes_to_{x:g}'), 'bytes') + ' ({}/{})'.format(
+                *c['reached'][f'{x:g}'])))
+    elif key == 'delta':
+      def delta(c, ref=ref):
+        if ref is None or c is ref:
+          return '–' if ref is None else '(reference)'
+        a, b = c['stats']['final_acc'], ref['stats']['final_acc']
+        if a['mean'] is None or b['mean'] is None:
+          return '–'
+        return _fmt_delta(paired(a, b))
+      cols.append((headers.get('delta', f'Δ final acc vs {d.reference}'), delta))
+    elif key.startswith('metric:'):
+      m = key[len('metric:'):]
+      cols.append((f'mean {m}', lambda c, m=m: sweep.format_column(c, m, 'num4')))
+    else:
+      raise ValueError(f'{d.name}: unknown column {key!r}')
+  head = ['variant'] + fields + ['n'] + [h for h, _ in cols]
+  lines = ['| ' + ' | '.join(_esc(h) for h in head) + ' |', '|' + '---|' * len(head)]
+  for c in cells:
+    n = str(c['n']) if c['n'] == c['planned'] else f'{c["n"]} of {c["planned"]}'
+    row = [c['variant']] + [sweep.show_value(c['cell'][f]) if f in c['cell'] else ''
+                            for f in fields] + [n] + [fn(c) for _, fn in cols]
+    lines.append('| ' + ' | '.join(_esc(v) for v in row) + ' |')
+  return '\n'.join(lines)
+
+
+def _figures(out: str, prefix: str, cells: Sequence[dict[str, Any]],
+             title: str) -> dict[str, str]:
+  """The sweep's accuracy figures at ``<prefix><metric>.png``: copied from its outputs
+  (``run`` writes them with the tables), drawn from ``cells`` where missing."""
+  made = {}
+  for metric in ('test_acc', 'client_acc'):
+    src = os.path.join(out, f'accuracy_{metric}.png')
+    if os.path.exists(src):
+      os.makedirs(os.path.dirname(prefix) or '.', exist_ok=True)
+      made[metric] = shutil.copyfile(src, f'{prefix}{metric}.png')
+  return made or sweep.write_figures(prefix, cells, title=title)
+
+
+def _rel(path: str, start: str) -> str:
+  return os.path.relpath(path, start).replace(os.sep, '/')
+
+
+def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
+  """Writes the markdown report from the sweeps' outputs."""
+  try:
+    sections = _select(args.only)
+  except ConfigError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  out_md = args.out
+  out_dir = os.path.dirname(os.path.abspath(out_md))
+  fig_dir = os.path.join(out_dir, 'figures', 'reproduction')
+  headline: list[tuple[str, str, str, str, str]] = []
+  body: list[str] = []
+  metas: list[dict[str, Any]] = []
+  seeds_seen: set[int] = set()
+  run_cmd = ('python benchmarks/reproduction.py run --runs=' + shlex.quote(args.runs)
+             + (' --tiny' if args.tiny else ''))
+  for i, section in enumerate(sections, 1):
+    body += [f'## {i}. {section.title}', '', f'**Claim.** {section.claim}', '',
+             f'**Commands.** `{run_cmd} --only={section.key}` then `{_command(argv)}`.', '']
+    tables: dict[str, Table] = {}
+    for d in section.sweeps:
+      out = os.path.join(args.runs, d.name)
+      body += [f'### {d.title}', '']
+      if not os.path.exists(os.path.join(out, sweep.PLAN_FILE)):
+        skipped = workdir_lib.read_json(out, SKIPPED)
+        why = skipped['reason'] if isinstance(skipped, dict) else 'not run yet'
+        body += [f'*Not run: {why}.*', '']
+        continue
+      plan_doc = sweep.load_plan(out)
+      meta = plan_doc.get('meta') or {}
+      metas.append(meta)
+      cells = sweep.aggregate(out)
+      tables[d.name] = Table(cells)
+      seeds_seen.update(plan_doc.get('seeds', []))
+      done = sum(c['n'] for c in cells)
+      planned = sum(c['planned'] for c in cells)
+      if bool(meta.get('tiny')) != bool(args.tiny):
+        body += [f'*These outputs were made {"with" if meta.get("tiny") else "without"} '
+                 '--tiny, this report ' + ('with' if args.tiny else 'without') + ' it.*', '']
+      setting = _setting(cells, out)
+      seeds = ', '.join(map(str, plan_doc.get('seeds', [])))
+      body += [f'Base: `{plan_doc.get("config")}`. {setting} Seeds {seeds}; '
+               f'{done} of {planned} runs finished (n per row). Outputs: `{out}`.', '']
+      p_cmd = sweep_command(plan_doc, out)
+      if p_cmd:
+        body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
+      body += [_table(d, cells), '']
+      figs = _figures(out, os.path.join(fig_dir, f'{d.name}_'), cells,
+                      title=f'{section.paper}: {d.name}')
+      for metric, path in figs.items():
+        body.append(f'![{d.name}: {metric}]({_rel(path, out_dir)})')
+      if figs:
+        body.append('')
+    body += ['**Checks.**', '', '| check | sweep | our numbers | verdict |', '|---|---|---|---|']
+    for check in section.checks:
+      t = tables.get(check.sweep)
+      if t is None:
+        holds, detail, verdict = None, 'sweep not run', 'not run'
+      else:
+        holds, detail = check.fn(t)
+        verdict = ('not run' if holds is None and detail.startswith('not run')
+                   else VERDICTS[holds])
+      body.append(f'| {_esc(check.claim)} | {check.sweep} | {_esc(detail)} | **{verdict}** |')
+      headline.append((section.paper, check.claim, check.sweep, detail, verdict))
+    body += ['']
+    if section.notes:
+      body += [f'**Notes.** {section.notes}', '']
+  commits = sorted({m.get('commit', '?') for m in metas})
+  dates = sorted({m.get('date', '?') for m in metas})
+  commands = sorted({m.get('command', '') for m in metas if m.get('command')})
+  made = (f'The runs were made at commit {", ".join(f"`{c}`" for c in commits)} on '
+          f'{", ".join(dates)} by ' + ', '.join(f'`{c}`' for c in commands) + '.'
+          if metas else 'No sweep has been run yet.')
+  head = [
+      '# Reproduction report', '',
+      f'Generated on {datetime.date.today().isoformat()} at commit `{commit()}` by '
+      f'`{_command(argv)}` from the outputs in `{args.runs}`: every measured number below '
+      "comes from the runs' files (the papers' numbers are quoted in the claims). " + made,
+      '',
+      f'Seeds: {", ".join(map(str, sorted(seeds_seen))) or "–"}. Every number is the mean ± '
+      'sample standard deviation (ddof = 1) over the finished seeds of a row (n; "± –" '
+      'with one seed). acc is each algorithm\'s headline test accuracy (the server or '
+      'global model where there is one, else the mean over client models); client acc '
+      'the mean over client models. Verdicts: **holds**; **does not hold at this scale** '
+      '(CPU-sized runs of the papers\' settings, not their full scale); **inconclusive** '
+      '(within seed noise or not decidable); **not run**.',
+      '',
+      'To regenerate: `' + run_cmd + ' --jobs=2` (resumable; add `--mnist=PATH` for the '
+      f'MNIST sweeps) and then `{_command(argv)}`.',
+      '']
+  if args.tiny:
+    head += ['**--tiny: a smoke test of the pipeline (2 rounds, 4 clients, synthetic data); '
+             'the numbers mean nothing.**', '']
+  head += ['## Headline', '', '| paper | claim | sweep | our numbers | verdict |',
+           '|---|---|---|---|---|']
+  head += [f'| {p} | {_esc(c)} | {s} | {_esc(n)} | **{v}** |' for p, c, s, n, v in headline]
+  head += ['']
+  os.makedirs(out_dir, exist_ok=True)
+  workdir_lib.write_text(out_md, '\n'.join(head + body).rstrip() + '\n')
+  print(f'wrote {out_md} ({len(headline)} checks; figures in {fig_dir})')
+  if args.readme:
+    rel = os.path.relpath(os.path.abspath(out_md), os.path.dirname(os.path.abspath(args.readme)))
+    block = ([f'Generated by `{_command(argv)}` from the sweeps in [{rel}]({rel}), which has '
+              'the tables, curves, commands and notes (mean ± std over seeds).', '',
+              '| paper | claim | sweep | our numbers | verdict |', '|---|---|---|---|---|']
+             + [f'| {p} | {_esc(c)} | {s} | {_esc(n)} | **{v}** |' for p, c, s, n, v in headline])
+    try:
+      update_block(args.readme, block)
+    except DataError as e:
+      print(f'error: {e}', file=sys.stderr)
+      return 2
+    print(f'updated the results block of {args.readme}')
+  return 0
+
+
+README_BEGIN = '<!-- reproduction:begin (generated by benchmarks/reproduction.py report) -->'
+README_END = '<!-- reproduction:end -->'
+
+
+def update_block(path: str, lines: Sequence[str]) -> None:
+  """Replaces the text between `README_BEGIN` and `README_END` in ``path`` with ``lines``.
+
+  Raises:
+    DataError: the file lacks the two marker lines (nothing is written).
+  """
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  if README_BEGIN not in text or README_END not in text.split(README_BEGIN, 1)[1]:
+    raise DataError(f'{path}: no {README_BEGIN!r} ... {README_END!r} block to replace')
+  before, rest = text.split(README_BEGIN, 1)
+  after = rest.split(README_END, 1)[1]
+  workdir_lib.write_text(path, before + README_BEGIN + '\n' + '\n'.join(lines) + '\n'
+                         + README_END + after)
+
+
+# ------------------------------------------------------------ CLI
+def main(argv: Sequence[str] | None = None) -> int:
+  """``run`` or ``report``; returns the exit status."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = p.add_subparsers(dest='command', required=True)
+  r = sub.add_parser('run', help='run (or resume) the sweeps')
+  r.add_argument('--runs', default='runs/repro', help='where the sweeps go')
+  r.add_argument('--only', default='', help='comma-separated section keys: '
+                 + ','.join(s.key for s in SECTIONS))
+  r.add_argument('--jobs', type=int, default=1, help='worker processes at once')
+  r.add_argument('--mnist', default='', help=f'Keras mnist.npz (default {MNIST_DEFAULT})')
+  r.add_argument('--tiny', action='store_true', help='a smoke test of the pipeline')
+  r.add_argument('--dry_run', action='store_true', help='plan and validate only')
+  q = sub.add_parser('report', help='write the markdown from the outputs')
+  q.add_argument('--runs', default='runs/repro')
+  q.add_argument('--out', default='docs/reproduction.md')
+  q.add_argument('--only', default='')
+  q.add_argument('--mnist', default='')
+  q.add_argument('--tiny', action='store_true')
+  q.add_argument('--readme', default='',
+                 help='also rewrite the headline block of this README (between its markers)')
+  args = p.parse_args(argv)
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  sweep.quiet_logs()
+  if args.command == 'run':
+    return cmd_run(args, argv)
+  return cmd_report(args, argv)
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,158 @@
+"""benchmarks/reproduction.py: the whole pipeline in --tiny mode, and its checks on known tables."""
+
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+from fedjax_kd import sweep
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = REPO / 'benchmarks' / 'reproduction.py'
+# Unoptimised XLA code compiles several times faster; the --tiny runs are 2-round toys.
+FAST_XLA = '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true'
+
+
+def _module():
+  """benchmarks/reproduction.py as a module (registered: its dataclasses need that)."""
+  name = 'reproduction_under_test'
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[name]
+
+
+def _script(*args):
+  env = dict(os.environ)
+  env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') + ' ' + FAST_XLA).strip()
+  return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=600)
+
+
+def _cell(label, values, grid=None, key='final_acc', thresholds=(), reached=None, **stats):
+  """An aggregated cell with per-seed values of one statistic (plus others)."""
+  st = {key: sweep.stat(dict(enumerate(values)))}
+  st.update({k: sweep.stat(dict(enumerate(v))) for k, v in stats.items()})
+  return {'variant': label, 'cell': dict(grid or {}), 'n': len(values), 'planned': len(values),
+          'stats': st, 'thresholds': list(thresholds), 'reached': reached or {}}
+
+
+def test_checks_on_known_numbers():
+  rep = _module()
+  t = rep.Table([_cell('ACE', [0.90, 0.92, 0.94]), _cell('noisy', [0.88, 0.93, 0.935]),
+                 _cell('clear', [0.80, 0.82, 0.84]), _cell('same', [0.90, 0.92, 0.94]),
+                 _cell('A', [0.5, 0.6, 0.7], grid={'selection.method': 'fedentopt'}),
+                 _cell('A', [0.5, 0.5, 0.5], grid={'selection.method': 'uniform'})])
+  holds, detail = rep.drop_beyond_noise('ACE', 'clear')(t)
+  assert holds is True and 'Δ = -0.100 ± 0.000 (n=3)' in detail
+  holds, detail = rep.drop_beyond_noise('ACE', 'noisy')(t)    # deltas -0.02, +0.01, -0.005
+  assert holds is None and '|Δ| > std: no' in detail
+  assert rep.drop_beyond_noise('ACE', 'same')(t)[0] is False
+  assert rep.drop_beyond_noise('ACE', 'missing')(t) == (None, 'not run: missing')
+  holds, detail = rep.exceeds('ACE', 'clear')(t)
+  assert holds is True and detail.startswith('ACE 0.920 ± 0.020 vs clear 0.820 ± 0.020')
+  assert rep.gain_beyond_noise('ACE', 'clear')(t)[0] is True
+  assert rep.gain_beyond_noise('ACE', 'noisy')(t)[0] is None
+  fe = ('A', {'selection.method': 'fedentopt'})
+  uni = ('A', {'selection.method': 'uniform'})
+  assert rep.exceeds(fe, uni, at_least=True)(t)[0] is True
+  assert rep.not_worse('clear', 'ACE', tol=0.01)(t)[0] is False
+  assert rep.not_worse('noisy', 'ACE', tol=0.01)(t)[0] is True
+  # Bytes to the highest threshold that both reach in every seed.
+  bt = rep.Table([
+      _cell('S', [0.7, 0.7], key='final_acc', thresholds=(0.5, 0.6),
+            reached={'0.5': (2, 2), '0.6': (2, 2)}, **{'bytes_to_0.5': [1e6, 1e6],
+                                                        'bytes_to_0.6': [2e6, 2e6]}),
+      _cell('D', [0.7, 0.7], key='final_acc', thresholds=(0.5, 0.6),
+            reached={'0.5': (2, 2), '0.6': (1, 2)}, **{'bytes_to_0.5': [3e6, 3e6],
+                                                        'bytes_to_0.6': [4e6]})])
+  holds, detail = rep.fewer_bytes_to_threshold('S', 'D')(bt)
+  assert holds is True and detail.startswith('to reach 0.5: S 1.00 ± 0.00 MB vs D 3.00 ± 0.00')
+  assert rep.flag_literal(('cnn@1.0',)) == '("cnn@1.0",)'
+  assert rep.flag_literal('era') == 'era' and rep.flag_literal('True') == '"True"'
+  assert sweep.parse_value(rep.flag_literal(('a', 1))) == ('a', 1)
+
+
+def test_tiny_pipeline_writes_every_section(tmp_path):
+  rep = _module()
+  runs = tmp_path / 'runs'
+  out = tmp_path / 'docs' / 'reproduction.md'
+  r = _script('run', f'--runs={runs}', '--tiny', '--jobs=2')
+  assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+  assert 'failed' not in r.stdout.split('reproduction:')[-1].replace('0 failed', '')
+  readme = tmp_path / 'README.md'
+  readme.write_text(f'# x\n\n## Results\n\n{rep.README_BEGIN}\nSTALE ROW\n{rep.README_END}\n\nend\n')
+  r = _script('report', f'--runs={runs}', f'--out={out}', '--tiny', f'--readme={readme}')
+  assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+  md = out.read_text()
+  # The README's block holds the same headline rows, and nothing outside the block changed.
+  text = readme.read_text()
+  assert text.startswith('# x\n\n## Results\n\n') and text.endswith(f'{rep.README_END}\n\nend\n')
+  assert "STALE ROW" not in text and '](docs/reproduction.md)' in text
+  lines = md.splitlines()
+  assert md.startswith('# Reproduction report')
+  assert re.search(r'at commit `[0-9a-f]+(\+dirty)?`|at commit `unknown`', md)
+  assert 'Seeds: 0.' in md and '--tiny' in md
+  # The headline: one row per check of every section.
+  head, first = lines.index('## Headline'), lines.index(f'## 1. {rep.SECTIONS[0].title}')
+  assert lines[head + 2] == '| paper | claim | sweep | our numbers | verdict |'
+  rows = [ln for ln in lines[head + 4:first] if ln.startswith('| ')]
+  assert len(rows) == sum(len(s.checks) for s in rep.SECTIONS)
+  assert {ln.split(' | ')[0][2:] for ln in rows} == {s.paper for s in rep.SECTIONS}
+  assert [ln for ln in text.splitlines() if ln.startswith('| ') and '**' in ln] == rows
+  assert all(re.search(r'\*\*(holds|does not hold at this scale|inconclusive|not run)\*\* \|$',
+                       ln) for ln in rows)
+  assert any('**holds**' in ln or '**does not hold at this scale**' in ln for ln in rows)
+  for i, section in enumerate(rep.SECTIONS, 1):
+    assert f'## {i}. {section.title}' in md
+    assert f'**Claim.** {section.claim}' in md
+    assert f'--only={section.key}' in md
+    if section.notes:
+      assert f'**Notes.** {section.notes}' in md
+    for d in section.sweeps:
+      assert f'### {d.title}' in md
+      if d.data == 'mnist':
+        continue   # not run in --tiny mode; the report says so
+      at = lines.index(f'### {d.title}')
+      start = next(j for j in range(at, len(lines)) if lines[j].startswith('| variant |'))
+      end = next(j for j in range(start, len(lines) + 1)
+                 if j == len(lines) or not lines[j].startswith('|'))
+      table = lines[start + 2:end]
+      labels = [v[0] for v in d.variants if d.tiny_variants is None or v[0] in d.tiny_variants]
+      cells = max(1, len(rep._grid(d, tiny=True).get(d.grid[0][0], []))) if d.grid else 1
+      assert len(table) == len(labels) * cells, d.name
+      for label in labels:
+        mine = [ln for ln in table if ln.startswith(f'| {label} |')]
+        assert len(mine) == cells and all('±' in ln for ln in mine), (d.name, label)
+      fig = out.parent / 'figures' / 'reproduction' / f'{d.name}_test_acc.png'
+      assert fig.exists() and f'](figures/reproduction/{d.name}_test_acc.png)' in md
+  assert md.count('*Not run: not part of --tiny (MNIST sweeps are skipped).*') == sum(
+      d.data == 'mnist' for s in rep.SECTIONS for d in s.sweeps)
+  assert 'The same sweep with the sweep tool: `python -m fedjax_kd.sweep --config=configs/' in md
+  # ACE-pFL's table has the per-seed delta column; the reference row says so.
+  assert '| ACE-pFL | 1 |' in md and '(reference)' in md
+  # Every run is finished: rerunning skips them all.
+  r = _script('run', f'--runs={runs}', '--tiny', '--only=dsfl', '--jobs=2')
+  assert r.returncode == 0 and '] start ' not in r.stdout and '] skipped ' in r.stdout
+  assert (runs / 'dsfl_digits' / 'compare.md').exists()
+
+
+def test_update_block_needs_both_markers(tmp_path):
+  rep = _module()
+  path = tmp_path / 'README.md'
+  path.write_text('no markers\n')
+  try:
+    rep.update_block(str(path), ['x'])
+    raise AssertionError('expected DataError')
+  except rep.DataError as e:
+    assert 'README.md' in str(e)
+  assert path.read_text() == 'no markers\n'
+
+
+def test_only_rejects_unknown_sections(tmp_path):
+  r = _script('run', f'--runs={tmp_path}', '--only=dsfl,nope')
+  assert r.returncode == 2 and r.stderr.startswith('error: --only=')

@@ -1,0 +1,291 @@
+"""The multi-seed sweep tool: planning, parsing, aggregation, the CLI, skipping and resuming."""
+
+import csv
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedjax_kd import presets, sweep
+from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.errors import ConfigError
+from fedjax_kd.sweep import Variant
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# Unoptimised XLA code compiles several times faster; these runs are 2-round toys.
+FAST_XLA = '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true'
+TINY_SETS = ['rounds=2', "clients.models=('mlp@0.25',)", 'server.model=mlp@0.25',
+             'clients.num_clients=4', 'train.epochs=1', 'distill.epochs=1',
+             'data.source=synthetic:300', 'data.num_public=60', 'distill.public_per_round=30',
+             'log.tensorboard=False']
+
+
+def _env():
+  env = dict(os.environ)
+  env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') + ' ' + FAST_XLA).strip()
+  return env
+
+
+def _cli(*args, timeout=300):
+  return subprocess.run([sys.executable, '-m', 'fedjax_kd.sweep', *args], cwd=REPO, env=_env(),
+                        capture_output=True, text=True, timeout=timeout)
+
+
+# ------------------------------------------------------------ parsing
+def test_parse_set_literals_and_grid():
+  overrides, grid = sweep.parse_set([
+      "clients.models=('cnn@1.0',)", 'cache.duration=0,5,10', 'data.source=npz:/tmp/m.npz',
+      'comm.thresholds=(0.8,0.9)', "server.model=('a','b'),('c',)", 'train.learning_rate=1e-3',
+      'data.partition="shards,x"', 'clients.shared_init=True'])
+  assert overrides == {'clients.models': ('cnn@1.0',), 'data.source': 'npz:/tmp/m.npz',
+                       'comm.thresholds': (0.8, 0.9), 'train.learning_rate': 1e-3,
+                       'data.partition': 'shards,x', 'clients.shared_init': True}
+  assert grid == {'cache.duration': [0, 5, 10], 'server.model': [('a', 'b'), ('c',)]}
+  with pytest.raises(ConfigError, match='--set'):
+    sweep.parse_set(['rounds'])
+  with pytest.raises(ConfigError, match='twice'):
+    sweep.parse_set(['rounds=2', 'rounds=3'])
+
+
+def test_parse_variant_and_split():
+  v = sweep.parse_variant('fixed T = T0=acepfl;acepfl.dynamic_temperature=False')
+  assert (v.label, v.algorithm, dict(v.overrides)) == (
+      'fixed T = T0', 'acepfl', {'acepfl.dynamic_temperature': False})
+  v = sweep.parse_variant("FedAvg=fedavg;clients.models=('cnn@1.0',);dsfl.aggregation=sa")
+  assert v.fields == {'algorithm': 'fedavg', 'clients.models': ('cnn@1.0',),
+                      'dsfl.aggregation': 'sa'}
+  assert sweep.parse_variant('fd') == Variant('fd', 'fd')
+  assert sweep.split_top_level("a=('x;y',1);b=\"c;d\";e=[1,2]", ';') == [
+      "a=('x;y',1)", 'b="c;d"', 'e=[1,2]']
+  with pytest.raises(ConfigError):
+    sweep.parse_variant('X=dsfl;novalue')
+
+
+def test_load_config_with_argument():
+  c = sweep.load_config(str(REPO / 'configs/fedentopt_digits.py') + ':c2,fedprox,uniform')
+  assert (c.algorithm, c.selection.method) == ('fedprox', 'uniform')
+  with pytest.raises(ConfigError, match='--config'):
+    sweep.load_config(str(REPO / 'configs/nope.py'))
+
+
+# ------------------------------------------------------------ planning
+def test_plan_grid_slugs_and_override_order(tmp_path):
+  variants = [Variant('DS-FL (ERA, T=0.1)', 'dsfl', {'train.epochs': 3}),
+              Variant('SA', 'dsfl', {'dsfl.aggregation': 'sa', 'train.epochs': 2})]
+  runs = sweep.plan(presets.digits(), variants, seeds=(0, 1),
+                    grid={'cache.duration': [0, 5], 'train.learning_rate': [0.1, 0.05]},
+                    out=str(tmp_path), overrides={'rounds': 3, 'train.epochs': 1})
+  assert len(runs) == 2 * 4 * 2
+  assert runs[0].name == 'ds-fl-era-t-0.1/duration-0_learning-rate-0.1/seed0'
+  assert runs[1].name == 'ds-fl-era-t-0.1/duration-0_learning-rate-0.1/seed1'
+  assert runs[-1].name == 'sa/duration-5_learning-rate-0.05/seed1'
+  assert runs[0].workdir == os.path.join(str(tmp_path), 'runs', runs[0].name)
+  assert len({r.workdir for r in runs}) == len(runs)
+  last = runs[-1].config
+  assert (last.seed, last.cache.duration, last.train.learning_rate) == (1, 5, 0.05)
+  assert (last.dsfl.aggregation, last.rounds, last.train.epochs) == ('sa', 3, 1)  # --set wins
+  assert runs[0].config.dsfl.aggregation == 'era'
+  # Grid fields that end alike keep their full names; equal slugs are refused.
+  assert sweep.cell_slug((('train.epochs', 1), ('distill.epochs', 2))) == (
+      'train.epochs-1_distill.epochs-2')
+  assert sweep.cell_slug((('clients.models', ('cnn@0.5', 'cnn@1.0')),)) == (
+      'models-cnn-0.5-cnn-1.0')
+  with pytest.raises(ConfigError, match='--variant'):
+    sweep.plan(presets.digits(), [Variant('A b', 'dsfl'), Variant('a-B', 'fd')], (0,), {},
+               str(tmp_path))
+
+
+def test_plan_names_the_bad_field_and_run(tmp_path):
+  with pytest.raises(ConfigError) as e:
+    sweep.plan(presets.digits(), [Variant('ok', 'dsfl'), Variant('bad', 'dsfl',
+                                                                 {'dsfl.aggregation': 'nope'})],
+               (0,), {}, str(tmp_path))
+  assert e.value.field == 'dsfl.aggregation'
+  assert '[run bad/seed0]' in str(e.value)
+  with pytest.raises(ConfigError, match='train.learing_rate'):
+    sweep.plan(presets.digits(), [Variant('a', 'dsfl')], (0,), {}, str(tmp_path),
+               {'train.learing_rate': 0.1})
+  assert not os.listdir(tmp_path)   # planning writes nothing
+
+
+# ------------------------------------------------------------ aggregation
+def _fake_run(workdir, accs, client=None, headline_client=False, complete=True, rounds=3,
+              extra=None):
+  """A workdir with known numbers: round r costs 1000 B (setup 100 B) and 1.5 s."""
+  os.makedirs(workdir, exist_ok=True)
+  rows = []
+  for r, acc in enumerate(accs, 1):
+    row = {'round': r, 'round_bytes': 1000, 'cum_bytes': 100 + 1000 * r, 'round_time_s': 1.5}
+    if acc is not None:
+      row['test_acc'] = acc
+      if headline_client:
+        row['client_acc_min'] = acc - 0.1
+      elif client is not None:
+        row['client_acc'] = client[r - 1]
+    if extra is not None:
+      row['hit_ratio'] = extra[r - 1]
+    rows.append(row)
+  with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+    f.writelines(json.dumps(r) + '\n' for r in rows)
+  workdir_lib.write_json(os.path.join(workdir, 'summary.json'),
+                         {'rounds': len(accs) if complete else len(accs) - 1,
+                          'final_acc': accs[-1], 'wall_time_s': 99.0})
+  workdir_lib.write_json(os.path.join(workdir, 'config.json'), {'rounds': rounds})
+
+
+def test_aggregate_numbers_by_hand(tmp_path):
+  out = str(tmp_path / 'sw')
+  runs = sweep.plan(presets.digits(), [Variant('A', 'dsfl'), Variant('B', 'fd')],
+                    seeds=(0, 1, 2, 3), grid={}, out=out,
+                    overrides={'rounds': 3, 'comm.thresholds': (0.55,)})
+  sweep.write_plan(out, runs, thresholds=[0.55], metrics=['hit_ratio'])
+  a = [r for r in runs if r.variant.label == 'A']
+  # Round 2 is not evaluated (eval.every > 1): no test_acc in its row.
+  _fake_run(a[0].workdir, [0.30, None, 0.50], client=[0.2, None, 0.30], extra=[0, .5, 1])
+  _fake_run(a[1].workdir, [0.40, None, 0.60], client=[0.2, None, 0.35], extra=[0, .5, 1])
+  _fake_run(a[2].workdir, [0.56, None, 0.70], client=[0.2, None, 0.40], extra=[0, .5, 1])
+  _fake_run(a[3].workdir, [0.9, 0.9, 0.9], complete=False)    # unfinished: left out
+  for r, final in zip([r for r in runs if r.variant.label == 'B'], (0.2, 0.3, 0.4, 0.5)):
+    _fake_run(r.workdir, [0.1, 0.15, final], headline_client=True)
+  cells = sweep.aggregate(out)
+  assert [c['label'] for c in cells] == ['A', 'B']
+  ca, cb = cells
+  st = ca['stats']
+  assert (ca['n'], ca['planned'], ca['incomplete'], ca['headline']) == (3, 4, [3], 'server')
+  assert st['final_acc']['mean'] == pytest.approx(0.6)
+  assert st['final_acc']['std'] == pytest.approx(0.1)
+  assert st['best_acc']['mean'] == pytest.approx(0.6)
+  assert st['last10_acc']['mean'] == pytest.approx(np.mean([0.4, 0.5, 0.63]))
+  assert st['final_client_acc']['mean'] == pytest.approx(0.35)
+  assert st['final_client_acc']['std'] == pytest.approx(0.05)
+  # 0.55 is never reached by seed 0; seed 1 reaches it in round 3, seed 2 in round 1.
+  assert ca['reached'] == {'0.55': (2, 3)}
+  assert st['rounds_to_0.55']['mean'] == pytest.approx(2.0)
+  assert st['rounds_to_0.55']['std'] == pytest.approx(np.sqrt(2))
+  assert st['bytes_to_0.55']['mean'] == pytest.approx(2100.0)
+  assert st['total_bytes']['mean'] == pytest.approx(3100.0)
+  assert st['bytes_per_round']['mean'] == pytest.approx(1000.0)
+  assert st['wall_s']['mean'] == pytest.approx(4.5)      # sum of round_time_s
+  assert st['hit_ratio']['mean'] == pytest.approx(0.5)
+  assert st['hit_ratio']['std'] == pytest.approx(0.0)
+  assert list(ca['curves'][0]['test_acc']['round']) == [1, 3]   # evaluated rounds only
+  # FD-like rows: test_acc is the mean client accuracy, so it is the client series too.
+  assert (cb['n'], cb['headline']) == (4, 'client')
+  assert cb['stats']['final_client_acc']['mean'] == pytest.approx(0.35)
+  assert cb['stats']['final_acc']['std'] == pytest.approx(np.std([.2, .3, .4, .5], ddof=1))
+  assert sweep.legend_label(ca, 'test_acc') == 'A — server test acc'
+  assert sweep.legend_label(cb, 'test_acc') == 'B — mean client test acc'
+
+  paths = sweep.write_outputs(out, cells)
+  with open(paths['csv']) as f:
+    rows = list(csv.DictReader(f))
+  assert rows[0]['variant'] == 'A' and rows[0]['n'] == '3' and rows[0]['planned'] == '4'
+  assert float(rows[0]['final_acc_mean']) == pytest.approx(0.6)
+  assert float(rows[0]['final_acc_std']) == pytest.approx(0.1)
+  assert rows[0]['reached_0.55'] == '2/3' and rows[1]['reached_0.55'] == '0/4'
+  assert float(rows[0]['hit_ratio_mean']) == pytest.approx(0.5)
+  md = pathlib.Path(paths['md']).read_text()
+  assert '| A | 3 of 4 | 0.600 ± 0.100 |' in md
+  assert '2.0 ± 1.4 (2/3)' in md
+  assert os.path.getsize(paths['test_acc']) > 0 and os.path.getsize(paths['client_acc']) > 0
+  # One seed: the std is undefined ('–' in tables, 0 in the CSV) and n says so.
+  one = sweep.aggregate(a[:1])
+  assert sweep.fmt_stat(one[0]['stats']['final_acc']) == '0.500 ± –'
+  assert '0.0' in sweep.csv_text(one, [0.55]).splitlines()[1].split(',')
+
+
+# ------------------------------------------------------------ the command line
+def test_bad_field_exits_2_before_anything_runs(tmp_path, capsys):
+  out = tmp_path / 'out'
+  config = f'--config={REPO / "configs/default.py"}'
+  code = sweep.main([config, '--algorithms=dsfl,fd',
+                     '--set', 'train.learing_rate=0.1', f'--out={out}'])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2
+  assert len(err) == 1 and err[0].startswith('error: train.learing_rate=0.1 is not allowed')
+  assert 'did you mean train.learning_rate' in err[0]
+  assert not out.exists()
+  assert sweep.main([config, '--algorithms=dsfl,fd', '--set',
+                     'cache.duration=0,5', '--seeds=0,1', '--dry_run', f'--out={out}']) == 0
+  text = capsys.readouterr().out
+  assert '2 variant(s) x 2 grid cell(s) x 2 seed(s) = 8 runs' in text
+  assert str(out / 'runs' / 'fd' / 'duration-5' / 'seed1') in text
+  assert not out.exists()
+
+
+@pytest.fixture(scope='module')
+def finished_sweep(tmp_path_factory):
+  """A 2-variant x 2-seed sweep of configs/default.py run with --jobs=2 (and its argv)."""
+  out = tmp_path_factory.mktemp('sweep') / 'out'
+  argv = ['--config=configs/default.py', '--algorithms=dsfl,single', '--seeds=0,1', '--jobs=2',
+          f'--out={out}', '--set', 'checkpoint.every=1', '--metrics=cohort_entropy']
+  for s in TINY_SETS:
+    argv += ['--set', s]
+  proc = _cli(*argv)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  return out, argv, proc.stdout
+
+
+OUTPUTS = ('compare.csv', 'compare.md', 'sweep.json', 'accuracy_test_acc.png',
+           'accuracy_client_acc.png')
+
+
+def test_cli_runs_then_skips_everything(finished_sweep):
+  out, argv, stdout = finished_sweep
+  assert stdout.count('] done ') == 4 and 'start' in stdout
+  for name in ('dsfl/seed0', 'dsfl/seed1', 'single/seed0', 'single/seed1'):
+    summary = json.loads((out / 'runs' / name / 'summary.json').read_text())
+    assert summary['rounds'] == 2 and not summary.get('stopped_by')
+    assert (out / 'runs' / name / 'sweep.log').exists()
+  with open(out / 'compare.csv') as f:
+    rows = list(csv.DictReader(f))
+  assert [(r['variant'], r['n']) for r in rows] == [('dsfl', '2'), ('single', '2')]
+  assert rows[0]['cohort_entropy_mean']
+  plan = json.loads((out / 'sweep.json').read_text())
+  assert plan['seeds'] == [0, 1] and plan['overrides']['rounds'] == 2
+  assert [v['label'] for v in plan['variants']] == ['dsfl', 'single']
+  before = {n: (out / n).read_bytes() for n in OUTPUTS}
+  again = _cli(*argv)
+  assert again.returncode == 0, again.stderr
+  assert again.stdout.count('] skipped') == 4 and ' start ' not in again.stdout
+  assert {n: (out / n).read_bytes() for n in OUTPUTS} == before
+
+
+def test_cli_resumes_an_unfinished_run(finished_sweep):
+  out, argv, _ = finished_sweep
+  run = out / 'runs' / 'dsfl' / 'seed0'
+  rows = workdir_lib.read_metrics(str(run))
+  # As if it had been killed during round 2: its row, summary and checkpoint are gone.
+  (run / 'metrics.jsonl').write_text(json.dumps(rows[0]) + '\n')
+  (run / 'summary.json').unlink()
+  shutil.rmtree(run / 'checkpoints' / '2')
+  proc = _cli(*argv)
+  assert proc.returncode == 0, proc.stderr
+  assert 'start    dsfl/seed0  (resuming from its checkpoint)' in proc.stdout
+  assert 'resumed after round 1' in proc.stdout
+  assert proc.stdout.count('] skipped') == 3
+  after = workdir_lib.read_metrics(str(run))
+  assert after[0] == rows[0]            # round 1 was kept, not recomputed (same round_time_s)
+  assert [r['round'] for r in after] == [1, 2]
+  assert after[1]['test_acc'] == pytest.approx(rows[1]['test_acc'], abs=1e-6)
+  assert 'resumed from' in (run / 'sweep.log').read_text()
+  assert json.loads((run / 'summary.json').read_text())['rounds'] == 2
+
+
+def test_cli_reports_failed_runs_and_goes_on(tmp_path):
+  out = tmp_path / 'out'
+  argv = ['--config=configs/default.py', '--algorithms=single', '--seeds=0,1', f'--out={out}']
+  for s in TINY_SETS:
+    if not s.startswith('data.source='):
+      argv += ['--set', s]
+  argv += ['--set', 'data.source=npz:/nonexistent/mnist.npz']   # validation does not read files
+  proc = _cli(*argv)
+  assert proc.returncode == 1
+  assert proc.stdout.count('] FAILED') == 2      # the second run was still tried
+  assert 'failed: single/seed0: error:' in proc.stderr
+  assert (out / 'compare.md').exists()
