@@ -1,7 +1,8 @@
 r"""The reproduction report: fixed multi-seed sweeps per paper and a report from their outputs.
 
   python benchmarks/reproduction.py run --runs=runs/repro --jobs=2 \
-      [--only=dsfl,scarlet] [--mnist=../shared/data/mnist.npz] [--tiny] [--dry_run]
+      [--only=dsfl,scarlet] [--data=all|digits|mnist] [--mnist=../shared/data/mnist.npz] \
+      [--tiny] [--dry_run]
   python benchmarks/reproduction.py report --runs=runs/repro --out=docs/reproduction.md \
       [--only=...] [--tiny]
 
@@ -749,6 +750,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
   try:
     for section in _select(args.only):
       for d in section.sweeps:
+        if args.data != 'all' and d.data != args.data:
+          skipped.append((d, f'not run yet (`run --data={d.data}` runs it)'))
+          continue
         p = plan_sweep(section, d, args.runs, mnist, args.tiny)
         if isinstance(p, str):
           skipped.append((d, p))
@@ -1042,6 +1046,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   r.add_argument('--jobs', type=int, default=1, help='worker processes at once')
   r.add_argument('--mnist', default='', help=f'Keras mnist.npz (default {MNIST_DEFAULT})')
   r.add_argument('--tiny', action='store_true', help='a smoke test of the pipeline')
+  r.add_argument('--data', default='all', choices=('all', 'digits', 'mnist'),
+                 help='run only the sweeps on this data set (the others are marked not run)')
   r.add_argument('--dry_run', action='store_true', help='plan and validate only')
   q = sub.add_parser('report', help='write the markdown from the outputs')
   q.add_argument('--runs', default='runs/repro')
