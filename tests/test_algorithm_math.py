@@ -49,3 +49,36 @@ def test_fedavg_weighted_average_and_broadcast():
   b = _broadcast(cohort, out, jnp.asarray([True, False, True]))
   np.testing.assert_allclose(b.params['w'], [[2.5, 5.0], [3.0, 6.0], [2.5, 5.0]])
   np.testing.assert_allclose(b.batch_stats['m'], [[3.0], [4.0], [3.0]])
+
+
+def _diag_owner(y_public, public_source=''):
+  import types
+  return types.SimpleNamespace(
+      ctx=types.SimpleNamespace(data=types.SimpleNamespace(y_public=np.asarray(y_public))),
+      spec=types.SimpleNamespace(data=types.SimpleNamespace(public_source=public_source)))
+
+
+def test_label_diagnostics_by_hand():
+  from fedjax_kd.algorithms.protocol import Protocol
+  # Open set labels 0..4; the round draws samples 3, 1, 4 (true classes 1, 0, 2).
+  owner = _diag_owner([2, 0, 1, 1, 2])
+  idx = jnp.asarray([3, 1, 4])
+  zhat = jnp.asarray([[0.1, 0.8, 0.1],    # argmax 1: right
+                      [0.2, 0.7, 0.1],    # argmax 1: wrong (true 0)
+                      [0.6, 0.1, 0.3]])   # argmax 0: wrong, but unlabelled (use False)
+  use = jnp.asarray([True, True, False])
+  # Two clients; client 1 did not upload sample 2.
+  probs = jnp.asarray([[[0, 1, 0], [1, 0, 0], [0, 0, 1]],     # right, right, right
+                       [[1, 0, 0], [1, 0, 0], [0, 0, 0]]], jnp.float32)  # wrong, right, -
+  mask = jnp.asarray([[True, True, True], [True, True, False]])
+  out = Protocol._label_diagnostics(owner, idx, zhat, use, probs, mask)
+  assert np.isclose(out['label_acc'], 1 / 2)       # 1 right of the 2 labelled samples
+  assert np.isclose(out['upload_acc'], 4 / 5)      # 4 right of the 5 uploads
+
+
+def test_label_diagnostics_skip_foreign_public_set():
+  from fedjax_kd.algorithms.protocol import Protocol
+  owner = _diag_owner([0, 1], public_source='tfds:cifar100')   # another data set's classes
+  out = Protocol._label_diagnostics(owner, jnp.asarray([0]), jnp.ones((1, 2)),
+                                    jnp.ones(1, bool), jnp.ones((1, 1, 2)), jnp.ones((1, 1), bool))
+  assert out == {}

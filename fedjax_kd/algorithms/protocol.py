@@ -223,6 +223,7 @@ class Protocol(base.Algorithm):
       zhat, signals, use = labels, jnp.full(idx.shape, cache_ops.NEWLY_CACHED, jnp.int32), keep
     metrics['entropy'] = float(jnp.sum(aggregate.entropy(zhat) * use)
                                / jnp.maximum(jnp.sum(use), 1))
+    metrics.update(self._label_diagnostics(idx, zhat, use, probs, mask))
     state = state.replace(extra=ex)
     state, metrics['server_distill_loss'] = self._distill_server(state, t, x, zhat, use)
     state, payload = self.downlink(state, t, x, zhat, probs, mask)
@@ -241,6 +242,23 @@ class Protocol(base.Algorithm):
                               classes=self.num_classes),
                  comm.Payload('upload_indices', comm.UP, 'index', rows)]
     return state.replace(extra=ex)
+
+  def _label_diagnostics(self, idx, zhat, use, probs, mask) -> dict[str, float]:
+    """How often the server's labels and the clients' uploads name the true class.
+
+    Diagnostics only (the open set's labels never reach training): ``label_acc``
+    is the argmax accuracy of the labels the round distils on, ``upload_acc``
+    the argmax accuracy of the clients' uploads, both over the samples that
+    have them. Empty when the public set is another data set (other classes).
+    """
+    y_pub = self.ctx.data.y_public
+    if y_pub is None or self.spec.data.public_source:   # another data set's classes
+      return {}
+    y = jnp.take(jnp.asarray(y_pub, jnp.int32), idx, axis=0)
+    hit = jnp.argmax(zhat, -1) == y
+    up_hit = (jnp.argmax(probs, -1) == y[None, :]) & mask
+    return {'label_acc': float(jnp.sum(hit * use) / jnp.maximum(jnp.sum(use), 1)),
+            'upload_acc': float(jnp.sum(up_hit) / jnp.maximum(jnp.sum(mask), 1))}
 
   def _distill_server(self, state, t, x, targets, use):
     x, targets, count = _labelled_first(x, targets, use)
