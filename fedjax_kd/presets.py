@@ -84,24 +84,25 @@ def dsfl_paper(source: str, model: str) -> ml_collections.ConfigDict:
 
 
 def dsfl_paper_cpu(source: str, model: str = 'dsfl_cnn@1.0') -> ml_collections.ConfigDict:
-  """DS-FL's MNIST setting at CPU size, on the paper's own CNN (minutes a round on 2 cores).
+  """DS-FL's MNIST setting at CPU size, on the paper's own CNN (~35 s a round on 2 cores).
 
-  The paper's structure and model: 20 clients x 200 private images in 2 label-sorted shards
-  (the paper's 200 per client, a fifth of its clients), `dsfl_cnn` (583k parameters) for every
-  client and the server, ERA with T = 0.1, SGD 0.1, 5 private + 5 distillation epochs. CPU
-  size: 500 of 2,000 open images a round in batches of 50, and 15 rounds. ``model``: the
-  paper's Fashion-MNIST CNN is 'dsfl_fmnist_cnn@1.0'. On MNIST the server plateaus near 0.80
-  from round 3 (the clients' uploads name little but their own two classes; the docs'
-  "DS-FL on MNIST" page has the diagnostics).
+  Everything the paper states: 2 label-sorted shards per client and 200 private images each,
+  `dsfl_cnn` (583k parameters) for every client and the server, ERA with T = 0.1, SGD 0.1,
+  5 private + 5 distillation epochs in batches of 100, 1,000 of I^o = 20,000 open images a
+  round. CPU size: 20 clients instead of 100, and 15 rounds. ``model``: the paper's
+  Fashion-MNIST CNN is 'dsfl_fmnist_cnn@1.0'.
+
+  The open-set schedule matters: with 500 of 2,000 open images a round in batches of 50 (half
+  the distillation data, twice the private steps) the server sat near 0.80 until round 10 and
+  ended at 0.88, against 0.94 at round 15 with the paper's values. In both, the uploads name
+  little but a client's own two classes for the first ~9 rounds; then the clients start to
+  keep what they distil, the ERA labels sharpen and accuracy climbs (the docs' "DS-FL on
+  MNIST" page has the per-round diagnostics).
   """
   c = dsfl_paper(source, model)
   c.rounds = 15
-  c.data.num_public = 2_000
   c.data.num_private = 4_000
   c.clients.num_clients = 20          # 200 private samples per client, as in the paper
-  c.distill.public_per_round = 500
-  c.distill.batch_size = 50
-  c.train.batch_size = 50
   c.comm.thresholds = [0.75, 0.9, 0.93]
   c.eval.clients = True
   c.checkpoint.every = 5
