@@ -3,8 +3,9 @@ r"""The reproduction report: fixed multi-seed sweeps per paper and a report from
   python benchmarks/reproduction.py run --runs=runs/repro --jobs=2 \
       [--only=dsfl,scarlet] [--data=all|digits|mnist] [--mnist=../shared/data/mnist.npz] \
       [--tiny] [--dry_run]
-  python benchmarks/reproduction.py report --runs=runs/repro --out=docs/reproduction.md \
-      [--only=...] [--tiny]
+  python benchmarks/reproduction.py archive --runs=runs/repro --out=docs/reproduction_runs
+  python benchmarks/reproduction.py report --runs=docs/reproduction_runs \
+      --out=docs/reproduction.md [--readme=README.md] [--only=...] [--tiny]
 
 ``run`` plans every sweep of the chosen sections (:data:`SECTIONS`), validates
 every run's config before anything trains, and runs them with
@@ -22,6 +23,11 @@ a table per sweep (mean ± sample std over the finished seeds), the figures
 (written beside the report, ``<out dir>/figures/reproduction/<sweep>_*.png``,
 linked with relative paths), the checks with their verdicts and notes. No
 measured number in it is typed by hand: they all come from the runs' files.
+
+``archive`` copies what ``report`` reads (each sweep's plan, each finished run's
+config, summary and metrics; no checkpoints) to a directory small enough to
+commit: the report is rebuilt from it, and a copy of it given to ``run`` skips
+the finished runs and starts the rest.
 
 ``--tiny`` shrinks every sweep to a smoke test (2 rounds, 4 clients, a small
 MLP on the ``synthetic`` source, one seed, fewer variants and grid values, no
@@ -1034,6 +1040,14 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       'To regenerate: `' + run_cmd + ' --jobs=2` (resumable; add `--mnist=PATH` for the '
       f'MNIST sweeps) and then `{_command(argv)}`.',
       '']
+  if os.path.exists(os.path.join(args.runs, ARCHIVE_MARKER)):
+    head[-2:-1] = [
+        f'`{args.runs}` holds the finished runs\' configs, summaries and per-round metrics '
+        '(`python benchmarks/reproduction.py archive`), so this report can be rebuilt from the '
+        f'repository alone with `{_command(argv)}`. To add runs, copy it '
+        f'(`cp -r {args.runs} runs/repro`), run `python benchmarks/reproduction.py run '
+        '--runs=runs/repro --jobs=2` (finished runs are skipped; add `--mnist=PATH` for the '
+        'MNIST sweeps), archive again and rebuild.']
   if args.tiny:
     head += ['**--tiny: a smoke test of the pipeline (2 rounds, 4 clients, synthetic data); '
              'the numbers mean nothing.**', '']
@@ -1072,6 +1086,63 @@ def summary_table(headline: Sequence[tuple[str, str, str, str, str]],
   for (paper, data), c in counts.items():
     lines.append(f'| {paper} | {data} | ' + ' | '.join(str(c[v]) for v in order) + ' |')
   return lines
+
+
+ARCHIVE_DEFAULT = 'docs/reproduction_runs'
+ARCHIVE_MARKER = 'archive.json'   # written by `archive`: the report then says how to add runs
+ARCHIVED_SWEEP_FILES = (sweep.PLAN_FILE, SKIPPED)
+ARCHIVED_RUN_FILES = ('config.json', 'summary.json', workdir_lib.METRICS, 'sweep_run.json')
+
+
+def archive(runs: str, out: str) -> tuple[int, int]:
+  """Copies what ``report`` reads, and what ``run`` needs to skip a finished run.
+
+  Per sweep its plan (or skip marker); per finished run its config, summary,
+  metrics and run record, at the same relative paths. ``report --runs=<out>``
+  then writes the same tables, and ``run --runs=<copy of out>`` skips those
+  runs and starts only the rest. Checkpoints, event files and figures stay
+  behind (they are large and rebuilt when needed).
+
+  Returns:
+    ``(sweeps, runs)`` copied.
+  """
+  n_sweeps = n_runs = 0
+  for name in sorted(os.listdir(runs)):
+    src = os.path.join(runs, name)
+    if not any(os.path.exists(os.path.join(src, f)) for f in ARCHIVED_SWEEP_FILES):
+      continue
+    n_sweeps += 1
+    os.makedirs(os.path.join(out, name), exist_ok=True)
+    for f in ARCHIVED_SWEEP_FILES:
+      if os.path.exists(os.path.join(src, f)):
+        shutil.copyfile(os.path.join(src, f), os.path.join(out, name, f))
+    if not os.path.exists(os.path.join(src, sweep.PLAN_FILE)):
+      continue
+    for entry in sweep.load_plan(src).get('runs', []):
+      wd = os.path.join(src, entry['workdir'])
+      if not sweep.is_complete(workdir_lib.read_json(wd, 'summary.json'),
+                                entry.get('rounds')):
+        continue
+      dst = os.path.join(out, name, entry['workdir'])
+      os.makedirs(dst, exist_ok=True)
+      for f in ARCHIVED_RUN_FILES:
+        if os.path.exists(os.path.join(wd, f)):
+          shutil.copyfile(os.path.join(wd, f), os.path.join(dst, f))
+      n_runs += 1
+  return n_sweeps, n_runs
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+  if not os.path.isdir(args.runs):
+    print(f'error: --runs: {args.runs} is not a directory', file=sys.stderr)
+    return 2
+  n_sweeps, n_runs = archive(args.runs, args.out)
+  workdir_lib.write_json(os.path.join(args.out, ARCHIVE_MARKER),
+                         {'from': args.runs, 'runs': n_runs, 'sweeps': n_sweeps,
+                          'commit': commit(), 'date': datetime.date.today().isoformat()},
+                         indent=2)
+  print(f'archived {n_runs} finished runs of {n_sweeps} sweeps to {args.out}')
+  return 0
 
 
 README_BEGIN = '<!-- reproduction:begin (generated by benchmarks/reproduction.py report) -->'
@@ -1119,7 +1190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   q.add_argument('--tiny', action='store_true')
   q.add_argument('--readme', default='',
                  help='also rewrite the headline block of this README (between its markers)')
+  a = sub.add_parser('archive', help='copy the finished runs\' small files (the report\'s '
+                     'inputs) to a directory that can be committed')
+  a.add_argument('--runs', default='runs/repro')
+  a.add_argument('--out', default=ARCHIVE_DEFAULT)
   args = p.parse_args(argv)
+  if args.command == 'archive':
+    return cmd_archive(args)
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   sweep.quiet_logs()

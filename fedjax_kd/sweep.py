@@ -924,7 +924,8 @@ def run_stats(rows: Sequence[dict[str, Any]], summary: dict[str, Any] | None,
   return out
 
 
-def _is_complete(summary: dict[str, Any] | None, rounds: int | None) -> bool:
+def is_complete(summary: dict[str, Any] | None, rounds: int | None) -> bool:
+  """Whether a run's ``summary.json`` says it finished ``rounds`` rounds (None: any)."""
   if not summary or summary.get('stopped_by'):
     return False
   return rounds is None or int(summary.get('rounds') or 0) == int(rounds)
@@ -1001,7 +1002,7 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
     c['planned'] += 1
     wd = e['workdir']
     summary = _read_json(os.path.join(wd, 'summary.json'))
-    if not _is_complete(summary, e['rounds']) or not os.path.exists(
+    if not is_complete(summary, e['rounds']) or not os.path.exists(
         os.path.join(wd, workdir_lib.METRICS)):
       c['incomplete'].append(e['seed'])
       continue

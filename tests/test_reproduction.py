@@ -145,6 +145,23 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   r = _script('run', f'--runs={runs}', '--tiny', '--only=dsfl', '--jobs=2')
   assert r.returncode == 0 and '] start ' not in r.stdout and '] skipped ' in r.stdout
   assert (runs / 'dsfl_digits' / 'compare.md').exists()
+  # The archive holds the report's inputs only: the same report comes from it, and a run on
+  # it skips every finished run.
+  arch = tmp_path / 'archive'
+  r = _script('archive', f'--runs={runs}', f'--out={arch}')
+  assert r.returncode == 0 and 'archived' in r.stdout, r.stderr[-2000:]
+  assert not list(arch.rglob('checkpoints')) and list(arch.rglob('metrics.jsonl'))
+  out2 = tmp_path / 'docs2' / 'reproduction.md'
+  r = _script('report', f'--runs={arch}', f'--out={out2}', '--tiny')
+  assert r.returncode == 0, r.stderr[-2000:]
+  strip = lambda text, where: [ln.replace(str(where), 'RUNS') for ln in text.splitlines()
+                               if not ln.startswith(('Generated on', 'To regenerate', '**Commands',
+                                                     f'`{where}` holds'))]
+  md2 = out2.read_text()
+  assert strip(md2, arch) == strip(md, runs)
+  assert f'`{arch}` holds the finished runs' in md2 and f'cp -r {arch} runs/repro' in md2
+  r = _script('run', f'--runs={arch}', '--tiny', '--only=dsfl', '--jobs=2')
+  assert r.returncode == 0 and '] start ' not in r.stdout and '] skipped ' in r.stdout
 
 
 def test_update_block_needs_both_markers(tmp_path):
