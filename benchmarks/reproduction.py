@@ -165,6 +165,11 @@ class SweepDef:
     tiny_grid: grid values kept by ``--tiny`` (None: the first two of each field).
     curve_rounds: rounds at which a second table gives each variant's headline
       accuracy (mean ± std over seeds): the learning curve in numbers.
+    seed_curves: variants whose every evaluated round is listed seed by seed (a
+      third table), where the spread between seeds is the finding.
+    metric_curves: ``(variant, metrics)``: a table of those per-round metrics
+      of that variant (mean ± std over seeds) at every logged round; each metric
+      must be among ``metrics``.
   """
   name: str
   title: str
@@ -183,6 +188,8 @@ class SweepDef:
   tiny_variants: tuple[str, ...] | None = None
   tiny_grid: tuple[tuple[str, tuple[Any, ...]], ...] | None = None
   curve_rounds: tuple[int, ...] = ()
+  seed_curves: tuple[str, ...] = ()
+  metric_curves: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,7 +421,7 @@ _DSFL_COLUMNS = ('acc', 'best', 'client', 'bytes', 'bytes_round', 'rounds_to', '
                  'metric:label_acc', 'metric:upload_acc', 'wall')
 # Diagnostics (the open set's true labels, never used for training): how often the round's
 # distillation labels and the clients' uploads name the true class.
-_DSFL_METRICS = ('label_acc', 'upload_acc')
+_DSFL_METRICS = ('label_acc', 'upload_acc', 'entropy')
 _SCARLET_COLUMNS = ('acc', 'best', 'client', 'bytes', 'bytes_to', 'metric:hit_ratio', 'wall')
 _UA = (('acc', 'final UA †'), ('best', 'best UA †'), ('delta', 'Δ final UA vs ACE-pFL'))
 _FE_COLUMNS = ('last10', 'acc', 'best', 'rounds_to', 'metric:label_coverage',
@@ -438,7 +445,8 @@ def _sections() -> tuple[Section, ...]:
           SweepDef('dsfl_mnist', 'MNIST, `configs/dsfl_mnist_cpu.py`', DSFL_MNIST_VARIANTS,
                    config='configs/dsfl_mnist_cpu.py', data='mnist', columns=_DSFL_COLUMNS,
                    metrics=_DSFL_METRICS,
-                   curve_rounds=(1, 2, 3, 5, 10, 15),
+                   curve_rounds=(1, 2, 3, 5, 10, 15), seed_curves=('DS-FL ERA', 'DS-FL SA'),
+                   metric_curves=('DS-FL ERA', _DSFL_METRICS),
                    # the 20 client models' test passes are a third of a round on 2 cores;
                    # the checks read the server model (FD and single score their clients)
                    overrides=(('eval.clients', False),)),
@@ -465,8 +473,9 @@ def _sections() -> tuple[Section, ...]:
              'upload_acc" the same for the clients\' uploads, averaged over rounds '
              '(diagnostics: the open set\'s labels never reach training). On MNIST the '
              'uploads name little but each client\'s own two classes for about nine rounds, '
-             'then the clients start keeping what they distil and the labels sharpen: '
-             '[DS-FL on MNIST](dsfl_mnist.md) follows one run round by round.'))
+             'then the clients start keeping what they distil and the labels sharpen; when '
+             'that turn comes differs between seeds, which is the spread at round 15 '
+             '([DS-FL on MNIST](dsfl_mnist.md) explains the diagnostics).'))
 
   scarlet_checks = []
   for s in ('scarlet_digits', 'scarlet_mnist'):
@@ -729,6 +738,8 @@ def sweep_command(plan_doc: dict[str, Any], out: str) -> str | None:
         f';{k}={flag_literal(val)}' for k, val in v.get('overrides', {}).items())
     parts.append(f'--variant {shlex.quote(spec)}')
   for f, val in (plan_doc.get('overrides') or {}).items():
+    if f == 'data.source' and isinstance(val, str) and val.startswith('npz:'):
+      val = 'npz:/path/to/' + os.path.basename(val[4:])   # the machine's path means nothing here
     parts.append('--set ' + shlex.quote(f'{f}={flag_literal(val)}'))
   for f, vals in (plan_doc.get('grid') or {}).items():
     if len(vals) > 1:
@@ -885,6 +896,46 @@ def curve_table(rounds: Sequence[int], cells: Sequence[dict[str, Any]]) -> str:
   return '\n'.join(lines)
 
 
+def metric_curve_table(variant: str, metrics: Sequence[str],
+                       cells: Sequence[dict[str, Any]]) -> str:
+  """One variant's per-round metrics (rows) at every logged round (mean ± std over seeds)."""
+  cell = next((c for c in cells if c['label'] == variant), None)
+  if cell is None or not cell['curves']:
+    return f'*{variant}: no finished run.*'
+  rounds = sorted({int(r) for cv in cell['curves'].values() for m in metrics
+                   for r in cv[m]['round']})
+  head = ['metric'] + [str(r) for r in rounds]
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  for m in metrics:
+    row = [m]
+    for r in rounds:
+      vals = {}
+      for seed, cv in cell['curves'].items():
+        hit = np.nonzero(cv[m]['round'] == r)[0]
+        if len(hit):
+          vals[seed] = cv[m]['acc'][hit[0]]
+      st = sweep.stat(vals)
+      row.append('–' if st.get('mean') is None else f'{st["mean"]:.2f}' + (
+          f' ± {st["std"]:.2f}' if st.get('std') is not None else ''))
+    lines.append('| ' + ' | '.join(row) + ' |')
+  return '\n'.join(lines)
+
+
+def seed_curve_table(labels: Sequence[str], cells: Sequence[dict[str, Any]]) -> str:
+  """Every evaluated round's headline accuracy, one row per (variant, seed)."""
+  rows = [(c, seed, cv['test_acc']) for c in cells if c['variant'] in labels
+          for seed, cv in sorted(c['curves'].items())]
+  rounds = sorted({int(r) for _, _, s in rows for r in s['round']})
+  head = ['variant', 'seed'] + [str(r) for r in rounds]
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  for c, seed, s in rows:
+    by_round = dict(zip((int(r) for r in s['round']), s['acc']))
+    lines.append('| ' + ' | '.join(
+        [_esc(c['variant']), str(seed)]
+        + [f'{by_round[r]:.3f}' if r in by_round else '–' for r in rounds]) + ' |')
+  return '\n'.join(lines)
+
+
 def _table(d: SweepDef, cells: Sequence[dict[str, Any]]) -> str:
   """The report table of one sweep."""
   headers = dict(d.headers)
@@ -963,11 +1014,17 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
   body: list[str] = []
   metas: list[dict[str, Any]] = []
   seeds_seen: set[int] = set()
-  run_cmd = ('python benchmarks/reproduction.py run --runs=' + shlex.quote(args.runs)
+  archived = os.path.exists(os.path.join(args.runs, ARCHIVE_MARKER))
+  # An archive is rebuilt from, never run into: runs go to runs/repro and are archived after.
+  run_dir = 'runs/repro' if archived else args.runs
+  run_cmd = ('python benchmarks/reproduction.py run --runs=' + shlex.quote(run_dir)
              + (' --tiny' if args.tiny else ''))
+  archive_cmd = (f' then `python benchmarks/reproduction.py archive --runs={shlex.quote(run_dir)}'
+                 f' --out={shlex.quote(args.runs)}`' if archived else '')
   for i, section in enumerate(sections, 1):
     body += [f'## {i}. {section.title}', '', f'**Claim.** {section.claim}', '',
-             f'**Commands.** `{run_cmd} --only={section.key}` then `{_command(argv)}`.', '']
+             f'**Commands.** `{run_cmd} --only={section.key}`{archive_cmd} then '
+             f'`{_command(argv)}`.', '']
     tables: dict[str, Table] = {}
     for d in section.sweeps:
       out = os.path.join(args.runs, d.name)
@@ -993,13 +1050,19 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       seeds = ', '.join(map(str, plan_doc.get('seeds', [])))
       body += [f'Base: `{plan_doc.get("config")}`. {setting} Seeds {seeds}; '
                f'{done} of {planned} runs finished (n per row). Outputs: `{out}`.', '']
-      p_cmd = sweep_command(plan_doc, out)
+      p_cmd = sweep_command(plan_doc, os.path.join(run_dir, d.name))
       if p_cmd:
         body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
       body += [_table(d, cells), '']
       rounds = [r for r in d.curve_rounds if not args.tiny] or ([1, 2] if d.curve_rounds else [])
       if rounds:
         body += ['Accuracy (acc) by round:', '', curve_table(rounds, cells), '']
+      if d.metric_curves:
+        v, ms = d.metric_curves
+        body += [f'{v}, per-round diagnostics (mean ± std over seeds):', '',
+                 metric_curve_table(v, ms, cells), '']
+      if d.seed_curves and not args.tiny:
+        body += ['Every round, seed by seed:', '', seed_curve_table(d.seed_curves, cells), '']
       figs = _figures(out, os.path.join(fig_dir, f'{d.name}_'), cells,
                       title=f'{section.paper}: {d.name}')
       for metric, path in figs.items():
@@ -1043,7 +1106,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       'To regenerate: `' + run_cmd + ' --jobs=2` (resumable; add `--mnist=PATH` for the '
       f'MNIST sweeps) and then `{_command(argv)}`.',
       '']
-  if os.path.exists(os.path.join(args.runs, ARCHIVE_MARKER)):
+  if archived:
     head[-2:-1] = [
         f'`{args.runs}` holds the finished runs\' configs, summaries and per-round metrics '
         '(`python benchmarks/reproduction.py archive`), so this report can be rebuilt from the '

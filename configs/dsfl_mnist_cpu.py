@@ -2,9 +2,9 @@
 
 The paper's setting (2 label-sorted shards per client, ERA T=0.1, SGD 0.1, 5+5 epochs in
 batches of 100, 1,000 of 20,000 open images a round, `dsfl_cnn` with 583k parameters for
-clients and server) with 20 clients instead of 100. The server reaches about 0.77 by round 2,
-0.88 by round 10 and 0.94 by round 15 (mean over seeds: docs/reproduction.md; what happens in
-between: docs/dsfl_mnist.md). Data: tfds:mnist, or --config.data.source=npz:/path/mnist.npz.
+clients and server) with 20 clients instead of 100. The server's curve over three seeds, round
+by round, is in docs/reproduction.md (section 1, MNIST); docs/dsfl_mnist.md explains its
+shape. Data: tfds:mnist, or --config.data.source=npz:/path/mnist.npz.
 
   python -m fedjax_kd.main --config=configs/dsfl_mnist_cpu.py --workdir=runs/dsfl_mnist_cpu \
       --config.data.source=npz:/path/to/mnist.npz

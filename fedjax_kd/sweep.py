@@ -857,7 +857,7 @@ def headline(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def series(rows: Sequence[dict[str, Any]], metric: str) -> dict[str, np.ndarray]:
-  """A run's evaluated rounds as arrays, for ``'test_acc'`` or ``'client_acc'``.
+  """A run's logged rounds of one metric as arrays (``'test_acc'``, ``'client_acc'``, ...).
 
   ``'client_acc'`` is ``test_acc`` itself where that is the mean client
   accuracy (:func:`headline`); rows without a finite value (rounds that were
@@ -966,7 +966,8 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
     ``'client'``: what ``test_acc`` is), ``thresholds``, ``metrics``,
     ``stats`` (``{key: stat(...)}`` for every key of :func:`run_stats`),
     ``reached`` (``{'<x>': (k, n)}``: seeds reaching each threshold) and
-    ``curves`` (``{seed: {'test_acc': series, 'client_acc': series}}``).
+    ``curves`` (``{seed: {metric: series}}`` for ``'test_acc'``, ``'client_acc'``
+    and each of ``metrics``).
   """
   if isinstance(source, (str, os.PathLike)):
     doc = load_plan(str(source))
@@ -1010,7 +1011,7 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
     c['seeds'].append(e['seed'])
     c['headline'] = c['headline'] or headline(rows)
     per_seed[key][e['seed']] = run_stats(rows, summary, thresholds, metrics)
-    c['curves'][e['seed']] = {m: series(rows, m) for m in ('test_acc', 'client_acc')}
+    c['curves'][e['seed']] = {m: series(rows, m) for m in ('test_acc', 'client_acc') + metrics}
   out = []
   for key, c in cells.items():
     runs = per_seed[key]

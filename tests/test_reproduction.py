@@ -77,6 +77,29 @@ def test_checks_on_known_numbers():
   assert sweep.parse_value(rep.flag_literal(('a', 1))) == ('a', 1)
 
 
+def _series(rounds, values):
+  import numpy as np
+  return {'round': np.array(rounds), 'acc': np.array(values, float), 'cum_bytes': np.zeros(len(rounds))}
+
+
+def test_curve_tables_on_known_numbers():
+  rep = _module()
+  curves = {0: {'test_acc': _series([1, 2, 3], [0.1, 0.5, 0.9]),
+                'upload_acc': _series([1, 2, 3], [0.2, 0.2, 0.6])},
+            1: {'test_acc': _series([1, 3], [0.3, 0.7]),          # round 2 not evaluated
+                'upload_acc': _series([1, 2, 3], [0.4, 0.2, 0.8])}}
+  cells = [{'variant': 'ERA', 'label': 'ERA', 'cell': {}, 'n': 2, 'curves': curves},
+           {'variant': 'SA', 'label': 'SA', 'cell': {}, 'n': 0, 'curves': {}}]
+  seeds = rep.seed_curve_table(['ERA', 'SA'], cells).splitlines()
+  assert seeds[0] == '| variant | seed | 1 | 2 | 3 |'
+  assert seeds[2:] == ['| ERA | 0 | 0.100 | 0.500 | 0.900 |', '| ERA | 1 | 0.300 | – | 0.700 |']
+  diag = rep.metric_curve_table('ERA', ['upload_acc'], cells).splitlines()
+  # round 1: mean 0.3, sample std 0.1414; round 2: 0.2 ± 0; round 3: 0.7 ± 0.1414
+  assert diag[2] == '| upload_acc | 0.30 ± 0.14 | 0.20 ± 0.00 | 0.70 ± 0.14 |'
+  assert rep.metric_curve_table('SA', ['upload_acc'], cells) == '*SA: no finished run.*'
+  assert rep.curve_table([1, 2], cells[:1]).splitlines()[2] == '| ERA | 2 | 0.200 ± 0.141 | 0.500 ± – |'
+
+
 def test_tiny_pipeline_writes_every_section(tmp_path):
   rep = _module()
   runs = tmp_path / 'runs'
@@ -154,7 +177,9 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   out2 = tmp_path / 'docs2' / 'reproduction.md'
   r = _script('report', f'--runs={arch}', f'--out={out2}', '--tiny')
   assert r.returncode == 0, r.stderr[-2000:]
-  strip = lambda text, where: [ln.replace(str(where), 'RUNS') for ln in text.splitlines()
+  # Commands name runs/repro (where runs are made) when the report reads an archive.
+  strip = lambda text, where: [ln.replace(str(where), 'RUNS').replace('runs/repro', 'RUNS')
+                               for ln in text.splitlines()
                                if not ln.startswith(('Generated on', 'To regenerate', '**Commands',
                                                      f'`{where}` holds'))]
   md2 = out2.read_text()
