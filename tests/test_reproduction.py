@@ -204,3 +204,32 @@ def test_update_block_needs_both_markers(tmp_path):
 def test_only_rejects_unknown_sections(tmp_path):
   r = _script('run', f'--runs={tmp_path}', '--only=dsfl,nope')
   assert r.returncode == 2 and r.stderr.startswith('error: --only=')
+
+
+def _flat(d, prefix=''):
+  out = {}
+  for k, v in d.items():
+    out.update(_flat(v, f'{prefix}{k}.') if isinstance(v, dict) else {f'{prefix}{k}': v})
+  return out
+
+
+def test_readme_example_output_is_the_archived_default_run():
+  """The README's closing table of configs/default.py is seed 0 of the archived DS-FL ERA run."""
+  import json
+  run = REPO / 'docs' / 'reproduction_runs' / 'dsfl_digits' / 'runs' / 'ds-fl-era' / 'seed0'
+  spec = importlib.util.spec_from_file_location('default_config_under_test',
+                                                REPO / 'configs' / 'default.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  archived = json.loads((run / 'config.json').read_text())
+  # The archived run is exactly the default config (the sweep's overrides change nothing).
+  assert json.dumps(_flat(archived), sort_keys=True) == json.dumps(
+      _flat(module.get_config().to_dict()), sort_keys=True), (
+          'configs/default.py differs from the archived run: rerun the dsfl_digits sweep, '
+          'archive it and update the README example')
+  s = json.loads((run / 'summary.json').read_text())
+  readme = (REPO / 'README.md').read_text()
+  assert f'final acc    {s["final_acc"]:.4f} (server model, round {s["rounds"]})' in readme
+  assert f'best acc     {s["top_acc"]:.4f} (round {s["top_round"]})' in readme
+  assert f'client acc   {s["final_client_acc"]:.4f} (mean over clients' in readme
+  assert f'bytes total  {s["cum_bytes"] / 1e6:.2f} MB' in readme
