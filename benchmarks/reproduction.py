@@ -804,6 +804,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 2
   for d, why in skipped:
+    if os.path.exists(os.path.join(args.runs, d.name, sweep.PLAN_FILE)):
+      why = 'not selected; its earlier outputs are kept'
     print(f'{d.name}: skipped: {why}', flush=True)
   if args.dry_run:
     for p in planned:
