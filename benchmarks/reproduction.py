@@ -281,6 +281,11 @@ def _fmt_delta(d: dict[str, Any], kind: str = 'acc') -> str:
 
 
 def _missing(t: Table, refs: Sequence[Ref], key: str) -> str | None:
+  """Why a check cannot be decided: a side never ran, or diverged in some seed."""
+  div = [f'{_name(r)} in seed{"s" if len(d) > 1 else ""} {", ".join(map(str, sorted(d)))}'
+         for r in refs for d in [(t.find(r) or {}).get('diverged') or {}] if d]
+  if div:   # a comparison over the seeds that did not diverge would flatter the method
+    return 'diverged (a round left NaN or Inf): ' + '; '.join(div)
   gone = [_name(r) for r in refs if t.stat(r, key) is None]
   return f'not run: {", ".join(gone)}' if gone else None
 
@@ -840,6 +845,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
   stopped = [r for r in results if r.status == 'stopped']
   print(f'reproduction: {sum(r.status == "done" for r in results)} done, '
         f'{sum(r.status == "skipped" for r in results)} skipped, {len(failed)} failed'
+        + (f', {n_div} diverged (kept as results)'
+           if (n_div := sum(r.status == 'diverged' for r in results)) else '')
         + (f', {len(stopped)} stopped' if stopped else ''), flush=True)
   for r in failed:
     print(f'failed: {r.run.workdir}: {r.message}', file=sys.stderr)
@@ -1056,6 +1063,13 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       if p_cmd:
         body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
       body += [_table(d, cells), '']
+      diverged = [f'{c["label"]}: ' + ', '.join(f'seed {s} at round {r}'
+                                                 for s, r in sorted(c['diverged'].items()))
+                  for c in cells if c.get('diverged')]
+      if diverged:
+        body += ['**Diverged runs** (a round left NaN or Inf in the model state and the run '
+                 'stopped; they count in no mean above, and checks that read them are '
+                 'inconclusive): ' + '; '.join(_esc(x) for x in diverged) + '.', '']
       rounds = [r for r in d.curve_rounds if not args.tiny] or ([1, 2] if d.curve_rounds else [])
       if rounds:
         body += ['Accuracy (acc) by round:', '', curve_table(rounds, cells), '']
@@ -1159,14 +1173,15 @@ def summary_table(headline: Sequence[tuple[str, str, str, str, str]],
 ARCHIVE_DEFAULT = 'docs/reproduction_runs'
 ARCHIVE_MARKER = 'archive.json'   # written by `archive`: the report then says how to add runs
 ARCHIVED_SWEEP_FILES = (sweep.PLAN_FILE, SKIPPED)
-ARCHIVED_RUN_FILES = ('config.json', 'summary.json', workdir_lib.METRICS, 'sweep_run.json')
+ARCHIVED_RUN_FILES = ('config.json', 'summary.json', workdir_lib.METRICS, 'sweep_run.json',
+                      sweep.DIVERGED_FILE)
 
 
 def archive(runs: str, out: str) -> tuple[int, int]:
   """Copies what ``report`` reads, and what ``run`` needs to skip a finished run.
 
-  Per sweep its plan (or skip marker); per finished run its config, summary,
-  metrics and run record, at the same relative paths. ``report --runs=<out>``
+  Per sweep its plan (or skip marker); per finished or diverged run its config,
+  summary, metrics, run record and divergence record, at the same relative paths. ``report --runs=<out>``
   then writes the same tables, and ``run --runs=<copy of out>`` skips those
   runs and starts only the rest. Checkpoints, event files and figures stay
   behind (they are large and rebuilt when needed).
@@ -1188,8 +1203,8 @@ def archive(runs: str, out: str) -> tuple[int, int]:
       continue
     for entry in sweep.load_plan(src).get('runs', []):
       wd = os.path.join(src, entry['workdir'])
-      if not sweep.is_complete(workdir_lib.read_json(wd, 'summary.json'),
-                                entry.get('rounds')):
+      if not (sweep.is_complete(workdir_lib.read_json(wd, 'summary.json'), entry.get('rounds'))
+              or os.path.exists(os.path.join(wd, sweep.DIVERGED_FILE))):
         continue
       dst = os.path.join(out, name, entry['workdir'])
       os.makedirs(dst, exist_ok=True)

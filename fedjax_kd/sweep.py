@@ -122,6 +122,9 @@ from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 PLAN_FILE = 'sweep.json'          # in --out: the plan
 RUN_FILE = 'sweep_run.json'       # in each run's workdir: what the worker runs
 LOG_FILE = 'sweep.log'            # in each run's workdir: the worker's output for it
+# In a run's workdir when a round left NaN or Inf and the run stopped: a result, not an error
+# (the same config diverges again), so a rerun skips it; delete the file to try again.
+DIVERGED_FILE = 'diverged.json'
 RUNS_DIR = 'runs'
 RUNS_PER_WORKER = 20              # a worker process is replaced after this many runs
 MB = 1e6
@@ -215,8 +218,9 @@ class RunResult:
 
   Attributes:
     run: the :class:`Run`.
-    status: ``'done'``, ``'skipped'`` (already finished), ``'failed'`` or
-      ``'stopped'`` (SIGINT/SIGTERM; resumable).
+    status: ``'done'``, ``'skipped'`` (already finished), ``'diverged'`` (a
+      round left NaN or Inf: the run stopped there, now or in an earlier call),
+      ``'failed'`` or ``'stopped'`` (SIGINT/SIGTERM; resumable).
     wall_s: seconds it took in this call.
     message: the error, or a short note (e.g. the final accuracy).
     summary: the run's ``summary.json`` content when there is one.
@@ -402,7 +406,8 @@ def run_state(run: Run) -> tuple[str, str]:
   Returns:
     ``(state, note)``: ``'new'`` (nothing there), ``'partial'`` (resume from
     the newest checkpoint, if any), ``'complete'`` (its ``summary.json`` has
-    the planned rounds and no ``stopped_by``) or ``'stale'`` (the workdir
+    the planned rounds and no ``stopped_by``), ``'diverged'`` (an earlier call
+    stopped at a non-finite round: :data:`DIVERGED_FILE`) or ``'stale'`` (the workdir
     holds a run of a different config, or of more rounds: it is left alone
     and the note names a differing field).
   """
@@ -416,6 +421,10 @@ def run_state(run: Run) -> tuple[str, str]:
       diff = _first_difference(a, b)
       return 'stale', (f'{run.workdir} holds a run of a different config ({diff}); delete it '
                        'or use another --out')
+  diverged = _read_json(os.path.join(run.workdir, DIVERGED_FILE))
+  if old is not None and isinstance(diverged, dict):
+    return 'diverged', (f'diverged at round {diverged.get("round")} in an earlier call; delete '
+                        f'{os.path.join(run.workdir, DIVERGED_FILE)} to try again')
   ckpts = os.path.join(run.workdir, 'checkpoints')
   resumable = os.path.isdir(ckpts) and any(n.isdigit() for n in os.listdir(ckpts))
   if summary is None or not os.path.exists(os.path.join(run.workdir, workdir_lib.METRICS)):
@@ -589,6 +598,9 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
       results[i] = RunResult(run, 'skipped', 0.0, note,
                              _read_json(os.path.join(run.workdir, 'summary.json')))
       log(f'[{i + 1:>{width}}/{n}] skipped  {names[i]}  ({note})')
+    elif state == 'diverged':
+      results[i] = RunResult(run, 'diverged', 0.0, note)
+      log(f'[{i + 1:>{width}}/{n}] diverged {names[i]}  ({note})')
     elif state == 'stale':
       results[i] = RunResult(run, 'failed', 0.0, note)
       log(f'[{i + 1:>{width}}/{n}] FAILED   {names[i]}  {note}')
@@ -682,7 +694,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
           log(f'[{i + 1:>{width}}/{n}] start    {names[i]}{extra}')
         else:
           results[i] = obj
-          word = {'failed': 'FAILED'}.get(obj.status, obj.status)
+          word = {'failed': 'FAILED', 'diverged': 'DIVERGED'}.get(obj.status, obj.status)
           msg = f'  {obj.message}' if obj.message else ''
           log(f'[{i + 1:>{width}}/{n}] {word:<8} {names[i]}  {_fmt_time(obj.wall_s)}{msg}')
       except (KeyboardInterrupt, _Stop) as e:
@@ -721,7 +733,8 @@ def run_one(rundir: str, log: Callable[[str], None]) -> dict[str, Any]:
 
   Returns:
     ``{'status', 'code', 'message', 'wall_s', 'summary'}``: ``status`` is
-    ``'done'``, ``'failed'`` or ``'stopped'``; ``code`` is what
+    ``'done'``, ``'diverged'`` (also written to :data:`DIVERGED_FILE`),
+    ``'failed'`` or ``'stopped'``; ``code`` is what
     ``fedjax_kd.main`` would exit with (0, 2 bad config or data, 3
     divergence, 1 any other error, 128 + signal when stopped).
   """
@@ -742,7 +755,9 @@ def run_one(rundir: str, log: Callable[[str], None]) -> dict[str, Any]:
     return {'status': 'failed', 'code': 2, 'message': f'error: {e}', 'wall_s': time.time() - t0}
   except DivergenceError as e:
     log(f'error: {e}')
-    return {'status': 'failed', 'code': 3, 'message': f'error: {str(e)[:300]}',
+    workdir_lib.write_json(os.path.join(rundir, DIVERGED_FILE),
+                           {'round': e.round, 'message': str(e)[:2000]}, indent=2)
+    return {'status': 'diverged', 'code': 3, 'message': f'round {e.round}: {str(e)[:300]}',
             'wall_s': time.time() - t0}
   except KeyboardInterrupt:
     log('interrupted; a rerun resumes from the newest checkpoint, if there is one')
@@ -962,7 +977,8 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
     One dict per cell, in plan order: ``variant``, ``algorithm``, ``cell``
     (``{field: value}``), ``cell_label``, ``label`` (variant and cell),
     ``slug``, ``planned`` (seeds planned), ``n`` (finished), ``seeds``,
-    ``incomplete`` (seeds not finished), ``headline`` (``'server'`` or
+    ``incomplete`` (seeds not finished), ``diverged`` (``{seed: round}``: runs
+    stopped by a non-finite round, not counted in ``n``), ``headline`` (``'server'`` or
     ``'client'``: what ``test_acc`` is), ``thresholds``, ``metrics``,
     ``stats`` (``{key: stat(...)}`` for every key of :func:`run_stats`),
     ``reached`` (``{'<x>': (k, n)}``: seeds reaching each threshold) and
@@ -996,7 +1012,8 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
       cells[key] = {'variant': e['variant'], 'algorithm': e['algorithm'], 'cell': cell,
                     'cell_label': cell_label(e['cell']), 'label': label,
                     'slug': slug(e['variant']) + (f'_{cell_slug(e["cell"])}' if cell else ''),
-                    'planned': 0, 'seeds': [], 'incomplete': [], 'headline': None,
+                    'planned': 0, 'seeds': [], 'incomplete': [], 'diverged': {},
+                    'headline': None,
                     'thresholds': list(thresholds), 'metrics': list(metrics), 'curves': {}}
       per_seed[key] = {}
     c = cells[key]
@@ -1005,7 +1022,11 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
     summary = _read_json(os.path.join(wd, 'summary.json'))
     if not is_complete(summary, e['rounds']) or not os.path.exists(
         os.path.join(wd, workdir_lib.METRICS)):
-      c['incomplete'].append(e['seed'])
+      div = _read_json(os.path.join(wd, DIVERGED_FILE))
+      if isinstance(div, dict):
+        c['diverged'][e['seed']] = div.get('round')
+      else:
+        c['incomplete'].append(e['seed'])
       continue
     rows = workdir_lib.read_metrics(wd)
     c['seeds'].append(e['seed'])
@@ -1295,6 +1316,11 @@ def write_outputs(out_dir: str, cells: Sequence[dict[str, Any]],
             '2.0, ACE-pFL); client acc = mean client-model accuracy; rounds/MB to x: first '
             'evaluated round with acc >= x, over the seeds that reached it (k/n).', '',
             markdown_table(cells, thresholds), '']
+  diverged = [f'{c["label"]}: ' + ', '.join(f'seed {k} at round {r}'
+                                             for k, r in sorted(c['diverged'].items()))
+              for c in cells if c.get('diverged')]
+  if diverged:
+    lines += ['Diverged (a round left NaN or Inf; not in n): ' + '; '.join(diverged) + '.', '']
   figs = write_figures(os.path.join(out_dir, 'accuracy_'), cells, title)
   for metric, path in figs.items():
     lines.append(f'![{metric}]({os.path.basename(path)})')
@@ -1501,11 +1527,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   t0 = time.time()
   results = execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
                     compilation_cache=cache)
-  counts = {k: sum(r.status == k for r in results) for k in ('done', 'skipped', 'failed',
-                                                             'stopped')}
+  counts = {k: sum(r.status == k for r in results) for k in ('done', 'skipped', 'diverged',
+                                                             'failed', 'stopped')}
   cells_out = aggregate(args.out)
   paths = write_outputs(args.out, cells_out, thresholds, title=f'Sweep of {args.config}')
   print(f'sweep: {counts["done"]} done, {counts["skipped"]} skipped, {counts["failed"]} failed'
+        + (f', {counts["diverged"]} diverged (NaN/Inf; kept as results)'
+           if counts['diverged'] else '')
         + (f', {counts["stopped"]} stopped' if counts['stopped'] else '')
         + f' in {_fmt_time(time.time() - t0)}; '
         + ', '.join(os.path.relpath(p, args.out) for p in paths.values()) + f' in {args.out}',

@@ -53,6 +53,11 @@ def test_checks_on_known_numbers():
   assert holds is None and '|Δ| > std: no' in detail
   assert rep.drop_beyond_noise('ACE', 'same')(t)[0] is False
   assert rep.drop_beyond_noise('ACE', 'missing')(t) == (None, 'not run: missing')
+  # A side that diverged in some seed makes the check inconclusive, and the detail says where.
+  bad = _cell('bad', [0.95, 0.96])
+  bad['diverged'] = {2: 17}
+  holds, detail = rep.exceeds('bad', 'clear')(rep.Table([bad, _cell('clear', [0.8, 0.82, 0.84])]))
+  assert holds is None and detail == 'diverged (a round left NaN or Inf): bad in seed 2'
   holds, detail = rep.exceeds('ACE', 'clear')(t)
   assert holds is True and detail.startswith('ACE 0.920 ± 0.020 vs clear 0.820 ± 0.020')
   assert rep.gain_beyond_noise('ACE', 'clear')(t)[0] is True

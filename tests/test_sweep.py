@@ -289,3 +289,25 @@ def test_cli_reports_failed_runs_and_goes_on(tmp_path):
   assert proc.stdout.count('] FAILED') == 2      # the second run was still tried
   assert 'failed: single/seed0: error:' in proc.stderr
   assert (out / 'compare.md').exists()
+
+
+def test_cli_keeps_a_diverged_run_as_a_result(tmp_path):
+  """A run whose round goes non-finite is recorded (diverged.json), counted and never rerun."""
+  out = tmp_path / 'out'
+  argv = ['--config=configs/default.py', '--algorithms=single', '--seeds=0', f'--out={out}']
+  for s in TINY_SETS:
+    argv += ['--set', s]
+  argv += ['--set', 'train.learning_rate=1e30']   # the first steps overflow
+  proc = _cli(*argv)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert '] DIVERGED single/seed0  ' in proc.stdout and '1 diverged' in proc.stdout
+  wd = out / 'runs' / 'single' / 'seed0'
+  record = json.loads((wd / sweep.DIVERGED_FILE).read_text())
+  assert record['round'] == 1 and 'NaN or Inf' in record['message']
+  cells = sweep.aggregate(str(out))
+  assert (cells[0]['n'], cells[0]['diverged'], cells[0]['incomplete']) == (0, {0: 1}, [])
+  assert 'Diverged (a round left NaN or Inf; not in n): single: seed 0 at round 1.' in (
+      out / 'compare.md').read_text()
+  again = _cli(*argv)
+  assert again.returncode == 0 and '] start ' not in again.stdout
+  assert '] diverged single/seed0  (diverged at round 1 in an earlier call' in again.stdout
