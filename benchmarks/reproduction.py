@@ -893,6 +893,16 @@ def _setting(cells: Sequence[dict[str, Any]], out: str) -> str:
           f'public set {data.get("num_public")}; byte rules `{cfg.get("comm", {}).get("rules")}`.')
 
 
+def _at_round(cell: dict[str, Any], metric: str, r: int) -> dict[int, float]:
+  """``{seed: value}`` of ``metric`` at round ``r`` over a cell's seeds that logged it."""
+  vals = {}
+  for seed, cv in cell['curves'].items():
+    hit = np.nonzero(cv[metric]['round'] == r)[0]
+    if len(hit):
+      vals[seed] = cv[metric]['acc'][hit[0]]
+  return vals
+
+
 def curve_table(rounds: Sequence[int], cells: Sequence[dict[str, Any]]) -> str:
   """Each cell's headline accuracy at ``rounds`` (mean ± std over seeds; '–' where not logged)."""
   head = ['variant', 'n'] + [f'round {r}' for r in rounds]
@@ -901,13 +911,7 @@ def curve_table(rounds: Sequence[int], cells: Sequence[dict[str, Any]]) -> str:
     row = [_esc(c['variant'] + (f' ({sweep.cell_label(list(c["cell"].items()))})'
                                 if c['cell'] else '')), str(c['n'])]
     for r in rounds:
-      vals = {}
-      for seed, cv in c['curves'].items():
-        s = cv['test_acc']
-        hit = np.nonzero(s['round'] == r)[0]
-        if len(hit):
-          vals[seed] = s['acc'][hit[0]]
-      row.append(sweep.fmt_stat(sweep.stat(vals), 'acc'))
+      row.append(sweep.fmt_stat(sweep.stat(_at_round(c, 'test_acc', r)), 'acc'))
     lines.append('| ' + ' | '.join(row) + ' |')
   return '\n'.join(lines)
 
@@ -925,12 +929,7 @@ def metric_curve_table(variant: str, metrics: Sequence[str],
   for m in metrics:
     row = [m]
     for r in rounds:
-      vals = {}
-      for seed, cv in cell['curves'].items():
-        hit = np.nonzero(cv[m]['round'] == r)[0]
-        if len(hit):
-          vals[seed] = cv[m]['acc'][hit[0]]
-      st = sweep.stat(vals)
+      st = sweep.stat(_at_round(cell, m, r))
       row.append('–' if st.get('mean') is None else f'{st["mean"]:.2f}' + (
           f' ± {st["std"]:.2f}' if st.get('std') is not None else ''))
     lines.append('| ' + ' | '.join(row) + ' |')
@@ -1070,9 +1069,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       if p_cmd:
         body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
       body += [_table(d, cells), '']
-      diverged = [f'{c["label"]}: ' + ', '.join(f'seed {s} at round {r}'
-                                                 for s, r in sorted(c['diverged'].items()))
-                  for c in cells if c.get('diverged')]
+      diverged = sweep.diverged_lines(cells)
       if diverged:
         body += ['**Diverged runs** (a round left NaN or Inf in the model state and the run '
                  'stopped; they count in no mean above, and checks that read them are '
@@ -1188,8 +1185,8 @@ def archive(runs: str, out: str) -> tuple[int, int]:
   """Copies what ``report`` reads, and what ``run`` needs to skip a finished run.
 
   Per sweep its plan (or skip marker); per finished or diverged run its config,
-  summary, metrics, run record and divergence record, at the same relative paths. ``report --runs=<out>``
-  then writes the same tables, and ``run --runs=<copy of out>`` skips those
+  summary, metrics, run record and divergence record, at the same relative
+  paths. ``report --runs=<out>`` then writes the same tables, and ``run --runs=<copy of out>`` skips those
   runs and starts only the rest. Checkpoints, event files and figures stay
   behind (they are large and rebuilt when needed).
 
@@ -1211,7 +1208,7 @@ def archive(runs: str, out: str) -> tuple[int, int]:
     for entry in sweep.load_plan(src).get('runs', []):
       wd = os.path.join(src, entry['workdir'])
       if not (sweep.is_complete(workdir_lib.read_json(wd, 'summary.json'), entry.get('rounds'))
-              or os.path.exists(os.path.join(wd, sweep.DIVERGED_FILE))):
+              or sweep.read_diverged(wd) is not None):
         continue
       dst = os.path.join(out, name, entry['workdir'])
       os.makedirs(dst, exist_ok=True)

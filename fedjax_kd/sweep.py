@@ -400,6 +400,19 @@ def _jsonable(v: Any) -> Any:
 
 
 # ------------------------------------------------------------ run state
+def read_diverged(workdir: str) -> dict[str, Any] | None:
+  """The run's divergence record (``{'round', 'message'}``), or None if it has none."""
+  doc = _read_json(os.path.join(workdir, DIVERGED_FILE))
+  return doc if isinstance(doc, dict) else None
+
+
+def diverged_lines(cells: Sequence[dict[str, Any]]) -> list[str]:
+  """``'<label>: seed s at round r, ...'`` for each cell with diverged seeds."""
+  return [f'{c["label"]}: ' + ', '.join(f'seed {s} at round {r}'
+                                         for s, r in sorted(c['diverged'].items()))
+          for c in cells if c.get('diverged')]
+
+
 def run_state(run: Run) -> tuple[str, str]:
   """Whether ``run`` has to be started, resumed or skipped.
 
@@ -421,8 +434,8 @@ def run_state(run: Run) -> tuple[str, str]:
       diff = _first_difference(a, b)
       return 'stale', (f'{run.workdir} holds a run of a different config ({diff}); delete it '
                        'or use another --out')
-  diverged = _read_json(os.path.join(run.workdir, DIVERGED_FILE))
-  if old is not None and isinstance(diverged, dict):
+  diverged = read_diverged(run.workdir)
+  if old is not None and diverged is not None:
     return 'diverged', (f'diverged at round {diverged.get("round")} in an earlier call; delete '
                         f'{os.path.join(run.workdir, DIVERGED_FILE)} to try again')
   ckpts = os.path.join(run.workdir, 'checkpoints')
@@ -1022,8 +1035,8 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
     summary = _read_json(os.path.join(wd, 'summary.json'))
     if not is_complete(summary, e['rounds']) or not os.path.exists(
         os.path.join(wd, workdir_lib.METRICS)):
-      div = _read_json(os.path.join(wd, DIVERGED_FILE))
-      if isinstance(div, dict):
+      div = read_diverged(wd)
+      if div is not None:
         c['diverged'][e['seed']] = div.get('round')
       else:
         c['incomplete'].append(e['seed'])
@@ -1316,9 +1329,7 @@ def write_outputs(out_dir: str, cells: Sequence[dict[str, Any]],
             '2.0, ACE-pFL); client acc = mean client-model accuracy; rounds/MB to x: first '
             'evaluated round with acc >= x, over the seeds that reached it (k/n).', '',
             markdown_table(cells, thresholds), '']
-  diverged = [f'{c["label"]}: ' + ', '.join(f'seed {k} at round {r}'
-                                             for k, r in sorted(c['diverged'].items()))
-              for c in cells if c.get('diverged')]
+  diverged = diverged_lines(cells)
   if diverged:
     lines += ['Diverged (a round left NaN or Inf; not in n): ' + '; '.join(diverged) + '.', '']
   figs = write_figures(os.path.join(out_dir, 'accuracy_'), cells, title)
