@@ -55,6 +55,7 @@ from typing import Any, Callable, Sequence
 import ml_collections
 import numpy as np
 
+from fedjax_kd import config as config_lib
 from fedjax_kd import presets
 from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
@@ -665,7 +666,7 @@ def base_config(d: SweepDef, source: str) -> ml_collections.ConfigDict:
   (so ``sweep.json`` records it and the sweep command can be rebuilt).
   """
   if d.config:
-    return sweep.load_config(os.path.join(REPO, d.config))
+    return config_lib.load_file(os.path.join(REPO, d.config))
   return d.preset(source)
 
 

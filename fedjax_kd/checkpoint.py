@@ -22,6 +22,7 @@ leaves (identical on every process) are saved as replicated global arrays.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -30,6 +31,29 @@ from fedjax_kd import distributed
 from fedjax_kd.errors import DataError
 
 DIRNAME = 'checkpoints'
+
+
+def remove_steps(workdir: str) -> list[str]:
+  """Removes the checkpoints a run wrote in ``<workdir>/checkpoints`` (``--noresume``).
+
+  Only orbax's step directories go: ``<round>/`` and the temporary
+  ``<round>.orbax-checkpoint-tmp*`` of a save cut short. Anything else in the folder is not
+  ours and stays, as does the folder.
+
+  Returns:
+    The names removed.
+  """
+  directory = os.path.join(workdir, DIRNAME)
+  if not os.path.isdir(directory):
+    return []
+  removed = []
+  for name in sorted(os.listdir(directory)):
+    path = os.path.join(directory, name)
+    step = name.split('.orbax-checkpoint-tmp', 1)[0]
+    if step.isdigit() and os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path)
+      removed.append(name)
+  return removed
 
 
 def _abstract(tree: Any) -> Any:

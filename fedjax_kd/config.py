@@ -350,6 +350,20 @@ def _float(c, field: str, lo: float | None = None, lo_open: bool = False,
   return v
 
 
+# FedEntOpt's whole [rounds, clients a round] int64 schedule is computed (and written to
+# selection.json) up front; a config that would need more than this is refused.
+MAX_SCHEDULE_BYTES = 64 * 2**20
+
+# The smallest temperature a softmax(x / T) option takes: at 1e-4 ERA is already an argmax
+# of the averaged probabilities, and at 1e-30 a DS-FL round produced NaN in float32.
+MIN_TEMPERATURE = 1e-4
+
+
+def temperature(c, field: str) -> float:
+  """A softmax temperature field: a finite number >= :data:`MIN_TEMPERATURE`."""
+  return _float(c, field, MIN_TEMPERATURE)
+
+
 def _bool(c, field: str) -> bool:
   v = _get(c, field)
   if not isinstance(v, (bool, np.bool_)):
@@ -386,6 +400,83 @@ def _same_kind(v: Any, default: Any) -> bool:
   return True
 
 
+def load_file(path: str) -> ml_collections.ConfigDict:
+  """A config file's ``get_config()``, as ``ml_collections.config_flags`` loads it.
+
+  Args:
+    path: ``file.py`` or ``file.py:ARG`` (``ARG`` is passed to ``get_config``).
+
+  Raises:
+    ConfigError: (field ``--config``) the file is missing or not a file, does not import
+      (the error and its line are named), has no ``get_config``, or ``get_config`` fails or
+      returns something other than a ConfigDict.
+  """
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  file, sep, arg = path.partition('.py:')
+  file = file + '.py' if sep else file
+  if not os.path.isfile(file):
+    raise ConfigError('--config', path, 'an existing config file' + (
+        f' ({file} is a directory)' if os.path.isdir(file) else f' ({file} does not exist)'))
+  name = f'_fedjax_kd_config_{abs(hash(os.path.abspath(file)))}'
+  try:
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+      raise ImportError('not a Python file')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise ConfigError('--config', path, f'a Python file that imports (SyntaxError at line '
+                      f'{e.lineno}: {e.msg})') from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise ConfigError('--config', path, f'a Python file that imports ({type(e).__name__}: '
+                      f'{" ".join(str(e).split())})') from None
+  if not callable(getattr(module, 'get_config', None)):
+    raise ConfigError('--config', path, 'a file defining get_config()')
+  try:
+    config = module.get_config(arg) if arg else module.get_config()
+  except Exception as e:  # pylint: disable=broad-except
+    raise ConfigError('--config', path, f'a get_config() that runs ({type(e).__name__}: '
+                      f'{" ".join(str(e).split())})') from None
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ConfigError('--config', path, 'a get_config() returning a ConfigDict (it returned '
+                      f'{type(config).__name__})')
+  return config
+
+
+def _unknown(field: str, value: Any, ref: ml_collections.ConfigDict, prefix: str
+             ) -> ConfigError:
+  """The error for a field ``ref`` (the group at ``prefix``) does not have."""
+  key = field[len(prefix):].split('.', 1)[0]
+  near = difflib.get_close_matches(key, list(ref.keys()), n=1)
+  hint = f' (did you mean {prefix}{near[0]}?)' if near else ''
+  where = f"group '{prefix[:-1]}'" if prefix else 'the top level'
+  return ConfigError(f'{prefix}{key}', value, f'a known field of {where}: '
+                     + ', '.join(sorted(ref.keys())) + hint)
+
+
+def check_field_name(config: ml_collections.ConfigDict, field: str, value: Any = None
+                     ) -> None:
+  """``field`` (dotted, e.g. ``train.learning_rate``) names a field of ``config``.
+
+  Raises:
+    ConfigError: a part of the path is not in its group (the closest name is suggested),
+      or a group is named as if it were a field or the reverse.
+  """
+  node, prefix = config, ''
+  parts = field.split('.')
+  for i, part in enumerate(parts):
+    if not isinstance(node, ml_collections.ConfigDict):
+      raise ConfigError(field, value, f"a known field ('{prefix[:-1]}' is a field, not a "
+                        'group)')
+    if part not in node:
+      raise _unknown(field, value, node, prefix)
+    node, prefix = node[part], f'{prefix}{part}.'
+  if isinstance(node, ml_collections.ConfigDict) and i == len(parts) - 1:
+    raise ConfigError(field, value, f'a field (\'{field}\' is a group with fields '
+                      f'{", ".join(sorted(node.keys()))})')
+
+
 def check_fields(config: ml_collections.ConfigDict) -> None:
   """Every field of ``config`` exists in :func:`default_config` and has its type.
 
@@ -401,11 +492,7 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
       field = f'{prefix}{key}'
       value = node[key]
       if key not in ref:
-        near = difflib.get_close_matches(key, list(ref.keys()), n=1)
-        hint = f' (did you mean {prefix}{near[0]}?)' if near else ''
-        where = f"group '{prefix[:-1]}'" if prefix else 'the top level'
-        raise ConfigError(field, value, f'a known field of {where}: '
-                          + ', '.join(sorted(ref.keys())) + hint)
+        raise _unknown(field, value, ref, prefix)
       default = ref[key]
       if isinstance(default, ml_collections.ConfigDict):
         if not isinstance(value, ml_collections.ConfigDict):
@@ -609,6 +696,12 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
 
   train = _optim(config, 'train')
   selection = _selection(config, num_clients, participation)
+  if selection.method == 'fedentopt' and rounds * selection.m * 8 > MAX_SCHEDULE_BYTES:
+    raise ConfigError('rounds', rounds, f'at most {MAX_SCHEDULE_BYTES // (8 * selection.m):,} '
+                      f'with selection.method=\'fedentopt\' and {selection.m} clients a round: '
+                      'its schedule is computed up front and would take '
+                      f'{rounds * selection.m * 8 / 2**30:.1f} GiB (the limit is '
+                      f'{MAX_SCHEDULE_BYTES // 2**20} MiB)')
   if selection.straggler_min_epochs > max(train.epochs, 1):
     raise ConfigError('selection.straggler_min_epochs', selection.straggler_min_epochs,
                       f'an integer in [1, train.epochs = {train.epochs}]')
@@ -652,5 +745,9 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
     raise ConfigError('distill.public_per_round', public_per_round,
                       f'an integer <= data.num_public ({data.num_public}): '
                       'the per-round sample is drawn from the public set')
+  if cls.uses_public and cls.samples_public and distill_batch > public_per_round:
+    raise ConfigError('distill.batch_size', distill_batch,
+                      f'an integer <= distill.public_per_round ({public_per_round}): a '
+                      'larger batch is padding in every distillation step')
   options = algorithms.ALGORITHMS[algorithm].options_from_config(config, spec)
   return dataclasses.replace(spec, options=options)

@@ -23,7 +23,7 @@ from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.core.store import ClientStore
 from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources, splits
-from fedjax_kd.errors import DataError
+from fedjax_kd.errors import ConfigError, DataError
 from fedjax_kd.models import registry
 from fedjax_kd.ops import selection as selection_ops
 
@@ -56,9 +56,16 @@ def make_store(spec: ExperimentSpec, workdir: str | None = None) -> ClientStore 
     return None
   directory = None
   if spec.store == 'disk':
-    directory = spec.store_dir or (os.path.join(workdir, 'client_store') if workdir
-                                   else tempfile.mkdtemp(prefix='fedjax_kd_store_'))
+    directory = store_directory(spec, workdir) or tempfile.mkdtemp(prefix='fedjax_kd_store_')
   return ClientStore(spec.store, directory, chunk=spec.store_chunk)
+
+
+def store_directory(spec: ExperimentSpec, workdir: str | None = None) -> str | None:
+  """Where a ``clients.store='disk'`` store keeps its memory maps: ``clients.store_dir``, or
+  ``<workdir>/client_store``; None for other stores (or a disk store with neither set)."""
+  if spec.store != 'disk':
+    return None
+  return spec.store_dir or (os.path.join(workdir, 'client_store') if workdir else None)
 
 
 def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
@@ -70,10 +77,13 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   data_dir = d.data_dir or None
   dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed, field='data.source',
                                 label_key=d.label_key or None)
+  sources.check_dataset(dataset, f'data.source={d.source!r}',
+                        declared_classes=d.source.startswith('tfds:'))
   public = None
   if d.public_source:
     public = sources.load_source(d.public_source, data_dir=data_dir, seed=spec.seed,
                                  field='data.public_source')
+    sources.check_dataset(public, f'data.public_source={d.public_source!r}', labelled=False)
   # data.normalize: one per-channel affine map (from the private source's training set) for
   # the private, public and test inputs alike.
   stats = sources.input_stats(d.normalize, dataset.x_train, d.mean, d.std)
@@ -96,6 +106,11 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   if d.val_fraction > 0:
     client_indices, val_indices = splits.client_validation_split(
         part.client_indices, d.val_fraction, spec.seed)
+  largest = max(len(ix) for ix in client_indices)
+  if spec.train.batch_size > largest:
+    raise ConfigError('train.batch_size', spec.train.batch_size,
+                      f'an integer <= {largest}, the largest client\'s training samples (a '
+                      'larger batch is padding in every local step)')
   test_indices = None
   if d.per_client_test:
     test_indices = partition_lib.partition_test_like(

@@ -12,68 +12,179 @@ Multi-host (see docs/multihost.md): run the same command on every host, adding
 cannot detect them (it does on Cloud TPU pods, SLURM and mpirun). Process 0
 writes the workdir and prints progress; all processes run every round.
 
-Exit codes: 0 done; 2 bad config or data (nothing ran); 3 a round produced
-NaN/Inf (the last good checkpoint is kept); 130/143 stopped by SIGINT/SIGTERM
-after checkpointing (rerun to resume).
+Exit codes: 0 done; 2 bad input, one line on stderr naming the flag, field or
+file (nothing ran); 3 a round produced NaN/Inf (the last good checkpoint is
+kept); 130/143 stopped by SIGINT/SIGTERM (after a checkpoint where a round was
+running; rerun to resume).
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
 import signal
 import sys
+from typing import Sequence
 
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import distributed
-from fedjax_kd import runner
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to a config file.',
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Output directory (default: runs/<algorithm>).')
-_RESUME = flags.DEFINE_bool('resume', True, 'Resume from a checkpoint in --workdir if present.')
-_PROGRESS = flags.DEFINE_bool('progress', True, 'Print one progress line per round.')
-_COORDINATOR = flags.DEFINE_string(
-    'coordinator_address', None, 'Multi-host: host:port of process 0 (jax.distributed).')
-_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Multi-host: number of processes.')
-_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'Multi-host: this process\'s id.')
-_LOCAL_DEVICE_IDS = flags.DEFINE_string(
-    'local_device_ids', None, 'Multi-host: devices this process drives, e.g. 0,1.')
-_DISTRIBUTED = flags.DEFINE_enum(
-    'distributed', 'auto', list(distributed.MODES),
-    'auto: join jax.distributed when the flags above are given or JAX can detect a cluster '
-    '(TPU pod, SLURM, mpirun); on: always (JAX detects what the flags leave out); off: never.')
+# JAX and everything that runs it are imported inside cli(), where a Ctrl-C ends in one line.
+DISTRIBUTED_MODES = ('auto', 'on', 'off')   # fedjax_kd.distributed.MODES
 
 
-def main(argv):
-  del argv
+def _define(fv: flags.FlagValues, argv: Sequence[str] = ()) -> None:
+  """This command's flags, on ``fv`` (a fresh set per call, so :func:`cli` can be called
+  again in one process); ``argv`` is where ml_collections finds the overrides."""
+  config_flags.DEFINE_config_file('config', None, 'Path to a config file.', flag_values=fv,
+                                  lock_config=True, sys_argv=list(argv))
+  flags.DEFINE_string('workdir', None, 'Output directory (default: runs/<algorithm>).',
+                      flag_values=fv)
+  flags.DEFINE_bool('resume', True, 'Resume from a checkpoint in --workdir if present.',
+                    flag_values=fv)
+  flags.DEFINE_bool('progress', True, 'Print one progress line per round.', flag_values=fv)
+  flags.DEFINE_string('coordinator_address', None,
+                      'Multi-host: host:port of process 0 (jax.distributed).', flag_values=fv)
+  flags.DEFINE_integer('num_processes', None, 'Multi-host: number of processes.',
+                       flag_values=fv)
+  flags.DEFINE_integer('process_id', None, 'Multi-host: this process\'s id.', flag_values=fv)
+  flags.DEFINE_string('local_device_ids', None,
+                      'Multi-host: devices this process drives, e.g. 0,1.', flag_values=fv)
+  flags.DEFINE_enum(
+      'distributed', 'auto', list(DISTRIBUTED_MODES),
+      'auto: join jax.distributed when the flags above are given or JAX can detect a cluster '
+      '(TPU pod, SLURM, mpirun); on: always (JAX detects what the flags leave out); off: never.',
+      flag_values=fv)
+
+
+def _config_args(args: Sequence[str]) -> tuple[str | None, list[tuple[str, str]]]:
+  """The ``--config`` path and the ``--config.<field>`` overrides in ``args`` (either
+  ``--flag=value`` or ``--flag value``), in order."""
+  path, fields = None, []
+  for i, a in enumerate(args):
+    if not a.startswith('--config'):
+      continue
+    name, eq, value = a.partition('=')
+    if not eq:
+      value = args[i + 1] if i + 1 < len(args) else ''
+    if name == '--config':
+      path = value
+    elif name.startswith('--config.'):
+      fields.append((name[len('--config.'):], value))
+  return path, fields
+
+
+def parse(argv: Sequence[str]) -> flags.FlagValues:
+  """Parses the command line (``argv[0]`` is the program) into fresh flag values.
+
+  The config file and every ``--config.<field>`` name are checked before ml_collections
+  reads them, so that each mistake is one :class:`ConfigError` naming the flag, the field or
+  the file (a misspelt field gets the closest known name).
+
+  Raises:
+    ConfigError: no ``--config``; a config file that is missing, does not import, lacks
+      ``get_config`` or returns no ConfigDict; an unknown field; a value of the wrong type;
+      an unknown flag.
+  """
+  path, fields = _config_args(argv[1:])
+  if not path:
+    raise ConfigError('--config', path or '', 'a config file, e.g. --config=configs/default.py')
+  base = config_lib.load_file(path)
+  for field, value in fields:
+    config_lib.check_field_name(base, field, value)
+  fv = flags.FlagValues()
+  _define(fv, argv)
+  try:
+    fv(list(argv))
+  except flags.UnrecognizedFlagError as e:
+    known = sorted(n for n in fv if '.' not in n)
+    near = difflib.get_close_matches(e.flagname, known, n=1)
+    raise ConfigError(f'--{e.flagname}', (e.flagvalue or '').partition('=')[2],
+                      'a flag of this command: ' + ', '.join(f'--{n}' for n in known)
+                      + (f' (did you mean --{near[0]}?)' if near else '')) from None
+  except flags.Error as e:
+    text = ' '.join(str(e).split())
+    m = re.match(r'flag (--[\w.]+)=(.*?): (.*)$', text)
+    if m:
+      raise ConfigError(m[1], m[2], f'a value of the field\'s type ({m[3]})') from None
+    raise ConfigError('flags', ' '.join(argv[1:]), f'flags absl can parse ({text})') from None
+  except Exception as e:  # pylint: disable=broad-except
+    # ml_collections parsing an override: name what it said, on one line.
+    raise ConfigError('--config', path, f'a config and overrides ml_collections can read '
+                      f'({type(e).__name__}: {" ".join(str(e).split())})') from None
+  if fv.config is None:
+    raise ConfigError('--config', path, 'a get_config() returning a ConfigDict')
+  return fv
+
+
+def _one_line(e: BaseException) -> str:
+  return 'error: ' + ' '.join(str(e).split())
+
+
+def cli(argv: Sequence[str]) -> int:
+  """Runs the command line ``argv`` (``argv[0]`` is the program); returns the exit code.
+
+  Every user error ends here as one ``error: ...`` line on stderr and exit code 2, before
+  any compute.
+  """
+  try:
+    from fedjax_kd import distributed  # pylint: disable=g-import-not-at-top
+    from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
+    fv = parse(argv)
+    distributed.initialize(fv.coordinator_address, fv.num_processes, fv.process_id,
+                           fv.local_device_ids, fv.distributed)
+    spec = config_lib.validate(fv.config)
+    workdir = fv.workdir or f'runs/{spec.algorithm}'
+    primary = distributed.is_primary()   # process 0 prints; the others stay quiet
+    summary = runner.run(spec, workdir, resume=fv.resume, progress=fv.progress and primary,
+                         log=None if primary else (lambda s: None))
+  except (ConfigError, DataError) as e:
+    print(_one_line(e), file=sys.stderr)
+    return 2
+  except DivergenceError as e:
+    print(_one_line(e), file=sys.stderr)
+    return 3
+  except KeyboardInterrupt:
+    # A Ctrl-C before the round loop, or a second one inside it: no traceback.
+    print('error: interrupted (Ctrl-C); rerun the same command to resume from the newest '
+          'checkpoint, if the run had saved one', file=sys.stderr)
+    return 128 + signal.SIGINT.value
+  if summary.get('stopped_by'):   # SIGINT/SIGTERM: checkpointed, resumable
+    return 128 + signal.Signals[summary['stopped_by']].value
+  return 0
+
+
+def _absl_flags(argv: list[str]) -> list[str]:
+  """absl's own flags (``--verbosity``, ``--helpfull``, ...) for ``app.run``; the rest is
+  left to :func:`parse`."""
+  if any(a in ('-h', '-?', '--help', '--helpshort', '--helpfull') for a in argv[1:]):
+    fv = flags.FlagValues()
+    _define(fv)
+    print(__doc__.split('\n\n', 1)[1].split('\nExit codes')[0].strip() + '\n\nFlags:\n'
+          + fv.get_help())
+    sys.exit(0)
+  try:
+    return flags.FLAGS(argv, known_only=True)
+  except flags.Error as e:
+    print(_one_line(e), file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
   logging.getLogger('jax._src.xla_bridge').setLevel(logging.WARNING)  # no TPU-probe noise
   if not flags.FLAGS['verbosity'].present:   # orbax logs every save at INFO
     absl_logging.set_verbosity(absl_logging.WARNING)
-  if _CONFIG.value is None:
-    raise app.UsageError('--config=configs/<name>.py is required')
-  try:
-    distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-                           _LOCAL_DEVICE_IDS.value, _DISTRIBUTED.value)
-    spec = config_lib.validate(_CONFIG.value)
-    workdir = _WORKDIR.value or f'runs/{spec.algorithm}'
-    primary = distributed.is_primary()   # process 0 prints; the others stay quiet
-    summary = runner.run(spec, workdir, resume=_RESUME.value,
-                         progress=_PROGRESS.value and primary,
-                         log=None if primary else (lambda s: None))
-  except (ConfigError, DataError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
-  except DivergenceError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(3)
-  if summary.get('stopped_by'):   # SIGINT/SIGTERM: checkpointed, resumable
-    sys.exit(128 + signal.Signals[summary['stopped_by']].value)
+  sys.exit(cli(argv))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  try:
+    app.run(main, flags_parser=_absl_flags)
+  except KeyboardInterrupt:   # before the command started
+    print('error: interrupted (Ctrl-C)', file=sys.stderr)
+    sys.exit(128 + signal.SIGINT.value)

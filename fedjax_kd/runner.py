@@ -6,12 +6,14 @@ goes), ``partition.json``, ``selection.json``, ``clients.json``,
 ``summary.json``, TensorBoard scalars and orbax checkpoints every
 ``checkpoint.every`` rounds and at exit (:mod:`fedjax_kd.checkpoint`).
 
-Nothing is lost:
+Nothing is lost (docs/workdir.md):
 
+* one run at a time holds the workdir (an OS lock; a second run is refused at start);
 * rerunning the same command on the same workdir resumes after the newest
   checkpoint; the rows of rounds after it are recomputed, and because every
   random draw is a function of ``(seed, round)`` the resumed run's metrics
-  equal an uninterrupted run's;
+  equal an uninterrupted run's; TensorBoard's event files are rebuilt from
+  ``metrics.jsonl`` at every start, so they hold every round once;
 * SIGINT (Ctrl-C) or SIGTERM (preemption) finishes the current round, saves a
   checkpoint and stops; a second Ctrl-C aborts at once;
 * a round that leaves NaN or Inf in the state stops the run with
@@ -25,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -42,7 +43,7 @@ from fedjax_kd import experiment as experiment_lib
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
 from fedjax_kd.config import ExperimentSpec
-from fedjax_kd.errors import ConfigError, DivergenceError
+from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 from fedjax_kd.ops import comm
 
 
@@ -179,26 +180,46 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
     DataError: bad data files or an unreadable checkpoint.
     DivergenceError: a round produced NaN or Inf.
   """
+  with contextlib.ExitStack() as locks:
+    # One run at a time per workdir (and per disk client store): a second run is refused
+    # before anything is built or written. Taking the lock also proves the folder writable.
+    held = [locks.enter_context(workdir_lib.DirLock(workdir))]
+    store_dir = experiment_lib.store_directory(spec, workdir)
+    if store_dir is not None:
+      held.append(locks.enter_context(workdir_lib.DirLock(store_dir, 'clients.store_dir')))
+    try:
+      return _run(spec, workdir, resume=resume, progress=progress, log=log)
+    except (ConfigError, DataError):   # refused before writing: leave no new empty folder
+      for lock in reversed(held):
+        lock.discard()
+      raise
+
+
+def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
+         log: Callable[[str], None] | None) -> dict[str, Any]:
+  """:func:`run` with the workdir locked."""
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-  os.makedirs(workdir, exist_ok=True)
   cfg_json = _config_json(spec)
   cfg_path = os.path.join(workdir, 'config.json')
   exp = experiment_lib.build(spec, workdir)
   algo = exp.algorithm
   rules = comm.get_rules(spec.comm_rules, algo.paper_rules)
   t_start = time.time()
-  state = init_state(algo)
 
-  if not resume:   # starting over: an old run's later checkpoints must not be resumed
-    shutil.rmtree(os.path.join(workdir, checkpoint_lib.DIRNAME), ignore_errors=True)
+  if not resume and workdir_lib.is_primary():
+    # Starting over: an old run's checkpoints and results must not survive it (only files
+    # this project writes go; metrics and TensorBoard are rewritten below).
+    checkpoint_lib.remove_steps(workdir)
+    for name in ('summary.json', 'clients.json'):
+      if os.path.isfile(os.path.join(workdir, name)):
+        os.remove(os.path.join(workdir, name))
   ckpt = checkpoint_lib.Checkpointer(workdir, keep=spec.checkpoint_keep)
   start, cum, setup_bytes, last_saved = 1, {'up': 0, 'down': 0, 'total': 0}, None, None
-  if resume and ckpt.latest_round() is not None:
-    if os.path.exists(cfg_path):
-      with open(cfg_path) as f:
-        if _resumable(json.loads(f.read())) != _resumable(json.loads(cfg_json)):
-          raise ConfigError('--workdir', workdir,
-                            'a fresh directory, or the same config as the checkpoint in it')
+  latest = ckpt.latest_round() if resume else None
+  if latest is not None:   # refuse a resume that cannot be right, before any compute
+    _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
+  state = init_state(algo)
+  if latest is not None:
     like = state
     state, meta = ckpt.restore(like)
     if exp.ctx.fed.store is not None:   # restored host arrays go back into the store's files
@@ -215,7 +236,7 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
                          workdir_lib.partition_record(exp.ctx.data, spec.client_models,
                                                       selector.true_counts))
   writer = workdir_lib.MetricsWriter(workdir, keep_until=start - 1)
-  scalars = workdir_lib.ScalarWriter(workdir, start) if spec.tensorboard else None
+  scalars = workdir_lib.ScalarWriter(workdir, writer.rows) if spec.tensorboard else None
   if setup_bytes is None:
     setup_bytes = comm.count_bytes(algo.setup_payloads() + selector.setup_payloads(), rules)
     cum = dict(setup_bytes)
@@ -289,6 +310,33 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
   return summary
 
 
+def _check_resumable(workdir: str, cfg_path: str, cfg_json: str, latest: int,
+                     rounds: int) -> None:
+  """A checkpoint after round ``latest`` may be resumed by the config ``cfg_json``.
+
+  Raises:
+    ConfigError: the workdir has no ``config.json`` to compare with (its checkpoint's
+      config is unknown), a config that differs from this one in more than ``rounds``, or
+      ``rounds`` below the rounds already run.
+  """
+  if not os.path.exists(cfg_path):
+    raise ConfigError('--workdir', workdir, 'a fresh directory, or one with the config.json '
+                      'of the checkpoints in it (it has checkpoints but no config.json, so '
+                      'what they belong to is unknown; --noresume starts over)')
+  with open(cfg_path) as f:
+    try:
+      old = json.loads(f.read())
+    except ValueError:
+      raise ConfigError('--workdir', workdir, f'a readable {cfg_path} (it is not valid JSON)'
+                        ) from None
+  if _resumable(old) != _resumable(json.loads(cfg_json)):
+    raise ConfigError('--workdir', workdir,
+                      'a fresh directory, or the same config as the checkpoint in it')
+  if rounds < latest:
+    raise ConfigError('rounds', rounds, f'at least {latest}: this workdir has run {latest} '
+                      'rounds (raise rounds to extend it; --noresume starts over)')
+
+
 def _check_finite(state, out: RoundOutput, t: int, active: np.ndarray, fed, ckpt,
                   last_saved: int | None) -> None:
   """Raises DivergenceError if round ``t`` left NaN or Inf in the state."""
@@ -303,9 +351,31 @@ def _check_finite(state, out: RoundOutput, t: int, active: np.ndarray, fed, ckpt
             'and a rerun resumes from it')
   else:
     kept = 'no checkpoint had been saved yet, so a rerun starts over'
-  raise DivergenceError(
-      t, cohort, bad + [f'metric {k}' for k in losses],
-      f'{kept}. Lower train.learning_rate (or distill.learning_rate) or check the data.')
+  raise DivergenceError(t, cohort, bad + [f'metric {k}' for k in losses],
+                        f'{kept}. {_first_nonfinite(bad, losses)}')
+
+
+def _first_nonfinite(bad: list[str], losses: list[str]) -> str:
+  """Which phase of the round went non-finite first, and what to change.
+
+  A round runs local training, then the server's aggregation, then distillation; the
+  state only shows the end, so the phases are told apart by their own outputs: the local
+  training loss, the algorithm's server-side arrays (``extra[...]``: labels, caches,
+  payloads) and the distillation losses.
+  """
+  if any(k.startswith('train') for k in losses):
+    return ('It went non-finite first in local training (train_loss): lower '
+            'train.learning_rate or check the data.')
+  server = [b.split(':', 1)[0] for b in bad if b.startswith('extra[')]
+  if server:
+    return (f'Local training stayed finite; the server\'s arrays went non-finite first '
+            f'({", ".join(server)}): check the aggregation\'s options (temperature, '
+            'sharpening, noise) before the learning rates.')
+  if losses:
+    return (f'Local training stayed finite; it went non-finite in {", ".join(losses)}: lower '
+            'distill.learning_rate (or train.learning_rate) or check the data.')
+  return 'Lower train.learning_rate (or distill.learning_rate) or check the data.'
+
 
 
 def client_record(algo, state, t: int) -> dict[str, Any]:

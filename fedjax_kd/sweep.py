@@ -24,7 +24,7 @@ exits with status 2.
 Flags:
 
 * ``--config=PATH[:ARG]``: a config file with ``get_config()`` (``ARG`` is
-  passed to it, as ``ml_collections.config_flags`` does).
+  passed to it, as ``ml_collections.config_flags`` does; :func:`fedjax_kd.config.load_file`).
 * ``--algorithms=dsfl,fd``: a variant per algorithm, labelled by its name.
 * ``--variant 'LABEL=ALGORITHM[;field=value;...]'`` (repeatable): a named
   variant with its own fields.
@@ -95,7 +95,6 @@ import ast
 import copy
 import csv
 import dataclasses
-import importlib.util
 import io
 import itertools
 import json
@@ -1428,31 +1427,6 @@ def parse_variant(text: str) -> Variant:
   return Variant(label, algorithm, fields)
 
 
-def load_config(path: str) -> ml_collections.ConfigDict:
-  """A config file's ``get_config()``, as ``ml_collections.config_flags`` loads it.
-
-  Args:
-    path: ``file.py`` or ``file.py:ARG`` (``ARG`` is passed to ``get_config``).
-
-  Raises:
-    ConfigError: the file is missing or has no ``get_config``.
-  """
-  file, sep, arg = path.partition('.py:')
-  file = file + '.py' if sep else file
-  if not os.path.exists(file):
-    raise ConfigError('--config', path, 'an existing config file')
-  name = f'_fedjax_kd_sweep_config_{abs(hash(os.path.abspath(file)))}'
-  spec = importlib.util.spec_from_file_location(name, file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  if not hasattr(module, 'get_config'):
-    raise ConfigError('--config', path, 'a file defining get_config()')
-  config = module.get_config(arg) if arg else module.get_config()
-  if not isinstance(config, ml_collections.ConfigDict):
-    raise ConfigError('--config', path, 'a get_config() returning a ConfigDict')
-  return config
-
-
 def _ints(text: str, flag: str) -> list[int]:
   try:
     return [int(v) for v in text.split(',') if v.strip()]
@@ -1509,7 +1483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     if not args.config:
       raise ConfigError('--config', None, 'a config file, e.g. --config=configs/default.py')
-    base = load_config(args.config)
+    base = config_lib.load_file(args.config)
     overrides, grid = parse_set(args.sets)
     variants = [Variant(a.strip(), a.strip()) for a in args.algorithms.split(',') if a.strip()]
     variants += [parse_variant(v) for v in args.variant]

@@ -40,7 +40,7 @@ METRICS = 'metrics.jsonl'
 METRICS_CSV = 'metrics.csv'
 
 
-def _primary() -> bool:
+def is_primary() -> bool:
   """False on the non-zero processes of a multi-host run (they write nothing)."""
   import sys  # pylint: disable=g-import-not-at-top
   jax = sys.modules.get('jax')
@@ -56,7 +56,7 @@ def write_json(path: str, obj: Any, indent: int | None = None) -> None:
 
 def write_text(path: str, text: str) -> None:
   """Replaces ``path`` with ``text`` atomically (process 0 only)."""
-  if not _primary():
+  if not is_primary():
     return
   tmp = f'{path}.tmp'
   with open(tmp, 'w', newline='') as f:
@@ -66,9 +66,88 @@ def write_text(path: str, text: str) -> None:
   os.replace(tmp, path)
 
 
+LOCK = '.fedjax_kd.lock'
+
+
+class DirLock:
+  """An exclusive lock on a directory for as long as a run uses it.
+
+  The lock is an OS lock (``fcntl.flock``) on ``<directory>/.fedjax_kd.lock``, not the file's
+  existence: the kernel drops it when the holding process ends, however it ends, so a killed
+  run never blocks the next one. The file keeps the holder's pid, host and start time so the
+  refusal can name them; it is left in place (removing it would race with the next holder).
+
+  Args:
+    directory: the directory to lock (created if missing).
+    field: the flag or config field that named it, for the error message.
+
+  Raises:
+    DataError: another live process holds the lock (the message names it), or the lock
+      file cannot be created.
+  """
+
+  def __init__(self, directory: str, field: str = '--workdir'):
+    self.directory, self.field, self._fd, self.created = directory, field, None, False
+    if not is_primary():   # process 0 holds the lock for a multi-host run
+      return
+    import fcntl  # pylint: disable=g-import-not-at-top
+    import socket  # pylint: disable=g-import-not-at-top
+    import time  # pylint: disable=g-import-not-at-top
+    path = os.path.join(directory, LOCK)
+    self.created = not os.path.exists(directory)
+    try:
+      os.makedirs(directory, exist_ok=True)
+      fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:   # a file, under a file, no permission, a read-only file system
+      what = e.strerror or type(e).__name__
+      if isinstance(e, (FileExistsError, NotADirectoryError)):
+        what = 'it or a folder above it is a file'
+      raise DataError(f'{field}: {directory} cannot be used as a run directory ({what}).'
+                      ) from None
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      holder = os.pread(fd, 4096, 0).decode(errors='replace').strip()
+      os.close(fd)
+      try:
+        h = json.loads(holder)
+        who = f'pid {h["pid"]} on {h["host"]}, since {h["since"]}'
+      except (ValueError, KeyError, TypeError):
+        who = 'another process'
+      raise DataError(f'{field}: {directory} is in use by another fedjax_kd run ({who}); '
+                      'wait for it to end, or use another directory.') from None
+    holder = json.dumps({'pid': os.getpid(), 'host': socket.gethostname(),
+                         'since': time.strftime('%Y-%m-%d %H:%M:%S')})
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, holder.encode() + b'\n', 0)
+    self._fd = fd
+
+  def release(self) -> None:
+    """Drops the lock (closing the descriptor releases it; the file stays)."""
+    if self._fd is not None:
+      os.close(self._fd)
+      self._fd = None
+
+  def discard(self) -> None:
+    """Releases the lock and, if this lock created the directory and nothing else was
+    written there, removes it again (a run refused for bad input leaves no folder)."""
+    self.release()
+    path = os.path.join(self.directory, LOCK)
+    if getattr(self, 'created', False) and os.listdir(self.directory) == [LOCK]:
+      os.remove(path)
+      os.rmdir(self.directory)
+
+  def __enter__(self) -> 'DirLock':
+    return self
+
+  def __exit__(self, *exc) -> bool:
+    self.release()
+    return False
+
+
 def _append(path: str, text: str) -> None:
   """Appends whole lines with one ``os.write`` per call (O_APPEND; process 0 only)."""
-  if not _primary():
+  if not is_primary():
     return
   data = text.encode()
   fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -178,15 +257,34 @@ class ScalarWriter:
   """TensorBoard scalars in ``<workdir>/tensorboard`` (tensorboardX).
 
   Every numeric value of a round's row is logged under its metrics name with
-  the round as the step. On resume, ``purge_step`` tells TensorBoard to drop
-  the steps a crashed run logged after its last checkpoint.
+  the round as the step. The event files are rebuilt from ``metrics.jsonl`` whenever a run
+  starts: the event files this class wrote earlier (``events.out.tfevents.*``; nothing else
+  in the folder is touched) are removed and ``rows``, the rounds kept from before, are
+  written again. A run killed before its events were flushed, or resumed from an earlier
+  checkpoint, or started over, so holds every round exactly once, as ``metrics.jsonl`` does.
+
+  Args:
+    workdir: the run's directory.
+    rows: the rows kept from an earlier call (``MetricsWriter.rows``), re-logged first.
   """
 
-  def __init__(self, workdir: str, start_round: int = 1):
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  PREFIX = 'events.out.tfevents.'
+
+  def __init__(self, workdir: str, rows: list[dict[str, Any]] = ()):
     self.logdir = os.path.join(workdir, 'tensorboard')
-    self._w = None if not _primary() else SummaryWriter(self.logdir, purge_step=start_round if start_round > 1 else None,
-                            flush_secs=10)
+    self._w = None
+    if not is_primary():
+      return
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    if os.path.isdir(self.logdir):
+      for name in os.listdir(self.logdir):
+        path = os.path.join(self.logdir, name)
+        if name.startswith(self.PREFIX) and os.path.isfile(path):
+          os.remove(path)
+    self._w = SummaryWriter(self.logdir, flush_secs=10)
+    for row in rows:
+      self.write(row)
+    self._w.flush()
 
   def write(self, row: dict[str, Any]) -> None:
     if self._w is None:

@@ -60,7 +60,7 @@ def test_fedavg_needs_one_architecture():
 @pytest.mark.parametrize('field,value,message', [
     ('data.num_public', 10_000, 'data.num_public'),        # public larger than the data
     ('data.num_private', 10_000, 'data.num_private'),
-    ('clients.num_clients', 1_000, 'data.num_clients'),    # more clients than samples
+    ('clients.num_clients', 1_000, 'clients.num_clients'),    # more clients than samples
     ('data.source', 'mnist', 'data.source'),
     ('data.source', 'npz:/nonexistent/mnist.npz', '/nonexistent/mnist.npz'),
 ])

@@ -399,7 +399,7 @@ def test_bad_alpha(name, alpha):
 @pytest.mark.parametrize('name', P.PARTITIONERS)
 @pytest.mark.parametrize('k', [0, -3, 201, 2.5])
 def test_bad_num_clients(name, k):
-  with pytest.raises(ConfigError, match='data.num_clients'):
+  with pytest.raises(ConfigError, match='clients.num_clients'):
     P.partition(name, _balanced(20, 10), k, num_classes=10, seed=0)
 
 
@@ -502,7 +502,7 @@ def test_test_like_proportional(name):
 def test_test_like_validation():
   y = _balanced(100, 10)
   part = P.partition('iid', y, 10, num_classes=10, seed=0)
-  with pytest.raises(ConfigError, match='data.num_clients'):
+  with pytest.raises(ConfigError, match='clients.num_clients'):
     P.partition_test_like('iid', part, y, 11, num_classes=10, seed=0,
                           per_client=None)
   with pytest.raises(ConfigError, match='data.partition'):

@@ -97,6 +97,11 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path):
               'cum_down_bytes', 'setup_bytes'):
     assert sa[key] == summary[key], key
   assert _steps(work) == [ROUNDS - 2, ROUNDS]          # checkpoint.keep = 2
+  # TensorBoard is rebuilt from metrics.jsonl on resume: every round once, equal to the rows
+  # (the killed process's unflushed events and its rows after the checkpoint are gone).
+  acc = [(step, v) for tag, step, v in _events(work / 'tensorboard') if tag == 'test_acc']
+  assert [step for step, _ in acc] == list(range(1, ROUNDS + 1))
+  assert [v for _, v in acc] == pytest.approx([r['test_acc'] for r in b])
 
 
 def test_sigterm_finishes_the_round_checkpoints_and_stops(tmp_path):
@@ -146,11 +151,16 @@ def test_checkpoint_of_another_experiment_is_a_clear_error(tmp_path):
     c2 = tiny(rounds=1)
     c2.clients.models = ['mlp@1.0']
     _run(c2, tmp_path)
-  # Even with config.json gone, the shapes do not fit: a DataError, not a crash.
+  # With config.json gone, what the checkpoints belong to is unknown: refused.
   os.remove(tmp_path / 'config.json')
+  c2 = tiny(rounds=1)
+  c2.clients.models = ['mlp@1.0']
+  with pytest.raises(ConfigError, match='has checkpoints but no config.json'):
+    _run(c2, tmp_path)
+  # A config.json that claims the new config: the shapes still do not fit, a DataError,
+  # not a crash.
+  (tmp_path / 'config.json').write_text(runner._config_json(config_lib.validate(c2)))
   with pytest.raises(DataError, match='checkpoint'):
-    c2 = tiny(rounds=1)
-    c2.clients.models = ['mlp@1.0']
     _run(c2, tmp_path)
 
 
@@ -198,6 +208,21 @@ def test_a_diverging_learning_rate_is_caught_in_round_one(tmp_path):
     _run(c, tmp_path)
   assert 'train.learning_rate' in str(e.value) and 'starts over' in str(e.value)
   assert not (tmp_path / 'summary.json').exists()
+
+
+def test_the_guard_names_the_phase_that_went_non_finite_first():
+  """Local training, then the server's arrays, then distillation: the first phase whose
+  own output is non-finite decides the advice."""
+  params = ["clients[0].params: 6 of 6 arrays, e.g. ['Dense_0']['bias'] (clients 0)"]
+  labels = ["extra['prev_server_labels']: 1 of 1 arrays"]
+  msg = runner._first_nonfinite(params + labels, ['train_loss', 'distill_loss'])
+  assert msg.startswith('It went non-finite first in local training (train_loss)')
+  msg = runner._first_nonfinite(params + labels, ['distill_loss'])   # an ERA at T = 1e-30
+  assert "the server's arrays went non-finite first (extra['prev_server_labels'])" in msg
+  assert 'temperature' in msg and 'before the learning rates' in msg
+  msg = runner._first_nonfinite(params, ['distill_loss', 'server_distill_loss'])
+  assert 'it went non-finite in distill_loss, server_distill_loss: lower distill.' in msg
+  assert runner._first_nonfinite(params, []).startswith('Lower train.learning_rate')
 
 
 def test_nonfinite_arrays_is_empty_for_finite_states_and_ignores_integers():
@@ -370,7 +395,7 @@ def test_a_misspelt_field_is_named_with_a_suggestion():
 
 
 @pytest.mark.parametrize('algorithm,field,value,allowed', [
-    ('dsfl', 'dsfl.temperature', -1.0, '> 0.0'),
+    ('dsfl', 'dsfl.temperature', -1.0, '>= 0.0001'),
     ('scarlet', 'scarlet.beta', 0.0, '> 0.0'),
     ('scarlet', 'cache.duration', -1, '>= 0'),
     ('fedcache2', 'fedcache2.jpeg_quality', 100, 'in [1, 95]'),
@@ -400,8 +425,92 @@ def test_noresume_starts_over_and_forgets_the_old_checkpoints(tmp_path):
   c.checkpoint.every = 2
   _run(c, tmp_path)
   assert _steps(tmp_path) == [2, 4]
+  # Files the project did not write, beside and inside the folders it writes to.
+  foreign = {'checkpoints/other/model.bin': b'weights', 'checkpoints/notes.txt': b'mine',
+             'checkpoints/7b': b'x', 'tensorboard/my_plot.png': b'png', 'notes.md': b'#'}
+  for name, data in foreign.items():
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_bytes(data)
+  (tmp_path / 'checkpoints' / '3.orbax-checkpoint-tmp-99').mkdir()   # a save cut short
   c.rounds = 1
   summary = _run(c, tmp_path, resume=False)
   assert summary['rounds_run_this_call'] == 1
   assert _steps(tmp_path) == [1]       # round 4 of the old run cannot be resumed by mistake
+  assert not (tmp_path / 'checkpoints' / '3.orbax-checkpoint-tmp-99').exists()
   assert [r['round'] for r in workdir_lib.read_metrics(str(tmp_path))] == [1]
+  for name, data in foreign.items():
+    assert (tmp_path / name).read_bytes() == data, name
+  # TensorBoard starts afresh too: round 1 once, none of the old run's rounds 1-4.
+  steps = [step for tag, step, _ in _events(tmp_path / 'tensorboard') if tag == 'test_acc']
+  assert steps == [1]
+
+
+def test_noresume_cut_short_leaves_no_old_summary(tmp_path):
+  """A run started over and killed in round 1 must not leave the old run's summary to be
+  read as its result."""
+  c = tiny(rounds=3)
+  c.checkpoint.every = 0
+  c.eval.clients = True
+  _run(c, tmp_path)
+  assert (tmp_path / 'summary.json').exists() and (tmp_path / 'clients.json').exists()
+
+  def crash(line):
+    if line.startswith('round    1/'):
+      raise KeyboardInterrupt   # the process dies here
+
+  with pytest.raises(KeyboardInterrupt):
+    runner.run(config_lib.validate(c), str(tmp_path), resume=False, log=crash)
+  assert not (tmp_path / 'summary.json').exists() and not (tmp_path / 'clients.json').exists()
+  assert [r['round'] for r in workdir_lib.read_metrics(str(tmp_path))] == [1]
+
+
+def _holder(directory):
+  """A separate process that takes the lock on ``directory`` and sleeps until killed."""
+  code = ('import sys, time; from fedjax_kd import workdir; '
+          'workdir.DirLock(sys.argv[1]); print("locked", flush=True); time.sleep(600)')
+  proc = subprocess.Popen([sys.executable, '-c', code, str(directory)], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
+                          text=True)
+  assert proc.stdout.readline().strip() == 'locked'
+  return proc
+
+
+def test_a_second_run_on_a_locked_workdir_is_refused_before_any_work(tmp_path):
+  work = tmp_path / 'run'
+  work.mkdir()
+  holder = _holder(work)
+  try:
+    with pytest.raises(DataError) as e:
+      _run(tiny(rounds=1), work)
+    msg = str(e.value)
+    assert msg.startswith(f'--workdir: {work} is in use by another fedjax_kd run (pid '
+                          f'{holder.pid} on ') and '\n' not in msg
+    assert sorted(os.listdir(work)) == [workdir_lib.LOCK]    # nothing written
+    # The CLI: exit 2, one line, before any compute.
+    cfg = tmp_path / 'cfg.py'
+    cfg.write_text('from tests.test_main import tiny\n\ndef get_config():\n  return tiny()\n')
+    r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
+                        f'--workdir={work}'], cwd=REPO, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'), timeout=300)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f'error: {msg}']
+  finally:
+    holder.kill()        # SIGKILL: the holder has no chance to clean up
+    holder.wait()
+  # A killed holder's lock is gone with it: the next run goes ahead.
+  assert _run(tiny(rounds=1), work)['rounds'] == 1
+  # And a finished run released it: a third run resumes the same workdir.
+  assert _run(tiny(rounds=2), work)['rounds_run_this_call'] == 1
+
+
+def test_the_disk_client_store_is_locked_too(tmp_path):
+  store = tmp_path / 'shared_store'
+  store.mkdir()
+  c = tiny(rounds=1)
+  c.clients.store = 'disk'
+  c.clients.store_dir = str(store)
+  with workdir_lib.DirLock(str(store), 'clients.store_dir'):
+    with pytest.raises(DataError, match=r'^clients.store_dir: .*shared_store is in use by '
+                       rf'another fedjax_kd run \(pid {os.getpid()} on '):
+      _run(c, tmp_path / 'a')       # another workdir, the same store
+  assert _run(c, tmp_path / 'a')['rounds'] == 1

@@ -267,3 +267,30 @@ def test_tfds_label_key_errors():
     assert 'only tfds:' in str(cerr.value)
   # An empty label_key means the default label everywhere.
   assert load_source('digits', label_key='').num_classes == 10
+
+
+def test_check_dataset_by_hand():
+  """The experiment's checks on a loaded data set (load_source itself only loads)."""
+  from fedjax_kd.data.sources import ArrayDataset, check_dataset
+  x = np.zeros((6, 2, 2, 1), np.float32)
+  ds = lambda y, yt, **kw: ArrayDataset(kw.get('x', x), np.array(y), kw.get('xt', x[:2]),
+                                       np.array(yt), 10, 't')
+  assert check_dataset(ds([0, 1, 2, 0, 1, 2], [0, 2]), 'd') is not None
+  # {0, 5, 9}: a gap in the numbering of an npz; a tfds ClassLabel declares its classes.
+  with pytest.raises(DataError, match='missing 1, 2, 3, 4, 6, 7, 8 '):
+    check_dataset(ds([0, 5, 9, 0, 5, 9], [0, 9]), 'd')
+  check_dataset(ds([0, 5, 9, 0, 5, 9], [0, 9]), 'd', declared_classes=True)
+  with pytest.raises(DataError, match=r'labels the training split lacks \(3\)'):
+    check_dataset(ds([0, 1, 2, 0, 1, 2], [0, 3]), 'd', declared_classes=True)
+  with pytest.raises(DataError, match='has 1 class'):
+    check_dataset(ds([4] * 6, [4]), 'd', declared_classes=True)
+  bad = x.copy()
+  bad[4, 1, 0, 0] = np.inf
+  with pytest.raises(DataError, match=r'x_train has NaN or Inf inputs in 1 rows \(first: row 4\)'):
+    check_dataset(ds([0, 1, 2, 0, 1, 2], [0, 2], x=bad), 'd')
+  with pytest.raises(DataError, match='the test split is empty'):
+    check_dataset(ds([0, 1, 2, 0, 1, 2], [], xt=x[:0]), 'd')
+  # A public source: only its inputs count (its labels are never trained on).
+  check_dataset(ds([7] * 6, [3, 3]), 'p', labelled=False)
+  with pytest.raises(DataError, match='p: x_test'):
+    check_dataset(ds([7] * 6, [3, 3], xt=bad[3:5]), 'p', labelled=False)

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_kd import presets, sweep
+from fedjax_kd import config as config_lib, presets, sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.sweep import Variant
@@ -22,6 +22,7 @@ FAST_XLA = '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_pass
 TINY_SETS = ['rounds=2', "clients.models=('mlp@0.25',)", 'server.model=mlp@0.25',
              'clients.num_clients=4', 'train.epochs=1', 'distill.epochs=1',
              'data.source=synthetic:300', 'data.num_public=60', 'distill.public_per_round=30',
+             'distill.batch_size=30',
              'log.tensorboard=False']
 
 
@@ -67,10 +68,10 @@ def test_parse_variant_and_split():
 
 
 def test_load_config_with_argument():
-  c = sweep.load_config(str(REPO / 'configs/fedentopt_digits.py') + ':c2,fedprox,uniform')
+  c = config_lib.load_file(str(REPO / 'configs/fedentopt_digits.py') + ':c2,fedprox,uniform')
   assert (c.algorithm, c.selection.method) == ('fedprox', 'uniform')
   with pytest.raises(ConfigError, match='--config'):
-    sweep.load_config(str(REPO / 'configs/nope.py'))
+    config_lib.load_file(str(REPO / 'configs/nope.py'))
 
 
 # ------------------------------------------------------------ planning

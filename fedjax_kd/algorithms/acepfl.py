@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd.algorithms import base
-from fedjax_kd.config import _choice, _float, _get, _int
+from fedjax_kd.config import _choice, _float, _get, _int, temperature
 from fedjax_kd.core import rng
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm, label_cluster, losses, privacy
@@ -499,7 +499,7 @@ class FedMD(ACEPFL):
 
   @classmethod
   def options_from_config(cls, config, spec) -> ACEOptions:
-    t = _float(config, 'fedmd.temperature', 0.0, lo_open=True)
+    t = temperature(config, 'fedmd.temperature')
     ce = _float(config, 'fedmd.public_ce', 0.0)
     if ce > 0 and spec.data.public_source:
       raise ConfigError('fedmd.public_ce', ce, "0 when data.public_source is set (the public "

@@ -28,7 +28,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from fedjax_kd.algorithms import protocol
-from fedjax_kd.config import _choice, _float
+from fedjax_kd.config import _choice, temperature
 from fedjax_kd.ops import aggregate
 
 
@@ -48,7 +48,7 @@ class DSFL(protocol.Protocol):
   @classmethod
   def options_from_config(cls, config, spec) -> DSFLOptions:
     return DSFLOptions(aggregation=_choice(config, 'dsfl.aggregation', aggregate.AGGREGATIONS),
-                       temperature=_float(config, 'dsfl.temperature', 0.0, lo_open=True),
+                       temperature=temperature(config, 'dsfl.temperature'),
                        schedule=_choice(config, 'dsfl.schedule', protocol.SCHEDULES),
                        cache=protocol.cache_options(config, spec, default_on=False))
 

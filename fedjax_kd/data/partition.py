@@ -120,7 +120,7 @@ def _check_labels(labels: Any, num_classes: Any,
 
 def _check_num_clients(num_clients: Any, n: int) -> int:
   if not _is_int(num_clients) or num_clients < 1 or num_clients > n:
-    raise ConfigError('data.num_clients', num_clients,
+    raise ConfigError('clients.num_clients', num_clients,
                       f'an integer in [1, {n}] (the data has {n} samples)')
   return int(num_clients)
 
@@ -681,7 +681,7 @@ def classes(labels: np.ndarray, num_clients: int, *, num_classes: int,
   empty = [i for i, p in enumerate(parts) if not len(p)]
   if empty:
     raise ConfigError(
-        'data.num_clients', k,
+        'clients.num_clients', k,
         f'fewer clients: {len(empty)} clients (e.g. {empty[:5]}) got no '
         f'samples because their classes have fewer samples than holders')
   return Partition(parts, _class_shares(y, parts, num_classes))
@@ -796,7 +796,7 @@ def partition_test_like(
   seed = _check_seed(seed)
   y = _check_labels(test_labels, num_classes, 'test labels')
   if not _is_int(num_clients) or num_clients != partition.num_clients:
-    raise ConfigError('data.num_clients', num_clients,
+    raise ConfigError('clients.num_clients', num_clients,
                       f'{partition.num_clients} (the partition\'s clients)')
   k = int(num_clients)
   priors = partition.class_priors

@@ -108,6 +108,63 @@ def load_source(spec: str,
   if label_key and not spec.startswith('tfds:'):
     raise ConfigError('data.label_key', label_key,
                       "'' (only tfds: sources have several label features)")
+  return _load(spec, data_dir, seed, field, label_key)
+
+
+def check_dataset(ds: ArrayDataset, what: str, labelled: bool = True,
+                  declared_classes: bool = False) -> ArrayDataset:
+  """Refuses a data set no experiment can use, before anything is built from it.
+
+  :func:`load_source` only loads; an experiment calls this on what it loaded.
+
+  Args:
+    ds: the loaded data set.
+    what: how errors name it (the config field and source).
+    labelled: check the labels as classes to learn (the private source); a public source's
+      labels are never trained on, so only its inputs are checked.
+    declared_classes: the source declares its classes (a tfds ClassLabel), so a class id
+      absent from the training split is a class of the task, not a gap in the numbering,
+      and is not refused.
+
+  Returns:
+    ``ds``.
+
+  Raises:
+    DataError: an empty train or test split; NaN or Inf inputs; fewer than two classes in
+      the training split; labels that are not ``0 .. C-1`` with every class in the training
+      split (gaps such as {0, 100, ..., 900} are refused, not renumbered: remap them in the
+      file so that class ids mean what you expect); test labels the training split lacks.
+  """
+  for split, x in (('train', ds.x_train), ('test', ds.x_test)):
+    if len(x) == 0:
+      raise DataError(f'{what}: the {split} split is empty (x_{split} has 0 rows).')
+    bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    if bad.any():
+      raise DataError(f'{what}: x_{split} has NaN or Inf inputs in {int(bad.sum())} rows '
+                      f'(first: row {int(np.flatnonzero(bad)[0])}).')
+  if not labelled:
+    return ds
+  train = np.unique(ds.y_train)
+  if len(train) < 2:
+    raise DataError(f'{what}: the training split has {len(train)} class '
+                    f'({", ".join(map(str, train))}); at least 2 are needed.')
+  if not declared_classes and len(train) != int(train[-1]) + 1:
+    missing = sorted(set(range(int(train[-1]) + 1)) - set(train.tolist()))
+    shown = ', '.join(map(str, missing[:8])) + (' ...' if len(missing) > 8 else '')
+    raise DataError(f'{what}: labels must be 0 .. C-1 with every class in the training '
+                    f'split; it has {len(train)} labels from {int(train[0])} to '
+                    f'{int(train[-1])}, missing {shown} (remap them to 0 .. {len(train) - 1}).')
+  unseen = sorted(set(np.unique(ds.y_test).tolist()) - set(train.tolist()))
+  if unseen:
+    shown = ', '.join(map(str, unseen[:8])) + (' ...' if len(unseen) > 8 else '')
+    raise DataError(f'{what}: the test split has labels the training split lacks '
+                    f'({shown}); a model cannot learn them.')
+  return ds
+
+
+def _load(spec: str, data_dir: str | None, seed: int, field: str,
+          label_key: str | None) -> ArrayDataset:
+  """:func:`load_source` without the checks."""
   if spec == 'digits':
     return _load_digits()
   if spec == 'synthetic' or spec.startswith('synthetic:'):
