@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.util
 import json
 import os
 import shlex
@@ -87,6 +88,12 @@ DSFL_MNIST_VARIANTS = (
     ('FedAvg', 'fedavg', {}),
     ('FD', 'fd', {'eval.every': 5}),
     ('Single client', 'single', {'eval.every': 5}),
+)
+# The independent PyTorch DS-FL (benchmarks/torch_dsfl.py) on the MNIST sweep's exact data,
+# partitions and open-set draws: the reference fedjax_kd's curve is read against, seed by seed.
+TORCH_DSFL_VARIANTS = (
+    ('PyTorch DS-FL ERA', 'dsfl', {'dsfl.aggregation': 'era'}),
+    ('PyTorch DS-FL SA', 'dsfl', {'dsfl.aggregation': 'sa'}),
 )
 SCARLET_VARIANTS = (
     ('SCARLET', 'scarlet', {}),
@@ -171,6 +178,12 @@ class SweepDef:
     metric_curves: ``(variant, metrics)``: a table of those per-round metrics
       of that variant (mean ± std over seeds) at every logged round; each metric
       must be among ``metrics``.
+    engine: what makes the runs: ``'fedjax_kd'`` (:mod:`fedjax_kd.sweep`) or ``'torch'``
+      (the independent PyTorch DS-FL of ``benchmarks/torch_dsfl.py``, on the same data,
+      partition and open-set draws; skipped when PyTorch is not installed).
+    beside: ``(sweep, labels)``: variants of another sweep of the section shown next to
+      this sweep's in its curve and seed tables, and seen by the checks that read this
+      sweep (a paired comparison across the two sweeps).
   """
   name: str
   title: str
@@ -191,6 +204,8 @@ class SweepDef:
   curve_rounds: tuple[int, ...] = ()
   seed_curves: tuple[str, ...] = ()
   metric_curves: tuple[str, tuple[str, ...]] | None = None
+  engine: str = 'fedjax_kd'
+  beside: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,6 +425,35 @@ def grid_trend(label: str, field: str, key: str = 'total_bytes', kind: str = 'by
   return fn
 
 
+def matches(a: Ref, b: Ref, at_round: int | None = None, tol: float = 0.02) -> Callable:
+  """``a`` reaches the accuracy ``b`` reaches: the per-seed difference ``a - b`` at round
+  ``at_round`` (default: the final round) is within ``tol`` on average.
+
+  True when ``|mean| <= tol``; None when larger but within one std of the per-seed
+  differences (or with one seed); False otherwise.
+  """
+  def fn(t: Table):
+    miss = _missing(t, (a, b), 'final_acc')
+    if miss:
+      return None, miss
+    if at_round is None:
+      sa, sb = t.stat(a, 'final_acc'), t.stat(b, 'final_acc')
+    else:
+      sa, sb = (sweep.stat(_at_round(t.find(r), 'test_acc', at_round)) for r in (a, b))
+    d = paired(sa, sb)
+    where = 'final' if at_round is None else f'round {at_round}'
+    if d['mean'] is None:
+      return None, f'not logged at {where}'
+    detail = (f'{where}: {_name(a)} {_fmt(sa)} vs {_name(b)} {_fmt(sb)}; paired difference '
+              f'{_fmt_delta(d)} (n={d["n"]}); tolerance ±{tol:g}')
+    if abs(d['mean']) <= tol:
+      return True, detail
+    if d['std'] is None or abs(d['mean']) <= d['std']:
+      return None, detail + ('; one seed' if d['std'] is None else '; within one std')
+    return False, detail
+  return fn
+
+
 # ------------------------------------------------------------ the sections
 def _fe_preset(setting: str) -> Callable[[str], ml_collections.ConfigDict]:
   return lambda source: presets.fedentopt_cpu(setting, source, 'fedavg', 'uniform')
@@ -456,6 +500,20 @@ def _sections() -> tuple[Section, ...]:
                    # the 20 client models' test passes are a third of a round on 2 cores;
                    # the checks read the server model (FD and single score their clients)
                    overrides=(('eval.clients', False),)),
+          SweepDef('dsfl_mnist_torch',
+                   'MNIST, an independent PyTorch DS-FL beside fedjax_kd '
+                   '(`benchmarks/torch_dsfl.py`)', TORCH_DSFL_VARIANTS,
+                   config='configs/dsfl_mnist_cpu.py', data='mnist', engine='torch',
+                   # no wall column: these runs shared the cores with other work, and a
+                   # speed comparison belongs in one benchmark run (benchmarks/speed.py)
+                   columns=('acc', 'best', 'rounds_to', 'metric:label_acc',
+                            'metric:upload_acc'),
+                   metrics=_DSFL_METRICS, curve_rounds=(1, 2, 3, 5, 10, 15),
+                   seed_curves=('DS-FL ERA', 'PyTorch DS-FL ERA', 'DS-FL SA',
+                                'PyTorch DS-FL SA'),
+                   metric_curves=('PyTorch DS-FL ERA', _DSFL_METRICS),
+                   beside=('dsfl_mnist', ('DS-FL ERA', 'DS-FL SA')),
+                   overrides=(('eval.clients', False),)),
       ),
       checks=tuple(c for s in ('dsfl_digits', 'dsfl_mnist') for c in (
           Check("ERA's final server accuracy exceeds SA's", s, exceeds('DS-FL ERA', 'DS-FL SA')),
@@ -463,7 +521,14 @@ def _sections() -> tuple[Section, ...]:
           Check("DS-FL's server accuracy exceeds a single client's mean accuracy", s,
                 exceeds('DS-FL ERA', 'Single client')),
           Check("DS-FL's server accuracy exceeds FD's", s, exceeds('DS-FL ERA', 'FD')),
-      )),
+      )) + tuple(
+          Check(f"fedjax_kd's DS-FL {agg} server accuracy equals the PyTorch reference's at "
+                f'{"round " + str(r) if r else "the last round"} (paired by seed, within '
+                '2 points)', 'dsfl_mnist_torch',
+                matches(f'DS-FL {agg}', f'PyTorch DS-FL {agg}', at_round=r))
+          for agg, r in (('ERA', 3), ('ERA', None), ('SA', None))) + (
+          Check("ERA's final server accuracy exceeds SA's in the PyTorch reference too",
+                'dsfl_mnist_torch', exceeds('PyTorch DS-FL ERA', 'PyTorch DS-FL SA')),),
       notes=('acc is each method\'s headline accuracy: the server (global) model for DS-FL '
              'and FedAvg, the mean over client models for FD and single. On digits the '
              'clients mix two CNN widths and FedAvg, which averages parameters, runs one '
@@ -481,7 +546,11 @@ def _sections() -> tuple[Section, ...]:
              'uploads name little but each client\'s own two classes for about nine rounds, '
              'then the clients start keeping what they distil and the labels sharpen; when '
              'that turn comes differs between seeds, which is the spread at round 15 '
-             '([DS-FL on MNIST](dsfl_mnist.md) explains the diagnostics).'))
+             '([DS-FL on MNIST](dsfl_mnist.md) explains the diagnostics). The PyTorch '
+             'reference (`benchmarks/torch_dsfl.py`) runs each seed on the same data, '
+             'partition and open-set draws with its own initialisation, shuffles and '
+             'BatchNorm; its rows are read next to fedjax_kd\'s seed by seed, so a seed '
+             'that is slow in both is slow because of its setting.'))
 
   scarlet_checks = []
   for s in ('scarlet_digits', 'scarlet_mnist'):
@@ -708,6 +777,9 @@ def plan_sweep(section: Section, d: SweepDef, runs_dir: str, mnist: str,
     source = f'npz:{os.path.abspath(mnist)}'
   else:
     source = 'digits'
+  if d.engine == 'torch' and importlib.util.find_spec('torch') is None:
+    return ('PyTorch is not installed (`pip install -e .[bench]`; a benchmark extra, never a '
+            'dependency)')
   base = base_config(d, source)
   overrides = {'data.source': source} if d.config else {}
   overrides.update(d.overrides)
@@ -761,6 +833,17 @@ def sweep_command(plan_doc: dict[str, Any], out: str) -> str | None:
   if plan_doc.get('metrics'):
     parts.append('--metrics=' + ','.join(plan_doc['metrics']))
   parts.append(f'--out={out}')
+  return ' '.join(parts)
+
+
+def torch_command(plan_doc: dict[str, Any], out: str) -> str:
+  """The ``benchmarks/torch_dsfl.py`` command of a PyTorch reference sweep's ``sweep.json``."""
+  aggs = [v.get('overrides', {}).get('dsfl.aggregation', 'era')
+          for v in plan_doc.get('variants', [])]
+  parts = ['python benchmarks/torch_dsfl.py', f'--config={plan_doc.get("config")}',
+           '--mnist=/path/to/mnist.npz',
+           '--seeds=' + ','.join(str(x) for x in plan_doc.get('seeds', [])),
+           '--aggregations=' + ','.join(aggs), f'--out={out}']
   return ' '.join(parts)
 
 
@@ -840,12 +923,16 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
   for p in planned:
     sweep.write_plan(p.out, p.runs, config=p.sweep.config or p.sweep.preset_text,
                      overrides=p.overrides, thresholds=list(p.thresholds),
-                     metrics=list(p.sweep.metrics),
+                     metrics=list(p.sweep.metrics), engine=p.sweep.engine,
                      meta={**meta, 'section': p.section.key, 'sweep': p.sweep.name})
-  runs = [r for p in planned for r in p.runs]
-  print(f'reproduction: {len(planned)} sweeps, {len(runs)} runs in {args.runs}', flush=True)
+  runs = [r for p in planned if p.sweep.engine == 'fedjax_kd' for r in p.runs]
+  torch_runs = [r for p in planned if p.sweep.engine == 'torch' for r in p.runs]
+  print(f'reproduction: {len(planned)} sweeps, {len(runs) + len(torch_runs)} runs in '
+        f'{args.runs}', flush=True)
   results = sweep.execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
                           compilation_cache=os.path.join(args.runs, 'jax_cache'))
+  if torch_runs:   # one after the other in this process: PyTorch uses every core itself
+    results += run_torch(torch_runs)
   for p in planned:
     cells = sweep.aggregate(p.out)
     sweep.write_outputs(p.out, cells, p.thresholds, title=f'{p.section.paper}: {p.sweep.name}')
@@ -860,6 +947,37 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f'failed: {r.run.workdir}: {r.message}', file=sys.stderr)
   return 1 if failed else sweep.stopped_status(results) if stopped else 0
 
+
+
+def _torch_dsfl():
+  """``benchmarks/torch_dsfl.py`` as a module (this file is run as a script, or loaded by path)."""
+  name = 'fedjax_kd_benchmarks_torch_dsfl'
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(REPO, 'benchmarks', 'torch_dsfl.py'))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[name]
+
+
+def run_torch(runs: Sequence[sweep.Run]) -> list[sweep.RunResult]:
+  """Runs the PyTorch reference's runs (finished ones are skipped) as :func:`sweep.execute`
+  reports its own."""
+  ref = _torch_dsfl()
+  out = []
+  for r in runs:
+    state = 'skipped' if sweep.is_complete(workdir_lib.read_json(r.workdir, 'summary.json'),
+                                           r.rounds) else 'done'
+    start = datetime.datetime.now()
+    try:
+      (summary,) = ref.execute([r], log=lambda s: print(s, flush=True))
+    except Exception as e:  # pylint: disable=broad-except
+      out.append(sweep.RunResult(r, 'failed', message=f'{type(e).__name__}: {e}'))
+      continue
+    out.append(sweep.RunResult(r, state, (datetime.datetime.now() - start).total_seconds(),
+                               f'acc {summary["final_acc"]:.4f}', summary))
+  return out
 
 
 # ------------------------------------------------------------ report
@@ -937,10 +1055,17 @@ def metric_curve_table(variant: str, metrics: Sequence[str],
   return '\n'.join(lines)
 
 
-def seed_curve_table(labels: Sequence[str], cells: Sequence[dict[str, Any]]) -> str:
-  """Every evaluated round's headline accuracy, one row per (variant, seed)."""
+def seed_curve_table(labels: Sequence[str], cells: Sequence[dict[str, Any]],
+                     by_seed: bool = False) -> str:
+  """Every evaluated round's headline accuracy, one row per (variant, seed).
+
+  Rows go variant by variant, or with ``by_seed`` seed by seed (the variants of one seed
+  next to each other, in ``labels`` order: for comparing implementations on the same seed).
+  """
   rows = [(c, seed, cv['test_acc']) for c in cells if c['variant'] in labels
           for seed, cv in sorted(c['curves'].items())]
+  if by_seed:
+    rows.sort(key=lambda row: (row[1], list(labels).index(row[0]['variant'])))
   rounds = sorted({int(r) for _, _, s in rows for r in s['round']})
   head = ['variant', 'seed'] + [str(r) for r in rounds]
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
@@ -1055,7 +1180,10 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       metas.append(meta)
       metrics = tuple(dict.fromkeys(tuple(plan_doc.get('metrics') or ()) + d.metrics))
       cells = sweep.aggregate(out, metrics=metrics)
-      tables[d.name] = Table(cells)
+      # Another sweep's variants read beside this one's (its curve and seed tables, checks).
+      near = [c for c in (tables[d.beside[0]].cells if d.beside and d.beside[0] in tables
+                          else ()) if c['variant'] in d.beside[1]]
+      tables[d.name] = Table(cells + near)
       seeds_seen.update(plan_doc.get('seeds', []))
       done = sum(c['n'] for c in cells)
       planned = sum(c['planned'] for c in cells)
@@ -1066,8 +1194,10 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       seeds = ', '.join(map(str, plan_doc.get('seeds', [])))
       body += [f'Base: `{plan_doc.get("config")}`. {setting} Seeds {seeds}; '
                f'{done} of {planned} runs finished (n per row). Outputs: `{out}`.', '']
-      p_cmd = sweep_command(plan_doc, os.path.join(run_dir, d.name))
-      if p_cmd:
+      if plan_doc.get('engine') == 'torch':
+        body += ['The same runs with the reference\'s own command: '
+                 f'`{torch_command(plan_doc, os.path.join(run_dir, d.name))}`', '']
+      elif p_cmd := sweep_command(plan_doc, os.path.join(run_dir, d.name)):
         body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
       body += [_table(d, cells), '']
       diverged = sweep.diverged_lines(cells)
@@ -1076,14 +1206,22 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
                  'stopped; they count in no mean above, and checks that read them are '
                  'inconclusive): ' + '; '.join(_esc(x) for x in diverged) + '.', '']
       rounds = [r for r in d.curve_rounds if not args.tiny] or ([1, 2] if d.curve_rounds else [])
+      shown = tables[d.name].cells
+      if near:
+        order = list(d.seed_curves) or [c['variant'] for c in shown]
+        shown = sorted(shown, key=lambda c: order.index(c['variant'])
+                       if c['variant'] in order else len(order))
+        body += [f'Read beside {", ".join(d.beside[1])} of `{d.beside[0]}` (same data, '
+                 'partitions and open-set draws per seed):', '']
       if rounds:
-        body += ['Accuracy (acc) by round:', '', curve_table(rounds, cells), '']
+        body += ['Accuracy (acc) by round:', '', curve_table(rounds, shown), '']
       if d.metric_curves:
         v, ms = d.metric_curves
         body += [f'{v}, per-round diagnostics (mean ± std over seeds):', '',
                  metric_curve_table(v, ms, cells), '']
       if d.seed_curves and not args.tiny:
-        body += ['Every round, seed by seed:', '', seed_curve_table(d.seed_curves, cells), '']
+        body += ['Every round, seed by seed:', '',
+                 seed_curve_table(d.seed_curves, shown, by_seed=bool(near)), '']
       figs = _figures(out, os.path.join(fig_dir, f'{d.name}_'), cells,
                       title=f'{section.paper}: {d.name}')
       for metric, path in figs.items():

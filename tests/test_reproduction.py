@@ -238,3 +238,109 @@ def test_readme_example_output_is_the_archived_default_run():
   assert f'best acc     {s["top_acc"]:.4f} (round {s["top_round"]})' in readme
   assert f'client acc   {s["final_client_acc"]:.4f} (mean over clients' in readme
   assert f'bytes total  {s["cum_bytes"] / 1e6:.2f} MB' in readme
+
+
+def test_matches_on_known_numbers():
+  """The reference check: the paired per-seed difference against a tolerance and its noise."""
+  rep = _module()
+
+  def cell(label, finals, r3):
+    c = _cell(label, finals)
+    c['curves'] = {s: {'test_acc': _series([1, 3], [0.1, v])} for s, v in enumerate(r3)}
+    return c
+
+  t = rep.Table([cell('ours', [0.94, 0.93, 0.85], [0.80, 0.76, 0.70]),
+                 cell('ref', [0.93, 0.94, 0.84], [0.80, 0.77, 0.74]),
+                 cell('far', [0.80, 0.81, 0.79], [0.5, 0.5, 0.5]),
+                 cell('noisy', [0.99, 0.85, 0.99], [0.8, 0.8, 0.8])])
+  holds, detail = rep.matches('ours', 'ref')(t)          # differences +0.01, -0.01, +0.01
+  assert holds is True and detail == ('final: ours 0.907 ± 0.049 vs ref 0.903 ± 0.055; paired '
+                                      'difference +0.003 ± 0.012 (n=3); tolerance ±0.02')
+  holds, detail = rep.matches('ours', 'ref', at_round=3)(t)   # 0, -0.01, -0.04: mean -0.0167
+  assert holds is True and detail.startswith('round 3: ours 0.753 ± 0.050 vs ref 0.770 ± 0.030')
+  assert rep.matches('ours', 'ref', at_round=3, tol=0.01)(t)[0] is None   # within one std
+  holds, detail = rep.matches('far', 'ref')(t)           # -0.13, -0.13, -0.05
+  assert holds is False and 'paired difference -0.103 ± 0.046' in detail
+  holds, detail = rep.matches('noisy', 'ref')(t)         # +0.06, -0.09, +0.15: mean 0.04, std 0.12
+  assert holds is None and detail.endswith('within one std')
+  assert rep.matches('ours', 'ref', at_round=2)(t) == (None, 'not logged at round 2')
+  assert rep.matches('ours', 'gone')(t) == (None, 'not run: gone')
+
+
+def test_seed_table_by_seed_and_torch_command():
+  rep = _module()
+  curves = lambda *v: {s: {'test_acc': _series([1], [x])} for s, x in enumerate(v)}
+  cells = [{'variant': 'ERA', 'label': 'ERA', 'cell': {}, 'n': 2, 'curves': curves(0.1, 0.2)},
+           {'variant': 'Ref ERA', 'label': 'Ref ERA', 'cell': {}, 'n': 2,
+            'curves': curves(0.3, 0.4)}]
+  rows = rep.seed_curve_table(['ERA', 'Ref ERA'], cells, by_seed=True).splitlines()[2:]
+  assert rows == ['| ERA | 0 | 0.100 |', '| Ref ERA | 0 | 0.300 |', '| ERA | 1 | 0.200 |',
+                  '| Ref ERA | 1 | 0.400 |']
+  plan = {'config': 'configs/dsfl_mnist_cpu.py', 'seeds': [0, 1, 2],
+          'variants': [{'label': 'PyTorch DS-FL ERA', 'overrides': {'dsfl.aggregation': 'era'}},
+                       {'label': 'PyTorch DS-FL SA', 'overrides': {'dsfl.aggregation': 'sa'}}]}
+  assert rep.torch_command(plan, 'runs/repro/dsfl_mnist_torch') == (
+      'python benchmarks/torch_dsfl.py --config=configs/dsfl_mnist_cpu.py '
+      '--mnist=/path/to/mnist.npz --seeds=0,1,2 --aggregations=era,sa '
+      '--out=runs/repro/dsfl_mnist_torch')
+
+
+def _fake_sweep(out, engine, variants, finals, r3):
+  """A finished 3-round MNIST sweep on disk: ``variants`` x seeds 0-2 with known curves."""
+  import json
+  runs = []
+  for label, agg in variants:
+    for seed in range(3):
+      wd = out / 'runs' / sweep.slug(label) / f'seed{seed}'
+      wd.mkdir(parents=True)
+      curve = [0.1, 0.5, r3[label][seed]] if finals is None else [0.1, 0.5, finals[label][seed]]
+      rows = [{'round': r, 'test_acc': a, 'label_acc': 0.8, 'upload_acc': 0.2, 'entropy': 1.0,
+               'round_time_s': 1.0} for r, a in enumerate(curve, 1)]
+      (wd / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+      (wd / 'summary.json').write_text(json.dumps({'rounds': 3, 'final_acc': curve[-1]}))
+      (wd / 'config.json').write_text(json.dumps({
+          'rounds': 3, 'data': {'source': 'npz:/x/mnist.npz', 'partition': 'shards',
+                                'shards_per_client': 2, 'num_public': 20000},
+          'clients': {'num_clients': 20, 'models': ['dsfl_cnn@1.0']}, 'comm': {'rules': 'paper'}}))
+      runs.append({'variant': label, 'algorithm': 'dsfl', 'cell': [], 'seed': seed,
+                   'workdir': os.path.relpath(wd, out), 'rounds': 3})
+  (out / 'sweep.json').write_text(json.dumps({
+      'variants': [{'label': l, 'algorithm': 'dsfl', 'overrides': {'dsfl.aggregation': a}}
+                   for l, a in variants], 'grid': {}, 'seeds': [0, 1, 2],
+      'config': 'configs/dsfl_mnist_cpu.py', 'engine': engine, 'thresholds': [0.75],
+      'metrics': ['label_acc', 'upload_acc', 'entropy'], 'runs': runs,
+      'overrides': {'data.source': 'npz:/x/mnist.npz', 'eval.clients': False}}))
+
+
+def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
+  """The PyTorch reference's sweep is read next to the fedjax_kd MNIST sweep, seed by seed."""
+  runs = tmp_path / 'runs'
+  finals = {'DS-FL ERA': [0.94, 0.93, 0.85], 'DS-FL SA': [0.82, 0.83, 0.71],
+            'PyTorch DS-FL ERA': [0.93, 0.94, 0.84], 'PyTorch DS-FL SA': [0.90, 0.91, 0.80]}
+  _fake_sweep(runs / 'dsfl_mnist', 'fedjax_kd', [('DS-FL ERA', 'era'), ('DS-FL SA', 'sa')],
+              finals, None)
+  _fake_sweep(runs / 'dsfl_mnist_torch', 'torch',
+              [('PyTorch DS-FL ERA', 'era'), ('PyTorch DS-FL SA', 'sa')], finals, None)
+  out = tmp_path / 'report.md'
+  r = _script('report', f'--runs={runs}', f'--out={out}', '--only=dsfl')
+  assert r.returncode == 0, r.stderr[-3000:]
+  md = out.read_text()
+  part = md.split('### MNIST, an independent PyTorch DS-FL')[1].split('**Checks.**')[0]
+  assert ('python benchmarks/torch_dsfl.py --config=configs/dsfl_mnist_cpu.py '
+          '--mnist=/path/to/mnist.npz --seeds=0,1,2 --aggregations=era,sa') in part
+  assert 'python -m fedjax_kd.sweep' not in part
+  seeds = [ln for ln in part.split('Every round, seed by seed:')[1].splitlines()
+           if ln.startswith('| ') and not ln.startswith('| variant')]
+  assert [ln.split(' | ')[:2] for ln in seeds[:4]] == [
+      ['| DS-FL ERA', '0'], ['| PyTorch DS-FL ERA', '0'], ['| DS-FL SA', '0'],
+      ['| PyTorch DS-FL SA', '0']]
+  assert seeds[1] == '| PyTorch DS-FL ERA | 0 | 0.100 | 0.500 | 0.930 |'
+  checks = {ln.split(' | ')[0][2:]: ln for ln in md.splitlines()
+            if ln.startswith('| ') and 'dsfl_mnist_torch' in ln and 'PyTorch' in ln}
+  era = [v for k, v in checks.items() if 'ERA server accuracy equals' in k and 'last' in k][0]
+  assert 'paired difference +0.003 ± 0.012 (n=3)' in era and era.endswith('**holds** |')
+  sa = [v for k, v in checks.items() if 'SA server accuracy equals' in k][0]
+  assert 'paired difference -0.083 ± 0.006' in sa and sa.endswith(
+      '**does not hold at this scale** |')
+  both = [v for k, v in checks.items() if 'in the PyTorch reference too' in k][0]
+  assert both.endswith('**holds** |')
