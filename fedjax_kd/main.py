@@ -27,12 +27,16 @@ import signal
 import sys
 from typing import Sequence
 
-from absl import app, flags
-from absl import logging as absl_logging
-from ml_collections import config_flags
+try:   # a Ctrl-C while the command is still importing ends in one line too
+  from absl import app, flags
+  from absl import logging as absl_logging
+  from ml_collections import config_flags
 
-from fedjax_kd import config as config_lib
-from fedjax_kd.errors import ConfigError, DataError, DivergenceError
+  from fedjax_kd import config as config_lib
+  from fedjax_kd.errors import ConfigError, DataError, DivergenceError
+except KeyboardInterrupt:
+  print('error: interrupted (Ctrl-C)', file=sys.stderr)
+  sys.exit(128 + signal.SIGINT.value)
 
 # JAX and everything that runs it are imported inside cli(), where a Ctrl-C ends in one line.
 DISTRIBUTED_MODES = ('auto', 'on', 'off')   # fedjax_kd.distributed.MODES

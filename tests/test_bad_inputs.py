@@ -316,8 +316,15 @@ def _start(argv, tmp_path):
 def test_ctrl_c_before_the_first_round_is_one_line(tmp_path):
   import signal
   import time
-  proc = _start([f'--config={DEFAULT}', f'--workdir={tmp_path / "w"}'], tmp_path)
-  time.sleep(4)     # importing JAX, loading data, compiling round 1 (about 20 s)
+  work = tmp_path / 'w'
+  proc = _start([f'--config={DEFAULT}', f'--workdir={work}'], tmp_path)
+  # The lock is taken once the config is valid; loading data and compiling round 1 (about
+  # 20 s) follow: the Ctrl-C lands there.
+  t0 = time.time()
+  while not (work / workdir_lib.LOCK).exists():
+    assert proc.poll() is None and time.time() - t0 < 300, proc.stderr.read()
+    time.sleep(0.05)
+  time.sleep(0.5)
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=300)
   assert proc.returncode == 130, err
