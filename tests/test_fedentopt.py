@@ -247,7 +247,8 @@ def test_scaffold_with_stragglers_and_dropout_resumes_exactly(tmp_path):
 @pytest.mark.parametrize('algo', ['dsfl', 'fedcache2'])
 def test_distillation_algorithms_take_the_selection_layer(tmp_path, algo):
   rows, _ = run(tmp_path, fe_tiny(algo, rounds=2, **{'selection.stragglers': 0.5,
-                                                     'selection.dropout': 0.2}))
+                                                     'selection.dropout': 0.2,
+                                                     'distill.batch_size': 40}))
   assert all(r['participants'] == 4 and r['label_coverage'] >= 1 for r in rows)
   assert rows[-1]['test_acc'] is not None
 
