@@ -130,12 +130,33 @@ def _one_line(e: BaseException) -> str:
   return 'error: ' + ' '.join(str(e).split())
 
 
+def _exit_on_ctrl_c():
+  """Outside the round loop (which takes SIGINT over and stops after a round) a Ctrl-C ends the
+  command at once with one line. A KeyboardInterrupt would not do: raised inside a garbage
+  collector callback (JAX has one) Python prints it and carries on. Nothing is lost: before
+  the first round nothing but whole files has been written. Returns the previous handler
+  (None off the main thread, where Python allows no handler)."""
+  import os  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  if threading.current_thread() is not threading.main_thread():
+    return None
+
+  def handler(signum, frame):
+    del signum, frame
+    print('error: interrupted (Ctrl-C) outside a round; rerun the same command to resume '
+          'from the newest checkpoint, if the workdir has one', file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGINT.value)   # pylint: disable=protected-access
+
+  return signal.signal(signal.SIGINT, handler)
+
+
 def cli(argv: Sequence[str]) -> int:
   """Runs the command line ``argv`` (``argv[0]`` is the program); returns the exit code.
 
   Every user error ends here as one ``error: ...`` line on stderr and exit code 2, before
   any compute.
   """
+  previous = _exit_on_ctrl_c()
   try:
     from fedjax_kd import distributed  # pylint: disable=g-import-not-at-top
     from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
@@ -158,6 +179,9 @@ def cli(argv: Sequence[str]) -> int:
     print('error: interrupted (Ctrl-C); rerun the same command to resume from the newest '
           'checkpoint, if the run had saved one', file=sys.stderr)
     return 128 + signal.SIGINT.value
+  finally:
+    if previous is not None:
+      signal.signal(signal.SIGINT, previous)
   if summary.get('stopped_by'):   # SIGINT/SIGTERM: checkpointed, resumable
     return 128 + signal.Signals[summary['stopped_by']].value
   return 0

@@ -317,9 +317,12 @@ def test_ctrl_c_before_the_first_round_is_one_line(tmp_path):
   import signal
   import time
   work = tmp_path / 'w'
-  proc = _start([f'--config={DEFAULT}', f'--workdir={work}'], tmp_path)
-  # The lock is taken once the config is valid; loading data and compiling round 1 (about
-  # 20 s) follow: the Ctrl-C lands there.
+  cfg = tmp_path / 'tiny.py'
+  cfg.write_text(TINY)
+  proc = _start([f'--config={cfg}', '--config.train.epochs=300', f'--workdir={work}'],
+                tmp_path)
+  # The lock is taken once the config is valid; loading data and compiling round 1 follow
+  # (seconds), then a round of 300 local epochs: the Ctrl-C lands before it ends.
   t0 = time.time()
   while not (work / workdir_lib.LOCK).exists():
     assert proc.poll() is None and time.time() - t0 < 300, proc.stderr.read()
