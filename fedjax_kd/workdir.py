@@ -133,7 +133,7 @@ class DirLock:
     written there, removes it again (a run refused for bad input leaves no folder)."""
     self.release()
     path = os.path.join(self.directory, LOCK)
-    if getattr(self, 'created', False) and os.listdir(self.directory) == [LOCK]:
+    if self.created and os.listdir(self.directory) == [LOCK]:
       os.remove(path)
       os.rmdir(self.directory)
 

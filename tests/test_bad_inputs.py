@@ -173,13 +173,17 @@ def _cases(tmp):
   ]
 
 
-@pytest.fixture
-def no_compute(monkeypatch):
+def _forbid_compute(monkeypatch):
   """Model initialisation and rounds raise: a case that reaches them fails the test."""
   def boom(*a, **k):
     raise AssertionError('a bad input reached compute')
   monkeypatch.setattr(runner, 'init_state', boom)
   monkeypatch.setattr(runner, 'play_round', boom)
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+  _forbid_compute(monkeypatch)
 
 
 def _check(argv, expected, capsys, workdir=None):
@@ -220,10 +224,7 @@ def _finished(tmp_path, rounds=3):
 
 def test_resume_refusals_are_one_line(tmp_path, capsys, monkeypatch):
   work, cfg = _finished(tmp_path)
-  def boom(*a, **k):
-    raise AssertionError('a bad input reached compute')
-  monkeypatch.setattr(runner, 'init_state', boom)
-  monkeypatch.setattr(runner, 'play_round', boom)
+  _forbid_compute(monkeypatch)    # only after the real run above
   before = (work / 'metrics.jsonl').read_text()
   # Fewer rounds than the workdir has run: refused (it used to report 3 rounds while
   # config.json said 2).
@@ -307,7 +308,7 @@ def test_the_distributed_modes_are_the_modules():
   assert main_lib.DISTRIBUTED_MODES == distributed.MODES
 
 
-def _start(argv, tmp_path):
+def _start(argv):
   return subprocess.Popen([sys.executable, '-m', 'fedjax_kd.main', *argv], cwd=REPO,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'))
@@ -319,8 +320,7 @@ def test_ctrl_c_before_the_first_round_is_one_line(tmp_path):
   work = tmp_path / 'w'
   cfg = tmp_path / 'tiny.py'
   cfg.write_text(TINY)
-  proc = _start([f'--config={cfg}', '--config.train.epochs=300', f'--workdir={work}'],
-                tmp_path)
+  proc = _start([f'--config={cfg}', '--config.train.epochs=300', f'--workdir={work}'])
   # The lock is taken once the config is valid; loading data and compiling round 1 follow
   # (seconds), then a round of 300 local epochs: the Ctrl-C lands before it ends.
   t0 = time.time()
@@ -341,7 +341,7 @@ def test_a_second_ctrl_c_in_a_round_is_one_line(tmp_path):
   cfg.write_text(TINY)
   # Rounds of a second or so (many local epochs), so both signals land in one round.
   proc = _start([f'--config={cfg}', '--config.rounds=500', '--config.checkpoint.every=0',
-                 '--config.train.epochs=300', f'--workdir={tmp_path / "w"}'], tmp_path)
+                 '--config.train.epochs=300', f'--workdir={tmp_path / "w"}'])
   lines = []
   for line in proc.stderr:        # wait until the rounds run
     lines.append(line)
