@@ -27,6 +27,7 @@ import numpy as np
 import optax
 
 from fedjax_kd.core.federation import Federation, build_federated_data, ce_loss
+from fedjax_kd.core.local import LocalRule
 from fedjax_kd.models import registry
 
 
@@ -56,7 +57,7 @@ def bench(k: int, args, loop: bool) -> dict:
   states = fed.init(root)
 
   def run(states, t):
-    states, loss = fed.train_private(states, root, t, epochs=1, batch_size=args.batch)
+    states, loss = fed.train_private(states, root, t, LocalRule(epochs=1, batch_size=args.batch))
     jax.block_until_ready(states)
     return states
 
@@ -75,11 +76,12 @@ def bench(k: int, args, loop: bool) -> dict:
                         [args.model], {args.model: module}, {'train': optax.sgd(0.1)},
                         use_mesh=False)
     sstate = single.init(root)
-    sstate, _ = single.train_private(sstate, root, 1, epochs=1, batch_size=args.batch)
+    sstate, _ = single.train_private(sstate, root, 1, LocalRule(epochs=1, batch_size=args.batch))
     jax.block_until_ready(sstate)
     t0 = time.perf_counter()
     for c in range(k):
-      sstate, _ = single.train_private(sstate, root, 2 + c, epochs=1, batch_size=args.batch)
+      sstate, _ = single.train_private(sstate, root, 2 + c,
+                                       LocalRule(epochs=1, batch_size=args.batch))
     jax.block_until_ready(sstate)
     lt = time.perf_counter() - t0
     out.update(loop_s=lt, loop_client_steps_per_s=k * args.steps / lt, speedup=lt / dt)

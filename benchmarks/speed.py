@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
 from fedjax_kd import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
 from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+from fedjax_kd.algorithms import base
 from fedjax_kd.models import layers, registry  # pylint: disable=g-import-not-at-top
 
 BLAZEFL_ROUNDS_PER_MIN = 3.7        # BlazeFL README, CNN, best parallelism, one A100
@@ -163,7 +164,7 @@ def time_workload(name: str, c, data_desc: str, args) -> dict[str, Any]:
 
   def one_round(state, t):
     active = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask)).active
-    state, _ = algo.round(state, t, active)
+    state, _ = base.play_round(algo, state, t, active)
     jax.block_until_ready(state)
     return state, int(active.sum())
 

@@ -12,12 +12,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import ml_collections
 import numpy as np
 
+from fedjax_kd import fields
 from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops.errors import ParamError
+from fedjax_kd.spec import DataSpec, ExperimentSpec, ModelOptions, OptimSpec, SelectionSpec
+
+# The readers, under the short names this module uses (fedjax_kd.fields documents them).
+_get, _int, _float, _bool, _choice = (fields.get, fields.integer, fields.number,
+                                      fields.boolean, fields.choice)
 
 OPTIMIZERS = ('sgd', 'adam')
 COMPUTE_DTYPES = ('float32', 'bfloat16')   # train.compute_dtype (core.kernels.COMPUTE_DTYPES)
@@ -221,154 +228,12 @@ def override(config: ml_collections.ConfigDict, fields: dict[str, Any]) -> ml_co
   return config
 
 
-@dataclasses.dataclass(frozen=True)
-class DataSpec:
-  source: str
-  public_source: str
-  data_dir: str
-  num_public: int
-  num_private: int | None
-  partition: str
-  alpha: float
-  shards_per_client: int
-  classes_per_client: int
-  min_size: int
-  per_client_test: bool
-  val_fraction: float = 0.0
-  augment: str = 'none'
-  augment_predict: bool = True
-  label_key: str = ''
-  normalize: str = 'unit'
-  mean: tuple[float, ...] = ()
-  std: tuple[float, ...] = ()
-
-
 NORMALIZATIONS = ('unit', 'symmetric', 'standardize')
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelOptions:
-  """``model.*``: initializer family and BatchNorm options (None: each model's own)."""
-  init: str = 'auto'
-  bn_momentum: float | None = None
-  bn_epsilon: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimSpec:
-  optimizer: str
-  learning_rate: float
-  momentum: float
-  weight_decay: float
-  batch_size: int
-  epochs: int
-  lr_decay: float = 1.0
-  fresh_optimizer: bool = False
-  compute_dtype: str = 'float32'
-
-
 SELECTORS = ('uniform', 'fedentopt', 'power_of_choice')
-
-
-@dataclasses.dataclass(frozen=True)
-class SelectionSpec:
-  """Client selection (``selection.*``); ``m`` clients a round, FedEntOpt buffer ``q``."""
-  method: str = 'uniform'
-  m: int = 1
-  q: int = 0
-  dp: bool = False
-  epsilon: float = 0.5
-  tie_tol: float = 1e-5
-  tie_break: str = 'lowest'
-  candidates: int = 0
-  dropout: float = 0.0
-  dropout_mode: str = 'exact'
-  stragglers: float = 0.0
-  straggler_min_epochs: int = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class ExperimentSpec:
-  """The validated experiment; algorithm options live in ``options``."""
-  algorithm: str
-  seed: int
-  rounds: int
-  data: DataSpec
-  num_clients: int
-  client_models: tuple[str, ...]
-  participation: float
-  shared_init: bool
-  server_model: str
-  train: OptimSpec
-  distill: OptimSpec | None           # None: distillation shares ``train``'s optimizer
-  distill_batch_size: int
-  distill_epochs: int
-  public_per_round: int
-  comm_rules: str
-  comm_thresholds: tuple[float, ...]
-  eval_every: int
-  eval_clients: bool
-  eval_chunk: int
-  checkpoint_every: int
-  checkpoint_keep: int = 2
-  tensorboard: bool = True
-  selection: SelectionSpec = SelectionSpec()
-  store: str = 'device'               # clients.store: 'device' | 'host' | 'disk'
-  store_dir: str = ''
-  store_chunk: int = 256
-  model: ModelOptions = ModelOptions()
-  options: Any = None
-  raw: Any = None                     # the ConfigDict, for writing to the workdir
-
-  @property
-  def partial(self) -> bool:
-    """Whether a round can leave clients out (sampling or dropout)."""
-    return self.participation < 1.0 or self.selection.dropout > 0
-
-
-def _int(c, field: str, lo: int | None = None, hi: int | None = None) -> int:
-  v = _get(c, field)
-  if isinstance(v, bool) or not isinstance(v, int):
-    raise ConfigError(field, v, 'an integer')
-  if (lo is not None and v < lo) or (hi is not None and v > hi):
-    rng = f'>= {lo}' if hi is None else f'in [{lo}, {hi}]'
-    raise ConfigError(field, v, f'an integer {rng}')
-  return v
-
-
-def _float(c, field: str, lo: float | None = None, lo_open: bool = False,
-           hi: float | None = None) -> float:
-  v = _get(c, field)
-  if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-    raise ConfigError(field, v, 'a finite number')
-  v = float(v)
-  if lo is not None and (v <= lo if lo_open else v < lo):
-    raise ConfigError(field, v, f'a number {">" if lo_open else ">="} {lo}'
-                      + ('' if hi is None else f' and <= {hi}'))
-  if hi is not None and v > hi:
-    raise ConfigError(field, v, f'a number <= {hi}')
-  return v
-
 
 # FedEntOpt's whole [rounds, clients a round] int64 schedule is computed (and written to
 # selection.json) up front; a config that would need more than this is refused.
 MAX_SCHEDULE_BYTES = 64 * 2**20
-
-# The smallest temperature a softmax(x / T) option takes: at 1e-4 ERA is already an argmax
-# of the averaged probabilities, and at 1e-30 a DS-FL round produced NaN in float32.
-MIN_TEMPERATURE = 1e-4
-
-
-def temperature(c, field: str) -> float:
-  """A softmax temperature field: a finite number >= :data:`MIN_TEMPERATURE`."""
-  return _float(c, field, MIN_TEMPERATURE)
-
-
-def _bool(c, field: str) -> bool:
-  v = _get(c, field)
-  if not isinstance(v, (bool, np.bool_)):
-    raise ConfigError(field, v, 'True or False')
-  return bool(v)
 
 
 def _type_name(v: Any) -> str:
@@ -503,13 +368,6 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   walk(config, default_config(), '')
 
 
-def _choice(c, field: str, allowed: Sequence[str]) -> str:
-  v = _get(c, field)
-  if v not in allowed:
-    raise ConfigError(field, v, tuple(allowed))
-  return v
-
-
 def _val_fraction(c) -> float:
   v = _float(c, 'data.val_fraction', 0.0)
   if v >= 1.0:
@@ -557,16 +415,6 @@ def _model_options(c) -> ModelOptions:
       raise ConfigError(f'model.{name}', v, "a number in (0, 1), or -1 for each model's own")
     out[name] = None if v == -1.0 else v
   return ModelOptions(init=init, **out)
-
-
-def _get(c, field: str):
-  node = c
-  for part in field.split('.'):
-    try:
-      node = node[part]
-    except (KeyError, AttributeError):
-      raise ConfigError(field, None, 'a value (the field is missing)') from None
-  return node
 
 
 def _canonical(registry, spec, field: str) -> str:
@@ -715,7 +563,10 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
 
   comm_rules = _get(config, 'comm.rules')
   from fedjax_kd.ops import comm  # pylint: disable=g-import-not-at-top
-  comm.get_rules(comm_rules)  # validates
+  try:
+    comm.get_rules(comm_rules)  # validates
+  except ParamError as e:
+    raise fields.field_error(e, {'name': 'comm.rules'}) from None
   thresholds = _get(config, 'comm.thresholds')
   if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1
              for x in thresholds):

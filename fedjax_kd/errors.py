@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from fedjax_kd.ops.errors import ParamError
 
-class ConfigError(ValueError):
-  """A configuration field has a bad value.
 
-  The message always names the field, the value given and what is allowed.
+class ConfigError(ParamError):
+  """A configuration field (or command-line flag) has a bad value.
+
+  The message always names the field, the value given and what is allowed
+  (``field=value is not allowed: expected ...``), as an op's
+  :class:`~fedjax_kd.ops.errors.ParamError` names its parameter.
   """
 
   def __init__(self, field: str, value: Any, allowed: str | Iterable[Any]):
-    if not isinstance(allowed, str):
-      allowed = 'one of ' + ', '.join(repr(a) for a in allowed)
+    super().__init__(field, value, allowed)
     self.field = field
-    self.value = value
-    self.allowed = allowed
-    super().__init__(f'{field}={value!r} is not allowed: expected {allowed}.')
 
 
 class DataError(ValueError):

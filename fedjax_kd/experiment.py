@@ -18,7 +18,6 @@ import optax
 from fedjax_kd import algorithms
 from fedjax_kd import selection as selection_lib
 from fedjax_kd.algorithms.base import Algorithm, Context
-from fedjax_kd.config import ExperimentSpec, OptimSpec
 from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.core.store import ClientStore
 from fedjax_kd.data import partition as partition_lib
@@ -26,6 +25,7 @@ from fedjax_kd.data import sources, splits
 from fedjax_kd.errors import ConfigError, DataError
 from fedjax_kd.models import registry
 from fedjax_kd.ops import selection as selection_ops
+from fedjax_kd.spec import ExperimentSpec, OptimSpec
 
 
 def make_optimizer(o: OptimSpec) -> optax.GradientTransformation:

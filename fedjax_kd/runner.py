@@ -42,9 +42,9 @@ from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import experiment as experiment_lib
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
-from fedjax_kd.config import ExperimentSpec
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 from fedjax_kd.ops import comm
+from fedjax_kd.spec import ExperimentSpec
 
 
 def _fmt_bytes(b: float) -> str:
@@ -89,7 +89,7 @@ def nonfinite_arrays(state: Any, fed: Any = None) -> list[str]:
 
   Returns:
     One entry per group of arrays (the first two levels of the state, e.g.
-    ``clients[0].params`` or ``extra['cache_labels']``), such as
+    ``clients[0].params`` or ``extra.cache_labels``), such as
     ``"clients[0].params: 6 of 6 arrays, e.g. ['Dense_0']['bias'] (clients 0, 2)"``;
     empty when every floating-point array is finite.
   """
@@ -360,13 +360,13 @@ def _first_nonfinite(bad: list[str], losses: list[str]) -> str:
 
   A round runs local training, then the server's aggregation, then distillation; the
   state only shows the end, so the phases are told apart by their own outputs: the local
-  training loss, the algorithm's server-side arrays (``extra[...]``: labels, caches,
+  training loss, the algorithm's server-side arrays (``extra``: labels, caches,
   payloads) and the distillation losses.
   """
   if any(k.startswith('train') for k in losses):
     return ('It went non-finite first in local training (train_loss): lower '
             'train.learning_rate or check the data.')
-  server = [b.split(':', 1)[0] for b in bad if b.startswith('extra[')]
+  server = [b.split(':', 1)[0] for b in bad if b.startswith('extra')]
   if server:
     return (f'Local training stayed finite; the server\'s arrays went non-finite first '
             f'({", ".join(server)}): check the aggregation\'s options (temperature, '
@@ -381,7 +381,7 @@ def _first_nonfinite(bad: list[str], losses: list[str]) -> str:
 def client_record(algo, state, t: int) -> dict[str, Any]:
   """``clients.json``: each client model's test accuracy and loss after round ``t``."""
   spec = algo.spec
-  acc, nll = algo.fed.evaluate(state.clients, per_client_test=spec.data.per_client_test,
+  acc, nll = algo.ctx.fed.evaluate(state.clients, per_client_test=spec.data.per_client_test,
                                chunk=spec.eval_chunk)
   d = algo.ctx.data
 

@@ -42,10 +42,10 @@ from typing import Callable
 
 import numpy as np
 
-from fedjax_kd.config import ExperimentSpec
 from fedjax_kd.core import rng
 from fedjax_kd.ops import comm
 from fedjax_kd.ops import selection as sel_ops
+from fedjax_kd.spec import ExperimentSpec
 
 
 @dataclasses.dataclass(frozen=True)

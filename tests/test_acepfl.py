@@ -2,7 +2,6 @@
 ablation switches, bad input, resume. The clustering, temperature and noise ops have their own
 test files (test_label_cluster, test_temperature, test_privacy)."""
 
-import os
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,7 @@ import pytest
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, presets
-from fedjax_kd.algorithms import acepfl
+from fedjax_kd.algorithms import acepfl, base
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, losses
 from tests.test_fedcache2 import load_config, run
@@ -142,13 +141,13 @@ def test_history_is_mean_of_aggregates_and_best_model_is_tracked(tmp_path, monke
   orig_agg = acepfl.ACEPFL._aggregate
   orig_acc = acepfl.ACEPFL._selection_accuracy
 
-  def record_agg(self, up, active):
-    teachers, fresh = orig_agg(self, up, active)
+  def record_agg(self, up, *args):
+    teachers, fresh = orig_agg(self, up, *args)
     seen.append(np.asarray(teachers))
     return teachers, fresh
 
-  def record_acc(self, state, active):
-    acc = orig_acc(self, state, active)
+  def record_acc(self, state, r):
+    acc = orig_acc(self, state, r)
     accs.append(acc)
     return acc
 
@@ -158,16 +157,16 @@ def test_history_is_mean_of_aggregates_and_best_model_is_tracked(tmp_path, monke
   algo = exp.algorithm
   state = algo.init()
   for t in (1, 2, 3):
-    state, out = algo.round(state, t, np.ones(K, bool))
-  np.testing.assert_allclose(np.asarray(state.extra['hist']), np.mean(seen, axis=0), atol=1e-6)
-  assert int(state.extra['hist_count'][0]) == 3
-  np.testing.assert_allclose(np.asarray(state.extra['best_acc']), np.max(accs, axis=0))
+    state, out = base.play_round(algo, state, t, np.ones(K, bool))
+  np.testing.assert_allclose(np.asarray(state.extra.hist), np.mean(seen, axis=0), atol=1e-6)
+  assert int(state.extra.hist_count[0]) == 3
+  np.testing.assert_allclose(np.asarray(state.table.best_acc), np.max(accs, axis=0))
   assert out.metrics['temperature'] == pytest.approx(algo.temperature(3))
   # Eq. 3 with equal weights inside clusters: the teacher is a convex mix of the rows.
   np.testing.assert_allclose(seen[0].sum(-1), 1.0, atol=1e-5)
   # UA is the unweighted mean of per-client accuracies; the weighted mean uses test sizes.
   ev = algo.evaluate(state)
-  acc, _ = algo.fed.evaluate(state.clients, per_client_test=True)
+  acc, _ = algo.ctx.fed.evaluate(state.clients, per_client_test=True)
   n = np.asarray(exp.ctx.data.test_n, float)
   assert ev['test_acc'] == pytest.approx(float(np.mean(acc)))
   assert ev['test_acc_weighted'] == pytest.approx(float(np.sum(acc * n) / n.sum()))
@@ -178,7 +177,7 @@ def test_sd_and_gd_start_in_round_two(tmp_path):
     exp = build(ace_tiny(rounds=2, **{'acepfl.distillation': distillation}))
     state, out = exp.algorithm.init(), []
     for t in (1, 2):
-      state, _ = exp.algorithm.round(state, t, np.ones(K, bool))
+      state, _ = base.play_round(exp.algorithm, state, t, np.ones(K, bool))
       out.append([np.asarray(a) for a in jax.tree.leaves(state.clients)])
     return out
 
@@ -194,7 +193,7 @@ def test_literal_gd_gives_no_gradient(tmp_path):
     state = exp.algorithm.init()
     metrics = {}
     for t in (1, 2):
-      state, out = exp.algorithm.round(state, t, np.ones(K, bool))
+      state, out = base.play_round(exp.algorithm, state, t, np.ones(K, bool))
       metrics = out.metrics
     return jax.tree.leaves(state.clients), metrics
 
@@ -209,13 +208,15 @@ def test_per_cluster_teachers_and_fedmd_mean(tmp_path):
   exp = build(ace_tiny(rounds=1, **{'acepfl.aggregation': 'per_cluster'}))
   algo = exp.algorithm
   rows = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(0), (K, M, C)))
-  teachers, fresh = algo._aggregate(rows, np.ones(K, bool))
+  labels = np.asarray(algo.clustering.labels)
+  sizes = np.asarray(exp.ctx.data.client_n)
+  teachers, fresh = algo._aggregate(rows, np.ones(K, bool), labels, sizes)
   assert teachers.shape[0] == algo.num_clusters and bool(jnp.all(fresh))
   for v in range(algo.num_clusters):
     np.testing.assert_allclose(np.asarray(teachers[v]),
-                               np.asarray(rows)[algo.labels == v].mean(0), atol=1e-6)
+                               np.asarray(rows)[labels == v].mean(0), atol=1e-6)
   md = build(ace_tiny(rounds=1, algorithm='fedmd')).algorithm
-  teachers, _ = md._aggregate(rows, np.asarray([True, True, False, True]))
+  teachers, _ = md._aggregate(rows, np.asarray([True, True, False, True]), labels, sizes)
   np.testing.assert_allclose(np.asarray(teachers[0]), np.asarray(rows)[[0, 1, 3]].mean(0),
                              atol=1e-6)
   assert md.k_top == C and md.options.curve == 'fixed'

@@ -8,7 +8,6 @@ test failure, not a pass. A few cases also go through ``python -m fedjax_kd.main
 the real entry point.
 """
 
-import json
 import os
 import subprocess
 import sys

@@ -2,8 +2,8 @@
 
 import pytest
 
-from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
+from fedjax_kd.ops.errors import ParamError
 
 DSFL = comm.RULES['dsfl']
 
@@ -66,5 +66,5 @@ def test_comu_at_and_rules_errors():
   assert comm.comu_at([0.5, 0.81, 0.95], [10, 20, 30], 0.8) == 20
   assert comm.comu_at([0.5], [10], 0.8) is None
   assert comm.get_rules('paper', 'scarlet').name == 'scarlet'
-  with pytest.raises(ConfigError, match='comm.rules'):
+  with pytest.raises(ParamError, match="name='exact'"):
     comm.get_rules('exact')

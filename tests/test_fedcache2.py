@@ -10,6 +10,7 @@ import pytest
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, presets, runner
+from fedjax_kd.algorithms import base, fedcache2
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import krr
 from tests.test_main import read_rows
@@ -82,8 +83,8 @@ def test_png_bytes_are_pil_file_sizes(tmp_path):
   exp = experiment.build(config_lib.validate(c))
   algo = exp.algorithm
   state = algo.init()
-  state, out = algo.round(state, 1, np.ones(K, bool))
-  cache = state.extra['cache']
+  state, out = base.play_round(algo, state, 1, np.ones(K, bool))
+  cache = state.extra
   q = np.asarray(codec.quantize(cache.x, 0.0, 1.0))
   valid = np.asarray(cache.valid)
   want = codec.encoded_sizes(q[valid], 'png').sum()
@@ -100,14 +101,18 @@ def test_distillation_lowers_the_krr_loss():
   exp = experiment.build(config_lib.validate(c))
   algo, fed = exp.algorithm, exp.ctx.fed
   state = algo.init()
-  state, _ = algo.train_clients(state, 1, np.ones(K, bool))
-  x0, v0 = state.extra['proto'], state.extra['proto_valid']
-  x1, loss, skipped = fed.distill_inputs(
-      state.clients, exp.ctx.root, 1, x0, v0, algo.y_b, epochs=15, batch_size=32, lr=0.01,
-      reg=1e-6, value_range=(0.0, 1.0))
+  state, _ = algo.train_clients(state, base.round_input(algo, fed, 1, np.ones(K, bool)))
+  x0, v0 = state.table.proto, state.table.proto_valid
+  d = exp.ctx.data
+  opts = fedcache2.DistillOptions(epochs=15, batch_size=32, lr=0.01, reg=1e-6, bn_mode='eval',
+                                  augment=None, chunk=64, value_range=(0.0, 1.0))
+  x1, loss, skipped = fed.map_clients(
+      state.clients, exp.ctx.root, 1, 'distill', fedcache2.distill_synthetic,
+      per_client=(x0, v0, d.client_idx, jnp.asarray(d.client_n, jnp.int32)),
+      shared=(algo.y_b, d.x_private, d.y_private), options=opts,
+      fill=(x0, jnp.full((K,), jnp.nan), jnp.zeros((K,), jnp.int32)))
   assert np.all(skipped == 0) and np.all(np.isfinite(loss))
   assert float(jnp.min(x1)) >= 0.0 and float(jnp.max(x1)) <= 1.0   # clipped to the data range
-  d = exp.ctx.data
 
   def full_loss(x_b, k):
     cohort = fed.cohorts[fed._cohort_of[k]]

@@ -14,6 +14,7 @@ import pytest
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, presets
+from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import selection as sel_ops
 from tests.test_fedcache2 import load_config, run
@@ -180,7 +181,7 @@ def test_fedprox_zero_mu_is_fedavg_and_positive_mu_stays_closer(tmp_path):
     exp = experiment.build(spec_of(fe_tiny(algo, rounds=1, **kw)))
     st = exp.algorithm.init()
     start = jax.tree.map(np.asarray, st.server.params)
-    st, _ = exp.algorithm.round(st, 1, exp.ctx.selector.plan(1).active)
+    st, _ = base.play_round(exp.algorithm, st, 1, exp.ctx.selector.plan(1).active)
     return sum(float(np.sum((np.asarray(a) - b) ** 2))
                for a, b in zip(jax.tree.leaves(st.server.params), jax.tree.leaves(start)))
   assert moved('fedprox', **{'fedprox.mu': 5.0}) < 0.7 * moved('fedavg')
@@ -193,8 +194,8 @@ def test_fednova_equals_fedavg_for_equal_steps_and_differs_otherwise():
                                                               **kw})))
     st = exp.algorithm.init()
     active = exp.ctx.selector.plan(1).active
-    tau = exp.algorithm.local_steps(1, active)
-    st, _ = exp.algorithm.round(st, 1, active)
+    tau = exp.algorithm.local_steps(base.round_input(exp.algorithm, exp.ctx.fed, 1, active))
+    st, _ = base.play_round(exp.algorithm, st, 1, active)
     return st.server.params, tau[active]
   iid = {'data.partition': 'iid'}      # equal n_k: equal tau, FedNova = FedAvg
   a, tau = server_after_round('fedavg', **iid)
@@ -213,19 +214,19 @@ def test_scaffold_control_variates_after_one_round():
   st = algo.init()
   start = st.server.params
   active = exp.ctx.selector.plan(1).active
-  tau = algo.local_steps(1, active)
-  st, out = algo.round(st, 1, active)
+  tau = algo.local_steps(base.round_input(algo, exp.ctx.fed, 1, active))
+  st, out = base.play_round(algo, st, 1, active)
   lr = exp.spec.train.learning_rate
   k = int(np.flatnonzero(active)[0])
   y = jax.tree.map(lambda a: np.asarray(a[k]), st.clients[0].params)
   want = jax.tree.map(lambda s, yy: (np.asarray(s[0]) - yy) / (tau[k] * lr), start, y)
-  got = jax.tree.map(lambda a: np.asarray(a[k]), st.extra['c_k'])
+  got = jax.tree.map(lambda a: np.asarray(a[k]), st.table.c_k)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got, want)
   off = int(np.flatnonzero(~active)[0])
-  assert all(np.all(np.asarray(a[off]) == 0) for a in jax.tree.leaves(st.extra['c_k']))
-  c_sum = jax.tree.map(lambda a: np.asarray(a).sum(0) / K, st.extra['c_k'])
+  assert all(np.all(np.asarray(a[off]) == 0) for a in jax.tree.leaves(st.table.c_k))
+  c_sum = jax.tree.map(lambda a: np.asarray(a).sum(0) / K, st.table.c_k)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a[0]), b, rtol=1e-5,
-                                                       atol=1e-7), st.extra['c'], c_sum)
+                                                       atol=1e-7), st.extra.c, c_sum)
   elements = sum(x.size for x in jax.tree.leaves(start))
   up = sum(p.elements * p.copies for p in out.payloads if p.direction == 'up')
   assert up == 2 * active.sum() * elements            # model + control variate

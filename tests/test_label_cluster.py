@@ -5,8 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import label_cluster as lc
+from fedjax_kd.ops.errors import ParamError
 
 
 # ---------------------------------------------------------------- distances
@@ -64,9 +64,9 @@ def test_label_histograms():
 
 
 def test_bad_metric():
-  with pytest.raises(ConfigError) as err:
+  with pytest.raises(ParamError) as err:
     lc.label_distance([1, 0], [0, 1], 'emd')
-  assert err.value.field == 'acepfl.metric'
+  assert err.value.param == 'metric'
 
 
 # ---------------------------------------------------------------- kmeans_1d
@@ -237,20 +237,20 @@ def test_cluster_clients_hist_override():
 
 @pytest.mark.parametrize('k', [0, 7, 2.0, True])
 def test_cluster_clients_bad_num_clusters(k):
-  with pytest.raises(ConfigError) as err:
+  with pytest.raises(ParamError) as err:
     lc.cluster_clients(COUNTS, k, reference=0)
-  assert err.value.field == 'acepfl.clusters'
-  assert 'acepfl.clusters' in str(err.value)
+  assert err.value.param == 'num_clusters'
+  assert 'num_clusters' in str(err.value)
 
 
 def test_cluster_clients_bad_args():
-  with pytest.raises(ConfigError, match='acepfl.reference'):
+  with pytest.raises(ParamError, match='reference'):
     lc.cluster_clients(COUNTS, 2)
-  with pytest.raises(ConfigError, match='acepfl.reference'):
+  with pytest.raises(ParamError, match='reference'):
     lc.cluster_clients(COUNTS, 2, reference=6)
-  with pytest.raises(ConfigError, match='acepfl.cluster_method'):
+  with pytest.raises(ParamError, match='method'):
     lc.cluster_clients(COUNTS, 2, method='graph', reference=0)
-  with pytest.raises(ConfigError, match='acepfl.metric'):
+  with pytest.raises(ParamError, match='metric'):
     lc.cluster_clients(COUNTS, 2, metric='kl', reference=0)
 
 

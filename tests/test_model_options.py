@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
+from fedjax_kd import spec as spec_lib
 from fedjax_kd.data import augment, sources
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import layers, registry
@@ -109,11 +110,11 @@ def test_bn_options_reach_every_batchnorm(momentum, epsilon):
 def test_model_config_fields():
   c = config_lib.default_config()
   spec = config_lib.validate(c)
-  assert spec.model == config_lib.ModelOptions('auto', None, None)
+  assert spec.model == spec_lib.ModelOptions('auto', None, None)
   c.model.init = 'keras'
   c.model.bn_momentum = 0.99
   c.model.bn_epsilon = 1e-3
-  assert config_lib.validate(c).model == config_lib.ModelOptions('keras', 0.99, 1e-3)
+  assert config_lib.validate(c).model == spec_lib.ModelOptions('keras', 0.99, 1e-3)
   for field, value in (('model.init', 'glorot'), ('model.bn_momentum', 1.0),
                        ('model.bn_epsilon', 0.0)):
     bad = config_lib.default_config()

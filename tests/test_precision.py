@@ -24,6 +24,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import runner
 from fedjax_kd.core.federation import Federation, SingleModel, build_federated_data
 from fedjax_kd.core.kernels import CohortKernels
+from fedjax_kd.core.local import LocalRule
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
 from tests.test_main import tiny
@@ -56,7 +57,7 @@ def test_bf16_fit_and_predict_stay_float32_and_close():
     states = fed.init(root)
     start = [np.asarray(a) for a in jax.tree.leaves(states[0].params)]
     # One full-batch step per client: compares one update, not two diverging trajectories.
-    states, loss = fed.train_private(states, root, 1, epochs=1, batch_size=100)
+    states, loss = fed.train_private(states, root, 1, LocalRule(epochs=1, batch_size=100))
     probs = fed.predict(states, fed.data.x_public)
     assert _dtypes(states) == {jnp.dtype(jnp.float32)}   # params, BN stats, opt state
     assert loss.dtype == jnp.float32 and probs.dtype == jnp.float32
@@ -86,8 +87,8 @@ def test_bf16_single_model_and_default_is_exact_float32():
   m16 = SingleModel(module, {'train': optax.sgd(0.1)}, SHAPE, compute_dtype='bfloat16')
   m32 = SingleModel(module, {'train': optax.sgd(0.1)}, SHAPE)
   assert m32.kernels.compute_dtype == 'float32'
-  st16, _ = m16.fit(m16.init(key), key, x, y, epochs=1, batch_size=16)
-  st32, _ = m32.fit(m32.init(key), key, x, y, epochs=1, batch_size=16)
+  st16, _ = m16.fit(m16.init(key), key, x, y, LocalRule(epochs=1, batch_size=16))
+  st32, _ = m32.fit(m32.init(key), key, x, y, LocalRule(epochs=1, batch_size=16))
   assert _dtypes(st16) == {jnp.dtype(jnp.float32)}
   p16, p32 = m16.predict(st16, x), m32.predict(st32, x)
   assert p16.dtype == jnp.float32

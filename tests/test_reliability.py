@@ -19,6 +19,7 @@ from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
 from fedjax_kd import runner
 from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 from tests.test_main import REPO, tiny
 
@@ -128,7 +129,7 @@ def test_checkpoint_holds_the_whole_state_bit_for_bit(tmp_path):
   c.train.momentum = 0.9   # a non-empty optimizer state
   spec = config_lib.validate(c)
   algo = experiment.build(spec).algorithm
-  state, _ = algo.round(algo.init(), 1, np.ones(spec.num_clients, bool))
+  state, _ = base.play_round(algo, algo.init(), 1, np.ones(spec.num_clients, bool))
   ck = checkpoint.Checkpointer(str(tmp_path))
   meta = {'round': 1, 'cum_bytes': {'up': 3, 'down': 4, 'total': 7}}
   ck.save(1, state, meta)
@@ -139,7 +140,7 @@ def test_checkpoint_holds_the_whole_state_bit_for_bit(tmp_path):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert x.dtype == y.dtype
   # Client and server models, optimizer states and SCARLET's cache with its stamps.
-  assert set(state.extra) >= {'cache_labels', 'cache_stamp'}
+  assert state.extra.cache_labels is not None and state.extra.cache_stamp is not None
   assert len(jax.tree.leaves(state.clients[0].opt_state)) > 0
 
 
@@ -169,9 +170,9 @@ def _poison_round(monkeypatch, at: int):
   cls = algorithms.ALGORITHMS['dsfl']
   original = cls.round
 
-  def poisoned(self, state, t, active):
-    state, out = original(self, state, t, active)
-    if t == at:
+  def poisoned(self, state, r):
+    state, out = original(self, state, r)
+    if r.t == at:
       bad = state.clients[1].replace(params=jax.tree.map(
           lambda x: x.at[0].set(jnp.nan), state.clients[1].params))
       state = state.replace(clients=(state.clients[0], bad) + tuple(state.clients[2:]))
@@ -214,11 +215,11 @@ def test_the_guard_names_the_phase_that_went_non_finite_first():
   """Local training, then the server's arrays, then distillation: the first phase whose
   own output is non-finite decides the advice."""
   params = ["clients[0].params: 6 of 6 arrays, e.g. ['Dense_0']['bias'] (clients 0)"]
-  labels = ["extra['prev_server_labels']: 1 of 1 arrays"]
+  labels = ["extra.prev_server_labels: 1 of 1 arrays"]
   msg = runner._first_nonfinite(params + labels, ['train_loss', 'distill_loss'])
   assert msg.startswith('It went non-finite first in local training (train_loss)')
   msg = runner._first_nonfinite(params + labels, ['distill_loss'])   # an ERA at T = 1e-30
-  assert "the server's arrays went non-finite first (extra['prev_server_labels'])" in msg
+  assert "the server's arrays went non-finite first (extra.prev_server_labels)" in msg
   assert 'temperature' in msg and 'before the learning rates' in msg
   msg = runner._first_nonfinite(params, ['distill_loss', 'server_distill_loss'])
   assert 'it went non-finite in distill_loss, server_distill_loss: lower distill.' in msg

@@ -13,6 +13,7 @@ import pytest
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, runner
+from fedjax_kd.algorithms import base
 from fedjax_kd.core.federation import SingleModel
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm
@@ -228,11 +229,12 @@ def test_prediction_augmentation_is_per_client_and_optional():
   state = algo.init()
   x = algo.ctx.data.x_public[:20]
   active = np.ones(K, bool)
-  aug = np.asarray(algo.predict_clients(state, 1, x, active))
+  r = base.round_input(algo, algo.ctx.fed, 1, active)
+  aug = np.asarray(algo.predict_clients(state, r, x))
   assert not np.allclose(aug[0], aug[1])          # same weights, different augmentations
-  np.testing.assert_array_equal(aug, np.asarray(algo.predict_clients(state, 1, x, active)))
+  np.testing.assert_array_equal(aug, np.asarray(algo.predict_clients(state, r, x)))
   algo.predict_augment = None
-  clean = np.asarray(algo.predict_clients(state, 1, x, active))
+  clean = np.asarray(algo.predict_clients(state, r, x))
   np.testing.assert_allclose(clean[0], clean[1], atol=1e-6)
   assert not np.allclose(aug[0], clean[0])
 

@@ -9,7 +9,9 @@ SCRIPT = textwrap.dedent('''
     import jax, numpy as np, optax
     assert len(jax.devices()) == 8, jax.devices()
     from tests.test_engine import TinyMLP, make_data
+    from fedjax_kd.algorithms.fedcache2 import DistillOptions, distill_synthetic
     from fedjax_kd.core.federation import Federation
+    from fedjax_kd.core.local import LocalRule
     data = make_data([9, 14, 20, 11, 17])
     root = jax.random.PRNGKey(0)
     outs = []
@@ -20,16 +22,21 @@ SCRIPT = textwrap.dedent('''
       assert (fed.mesh is not None) == use_mesh
       st = fed.init(root)
       active = np.array([True, True, False, True, True])
-      st, _ = fed.train_private(st, root, 1, epochs=2, batch_size=4, active=active)
+      st, _ = fed.train_private(st, root, 1, LocalRule(epochs=2, batch_size=4), active=active)
       p = fed.predict(st, data.x_public)
-      st, _ = fed.distill(st, root, 1, data.x_public, p.mean(0), epochs=1, batch_size=10)
+      st, _ = fed.distill(st, root, 1, data.x_public, p.mean(0), LocalRule(epochs=1, batch_size=10))
       acc, _ = fed.evaluate(st)
       # FedCache 2.0's KRR distillation of per-client synthetic inputs (3 per class).
       x0 = jax.numpy.asarray(np.random.RandomState(1).rand(5, 3, 4), jax.numpy.float32)
       v0 = jax.numpy.asarray(np.random.RandomState(2).rand(5, 3) > 0.3)
-      xb, dd_loss, _ = fed.distill_inputs(st, root, 1, x0, v0, jax.numpy.eye(3), epochs=2,
-                                          batch_size=4, lr=0.01, reg=1e-6, active=active,
-                                          value_range=(-1.0, 1.0))
+      opts = DistillOptions(epochs=2, batch_size=4, lr=0.01, reg=1e-6, bn_mode='eval',
+                            augment=None, chunk=20, value_range=(-1.0, 1.0))
+      n = jax.numpy.asarray(np.where(active, data.client_n, 0), jax.numpy.int32)
+      xb, dd_loss, _ = fed.map_clients(
+          st, root, 1, 'distill', distill_synthetic, active=active,
+          per_client=(x0, v0, data.client_idx, n),
+          shared=(jax.numpy.eye(3), data.x_private, data.y_private), options=opts,
+          fill=(x0, jax.numpy.full((5,), np.nan), jax.numpy.zeros((5,), jax.numpy.int32)))
       outs.append((np.asarray(fed.predict(st, data.x_public)), acc, np.asarray(xb), dd_loss))
       if use_mesh:
         s = st[0].params['Dense_0']['kernel'].sharding

@@ -1,7 +1,7 @@
 """Algorithms, one module per paper; ``ALGORITHMS`` maps config names to classes."""
 
 from fedjax_kd.algorithms.acepfl import ACEPFL, FedMD
-from fedjax_kd.algorithms.base import AlgState, Algorithm, Context, RoundOutput
+from fedjax_kd.algorithms.base import AlgState, Algorithm, Context, Round, RoundOutput
 from fedjax_kd.algorithms.centralized import Centralized
 from fedjax_kd.algorithms.cfd import CFD
 from fedjax_kd.algorithms.comet import COMET

@@ -32,8 +32,8 @@ Table V's comparator. A round, for every participating client:
    ``0.4 CE(public labels) + T^2 [0.3 KL(s^r||q) + 0.2 KL(s^b||q) + 0.1 KL(M||q)]``,
    teacher-first KL (A2). ``s^b`` is the client's best past model (by validation
    accuracy, A10), kept as its log-probabilities on D0; ``M`` is the running mean of
-   past aggregates (A11). Both are stacked device arrays in ``AlgState.extra``, so
-   checkpoints hold them. ``L_SD`` and ``L_GD`` start in round 2.
+   past aggregates (A11). Both are device arrays (in the client table and the
+   server state), so checkpoints hold them. ``L_SD`` and ``L_GD`` start in round 2.
 
 The evaluated quantity is the unweighted mean of the clients' personalised test
 accuracies (A18); the sample-weighted mean is logged too.
@@ -48,17 +48,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd import fields
 from fedjax_kd.algorithms import base
-from fedjax_kd.config import _choice, _float, _get, _int, temperature
 from fedjax_kd.core import rng
+from fedjax_kd.core.local import LocalRule
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm, label_cluster, losses, privacy
 from fedjax_kd.ops import temperature as temperature_ops
+from fedjax_kd.ops.errors import ParamError
 
 AGGREGATIONS = ('eq3_global', 'per_cluster', 'mean')
 CLUSTER_METHODS = ('vector', 'matrix')
@@ -170,11 +174,41 @@ def _literal_gd(teacher: jax.Array, history: jax.Array, temperature: jax.Array) 
   return temperature**2 * jnp.mean(kl)
 
 
+@flax.struct.dataclass
+class ACEPFLTable:
+  """Per client (rows: clients).
+
+  Attributes:
+    best_acc: ``[K]`` the selection accuracy of the client's best past model
+      (-1: none yet; a finite sentinel, the runner's NaN guard rejects any other).
+    best_logp: ``[K, m, C]`` that model's log-probabilities on D0 (SD's teacher).
+    size: ``[K]`` int, the client's private data size D_n (Eq. 3's weights; constant).
+    cluster: ``[K]`` int, the client's cluster (Algorithm 2; constant).
+    teacher_of: ``[K]`` int, which aggregate the client distils from (its cluster
+      with per-cluster aggregation, else 0; constant).
+  """
+  best_acc: Any
+  best_logp: Any
+  size: Any
+  cluster: Any
+  teacher_of: Any
+
+
+@flax.struct.dataclass
+class ACEPFLServer:
+  """The running mean of past aggregates per teacher (A11).
+
+  Attributes:
+    hist: ``[V, m, C]`` the mean of each teacher's aggregates so far.
+    hist_count: ``[V]`` how many aggregates each mean holds.
+  """
+  hist: Any
+  hist_count: Any
+
+
 class ACEPFL(base.Algorithm):
   """ACE-pFL; see the module docstring."""
   name = 'acepfl'
-  # Per-client constants a round view slices: data sizes and cluster ids.
-  client_attrs = ('sizes', 'labels', 'teacher_of')
   paper_rules = 'acepfl'
   uses_public = True
   samples_public = False      # the whole labelled D0 every round (A13)
@@ -184,49 +218,52 @@ class ACEPFL(base.Algorithm):
   def options_from_config(cls, config, spec) -> ACEOptions:
     g = 'acepfl'
     k = spec.num_clients
-    clusters = _int(config, f'{g}.clusters', 1)
+    clusters = fields.integer(config, f'{g}.clusters', 1)
     if clusters > k:
       raise ConfigError(f'{g}.clusters', clusters,
                         f'an integer in [1, {k}] (at most clients.num_clients)')
-    if not bool(_get(config, f'{g}.clustering')):
+    if not bool(fields.get(config, f'{g}.clustering')):
       clusters = 1
-    weights = _get(config, f'{g}.weights')
+    weights = fields.get(config, f'{g}.weights')
     try:
       weights = tuple(float(w) for w in weights)
     except (TypeError, ValueError):
       weights = ()
     if len(weights) != 4 or any(not np.isfinite(w) or w < 0 for w in weights) or not any(weights):
-      raise ConfigError(f'{g}.weights', _get(config, f'{g}.weights'),
+      raise ConfigError(f'{g}.weights', fields.get(config, f'{g}.weights'),
                         'four numbers >= 0, not all 0: (alpha1 CE, alpha2 KD, alpha3 SD, '
                         'alpha4 GD), e.g. [0.4, 0.3, 0.2, 0.1]')
-    distillation = _choice(config, f'{g}.distillation', DISTILLATION)
+    distillation = fields.choice(config, f'{g}.distillation', DISTILLATION)
     if distillation in ('double', 'single'):   # A26: zeroed, not renormalised
       weights = weights[:3] + (0.0,)
     if distillation == 'single':
       weights = weights[:2] + (0.0, 0.0)
-    curve = _choice(config, f'{g}.curve', temperature_ops.CURVES)
-    if not bool(_get(config, f'{g}.dynamic_temperature')):
+    curve = fields.choice(config, f'{g}.curve', temperature_ops.CURVES)
+    if not bool(fields.get(config, f'{g}.dynamic_temperature')):
       curve = 'fixed'
     o = ACEOptions(
         clusters=clusters,
-        cluster_method=_choice(config, f'{g}.cluster_method', CLUSTER_METHODS),
-        distance=_choice(config, f'{g}.distance', label_cluster.METRICS),
-        reference=_int(config, f'{g}.reference', -1, k - 1),
-        aggregation=_choice(config, f'{g}.aggregation', AGGREGATIONS),
-        top_k=_int(config, f'{g}.top_k', 0),
-        renormalize=_choice(config, f'{g}.renormalize', RENORMALIZE),
-        t0=_float(config, f'{g}.t0'), k1=_float(config, f'{g}.k1'),
-        k2=_float(config, f'{g}.k2'), r0=_int(config, f'{g}.r0', 1),
-        curve=curve, stage_div=_choice(config, f'{g}.stage_div', ('r0', 'T0')),
-        normalize_delta=bool(_get(config, f'{g}.normalize_delta')),
+        cluster_method=fields.choice(config, f'{g}.cluster_method', CLUSTER_METHODS),
+        distance=fields.choice(config, f'{g}.distance', label_cluster.METRICS),
+        reference=fields.integer(config, f'{g}.reference', -1, k - 1),
+        aggregation=fields.choice(config, f'{g}.aggregation', AGGREGATIONS),
+        top_k=fields.integer(config, f'{g}.top_k', 0),
+        renormalize=fields.choice(config, f'{g}.renormalize', RENORMALIZE),
+        t0=fields.number(config, f'{g}.t0'), k1=fields.number(config, f'{g}.k1'),
+        k2=fields.number(config, f'{g}.k2'), r0=fields.integer(config, f'{g}.r0', 1),
+        curve=curve, stage_div=fields.choice(config, f'{g}.stage_div', ('r0', 'T0')),
+        normalize_delta=bool(fields.get(config, f'{g}.normalize_delta')),
         weights=weights,
-        kl_direction=_choice(config, f'{g}.kl_direction', losses.KL_DIRECTIONS),
-        gd_mode=_choice(config, f'{g}.gd_mode', GD_MODES),
-        best_metric=_choice(config, f'{g}.best_metric', BEST_METRICS),
-        hist_epsilon=_float(config, f'{g}.hist_epsilon', 0.0),
-        noise=_choice(config, f'{g}.noise', NOISE),
-        noise_scale=_float(config, f'{g}.noise_scale', 0.0))
-    temperature_ops.validate_temperature(o.t0, o.k1, o.k2, o.r0, o.curve, o.stage_div)
+        kl_direction=fields.choice(config, f'{g}.kl_direction', losses.KL_DIRECTIONS),
+        gd_mode=fields.choice(config, f'{g}.gd_mode', GD_MODES),
+        best_metric=fields.choice(config, f'{g}.best_metric', BEST_METRICS),
+        hist_epsilon=fields.number(config, f'{g}.hist_epsilon', 0.0),
+        noise=fields.choice(config, f'{g}.noise', NOISE),
+        noise_scale=fields.number(config, f'{g}.noise_scale', 0.0))
+    try:
+      temperature_ops.validate_temperature(o.t0, o.k1, o.k2, o.r0, o.curve, o.stage_div)
+    except ParamError as e:
+      raise fields.field_error(e, cls.param_fields()) from None
     if o.best_metric == 'val' and o.weights[2] > 0 and spec.data.val_fraction <= 0:
       raise ConfigError('data.val_fraction', spec.data.val_fraction,
                         "a number in (0, 1) when acepfl.best_metric='val' (the best past "
@@ -241,6 +278,15 @@ class ACEPFL(base.Algorithm):
                         'set must come from the task\'s own data set); or set '
                         'acepfl.weights[0] = 0')
     return o
+
+  @classmethod
+  def param_fields(cls) -> dict[str, str]:
+    """The config field behind each parameter of the ops this algorithm calls."""
+    g = cls.name
+    return {'t0': f'{g}.t0', 'k1': f'{g}.k1', 'k2': f'{g}.k2', 'r0': f'{g}.r0',
+            'curve': f'{g}.curve', 'stage_div': f'{g}.stage_div', 'rounds': 'rounds',
+            'num_clusters': f'{g}.clusters', 'method': f'{g}.cluster_method',
+            'metric': f'{g}.distance', 'reference': f'{g}.reference'}
 
   def __init__(self, ctx: base.Context):
     super().__init__(ctx)
@@ -259,12 +305,13 @@ class ACEPFL(base.Algorithm):
     if o.weights[0] > 0 and int(jnp.max(self.y_pub)) >= c:
       raise ConfigError('data.public_source', self.spec.data.public_source,
                         f'a public set whose labels are in [0, {c})')
-    self.sizes = np.asarray(d.client_n, np.float64)
-    self._cluster()
-    rounds = max(self.spec.rounds, 1)
-    self.temps = temperature_ops.temperature_schedule(
-        rounds, t0=o.t0, k1=o.k1, k2=o.k2, r0=o.r0, curve=o.curve, stage_div=o.stage_div,
-        normalize_delta=o.normalize_delta)
+    try:
+      self._cluster()
+      self.temps = temperature_ops.temperature_schedule(
+          max(self.spec.rounds, 1), t0=o.t0, k1=o.k1, k2=o.k2, r0=o.r0, curve=o.curve,
+          stage_div=o.stage_div, normalize_delta=o.normalize_delta)
+    except ParamError as e:
+      raise fields.field_error(e, self.param_fields()) from None
     self.rules = comm.get_rules(self.spec.comm_rules, self.paper_rules)
     self.loss_fn = _LOSS_FNS[o.kl_direction]
 
@@ -278,21 +325,17 @@ class ACEPFL(base.Algorithm):
     if o.hist_epsilon > 0:   # A19 (i): Laplace on the label counts, clipped at 0
       noisy = privacy.laplace_counts(gen, counts, o.hist_epsilon)
       hist = label_cluster.label_histograms(np.maximum(noisy, 0) + 1e-12)
-    reference = o.reference if o.reference >= 0 else int(gen.integers(self.fed.num_clients))
+    reference = o.reference if o.reference >= 0 else int(gen.integers(self.num_clients))
     self.clustering = label_cluster.cluster_clients(
         counts, o.clusters, method=o.cluster_method, metric=o.distance, reference=reference,
         hist=hist)
-    self.labels = np.asarray(self.clustering.labels, np.int32)
     self.num_clusters = int(self.clustering.num_clusters)
-    per_cluster = o.aggregation == 'per_cluster'
-    self.n_teachers = self.num_clusters if per_cluster else 1
-    self.teacher_of = jnp.asarray(self.labels if per_cluster
-                                  else np.zeros_like(self.labels), jnp.int32)
+    self.n_teachers = self.num_clusters if o.aggregation == 'per_cluster' else 1
 
   def cluster_summary(self) -> dict[str, float]:
     """The clustering diagnostics logged once (Fig. 3's intra-cluster distance)."""
     out = {'clusters': self.num_clusters, 'reference_client': int(self.clustering.reference)}
-    labels = np.asarray(self.clustering.labels)   # all clients (self.labels may be a view's)
+    labels = np.asarray(self.clustering.labels)
     for v, dist in enumerate(np.asarray(self.clustering.intra_distance)):
       out[f'cluster{v}_size'] = int(np.sum(labels == v))
       out[f'cluster{v}_intra_distance'] = float(dist)
@@ -301,24 +344,22 @@ class ACEPFL(base.Algorithm):
   # ------------------------------------------------------------ lifecycle
   def init(self) -> base.AlgState:
     state = super().init()
-    k, m, c, v = self.fed.num_clients, self.m, self.num_classes, self.n_teachers
-    extra = {
-        # -1: no best past model yet (a finite sentinel: the runner's NaN guard
-        # treats any non-finite state as divergence).
-        'best_acc': jnp.full((k,), -1.0, jnp.float32),
-        'best_logp': jnp.zeros((k, m, c), jnp.float32),
-        'hist': jnp.zeros((v, m, c), jnp.float32),
-        'hist_count': jnp.zeros((v,), jnp.int32),
-    }
-    return state.replace(extra=extra)
-
-  def client_state_keys(self):
-    return ('best_acc', 'best_logp')   # each client's best past model and its predictions
+    k, m, c, v = self.num_clients, self.m, self.num_classes, self.n_teachers
+    cluster = np.asarray(self.clustering.labels, np.int32)
+    table = ACEPFLTable(
+        best_acc=jnp.full((k,), -1.0, jnp.float32),
+        best_logp=jnp.zeros((k, m, c), jnp.float32),
+        size=jnp.asarray(self.ctx.data.client_n, jnp.int32),
+        cluster=jnp.asarray(cluster),
+        teacher_of=jnp.asarray(cluster if v > 1 else np.zeros_like(cluster)))
+    server = ACEPFLServer(hist=jnp.zeros((v, m, c), jnp.float32),
+                          hist_count=jnp.zeros((v,), jnp.int32))
+    return state.replace(table=table, extra=server)
 
   def setup_payloads(self) -> list[comm.Payload]:
     """Open data (the labelled D0) plus the one-time clustering traffic (spec §7)."""
     out = super().setup_payloads()
-    n, c = self.fed.num_clients, self.num_classes
+    n, c = self.num_clients, self.num_classes
     if self.options.clusters > 1:
       if self.options.cluster_method == 'vector':
         out += [comm.Payload('reference_histogram', comm.DOWN, 'float', c, n - 1,
@@ -340,7 +381,8 @@ class ACEPFL(base.Algorithm):
         normalize_delta=o.normalize_delta, rounds=self.spec.rounds)
 
   # ---------------------------------------------------------------- round
-  def round(self, state, t, active):
+  def round(self, state, r):
+    t, active = r.t, r.active
     o = self.options
     temp = self.temperature(t)
     metrics: dict[str, float] = {'temperature': temp}
@@ -349,13 +391,14 @@ class ACEPFL(base.Algorithm):
     payloads: list[comm.Payload] = []
     act = jnp.asarray(active)
     n_act = int(np.sum(active))
+    k = r.num_clients
 
     # 1. Local training on private data (lr eta1).
-    state, metrics['train_loss'] = self.train_clients(state, t, active)
+    state, metrics['train_loss'] = self.train_clients(state, r)
 
     # 2-3. Tempered, top-K filtered soft predictions on D0.
-    logp = self.fed.predict(state.clients, self.x_pub, active, chunk=self.spec.eval_chunk,
-                            log=True)
+    logp = r.fed.predict(state.clients, self.x_pub, active, chunk=self.spec.eval_chunk,
+                         log=True)
     up, kept = _upload(logp, jnp.float32(temp), act, rng.server_key(self.ctx.root, t, 'custom'),
                        jnp.float32(o.noise_scale), k=self.k_top,
                        completion=_COMPLETION[o.renormalize], noise=o.noise)
@@ -366,36 +409,37 @@ class ACEPFL(base.Algorithm):
       payloads.append(comm.Payload('topk_indices', comm.UP, 'index', self.m * self.k_top, n_act))
 
     # 4. Server aggregation (Eq. 3 / per cluster / Eq. 1).
-    teachers, fresh = self._aggregate(up, active)       # [V, m, C], [V] bool
+    table, ex = state.table, state.extra
+    cluster, size = jax.device_get((table.cluster, table.size))   # one host read
+    teachers, fresh = self._aggregate(up, active, np.asarray(cluster), np.asarray(size))
     stats = _teacher_stats(teachers, self.y_pub)       # one host read a round
-    payloads += self._downlink_payloads(stats['nnz'], active)
+    payloads += self._downlink_payloads(stats['nnz'], active, np.asarray(cluster))
 
     # 5. Triple distillation on D0 (lr eta2).
-    ex = dict(state.extra)
-    hist, hist_count = ex['hist'], ex['hist_count']
-    has_best = ex['best_acc'] >= 0
-    has_hist = hist_count[self.teacher_of] > 0
+    hist, hist_count = ex.hist, ex.hist_count
+    has_best = table.best_acc >= 0
+    has_hist = hist_count[table.teacher_of] > 0
     w = jnp.asarray(o.weights, jnp.float32)
     gd_on = o.gd_mode == 'student'
-    w_k = jnp.stack([jnp.full((self.fed.num_clients,), w[0]),
-                     jnp.full((self.fed.num_clients,), w[1]),
+    w_k = jnp.stack([jnp.full((k,), w[0]),
+                     jnp.full((k,), w[1]),
                      jnp.where(has_best, w[2], 0.0),
                      jnp.where(has_hist & gd_on, w[3], 0.0)], axis=1)
-    aux = {'best': ex['best_logp'],
-           'T': jnp.full((self.fed.num_clients,), temp, jnp.float32),
+    aux = {'best': table.best_logp,
+           'T': jnp.full((k,), temp, jnp.float32),
            'w': w_k}
     shared = {'x': self.x_pub, 'y': self.y_pub}
     if self.n_teachers == 1:
       shared.update(s=teachers[0], m=hist[0])
     else:
-      aux.update(s=jnp.take(teachers, self.teacher_of, axis=0),
-                 m=jnp.take(hist, self.teacher_of, axis=0))
-    clients, dloss = self.fed.fit(
-        state.clients, self.ctx.root, t, 'distill',
+      aux.update(s=jnp.take(teachers, table.teacher_of, axis=0),
+                 m=jnp.take(hist, table.teacher_of, axis=0))
+    rule = LocalRule(epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
+                     opt_slot=self.distill_slot)   # D0 is never augmented
+    clients, dloss = r.fed.fit(
+        state.clients, self.ctx.root, t, 'distill', rule,
         shared=shared, idx=jnp.arange(self.m, dtype=jnp.int32),
-        n=np.full(self.fed.num_clients, self.m, np.int32), aux=aux, loss_fn=self.loss_fn,
-        epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
-        opt_slot=self.distill_slot, active=active)
+        n=np.full(k, self.m, np.int32), aux=aux, loss_fn=self.loss_fn, active=active)
     state = state.replace(clients=clients)
     metrics['distill_loss'] = base._nanmean(dloss)
     if o.gd_mode == 'literal' or o.weights[3] > 0:
@@ -408,40 +452,46 @@ class ACEPFL(base.Algorithm):
         metrics['gd_literal'] = float(num / den)
 
     # Bookkeeping: the best past model (A10) and the running mean of aggregates (A11).
-    improved = np.zeros(self.fed.num_clients, bool)
+    improved = np.zeros(k, bool)
     if o.weights[2] > 0:
-      acc = self._selection_accuracy(state, active)
-      improved = np.asarray(active) & (acc > np.asarray(ex['best_acc']))
+      acc = self._selection_accuracy(state, r)
+      improved = np.asarray(active) & (acc > np.asarray(table.best_acc))
       metrics[f'{o.best_metric}_acc'] = (float(np.mean(acc[np.asarray(active)]))
                                          if n_act else float('nan'))
     if improved.any():
       # All active clients (not just the improved ones), so the slot count never varies
       # and the kernel compiles once.
-      new_logp = self.fed.predict(state.clients, self.x_pub, active,
-                                  chunk=self.spec.eval_chunk, log=True)
+      new_logp = r.fed.predict(state.clients, self.x_pub, active,
+                               chunk=self.spec.eval_chunk, log=True)
       imp = jnp.asarray(improved)
-      ex['best_logp'] = jnp.where(imp[:, None, None], new_logp, ex['best_logp'])
-      ex['best_acc'] = jnp.where(imp, jnp.asarray(acc, jnp.float32), ex['best_acc'])
+      table = table.replace(
+          best_logp=jnp.where(imp[:, None, None], new_logp, table.best_logp),
+          best_acc=jnp.where(imp, jnp.asarray(acc, jnp.float32), table.best_acc))
     cnt = hist_count.astype(jnp.float32)[:, None, None]
     f = fresh[:, None, None]
-    ex['hist'] = jnp.where(f, (cnt * hist + teachers) / (cnt + 1.0), hist)
-    ex['hist_count'] = hist_count + fresh.astype(jnp.int32)
+    ex = ex.replace(hist=jnp.where(f, (cnt * hist + teachers) / (cnt + 1.0), hist),
+                    hist_count=hist_count + fresh.astype(jnp.int32))
     metrics['best_updates'] = int(improved.sum())
     metrics.update(_teacher_metrics(stats, np.asarray(fresh)))
-    return state.replace(extra=ex), base.RoundOutput(metrics, payloads)
+    return state.replace(table=table, extra=ex), base.RoundOutput(metrics, payloads)
 
   # -------------------------------------------------------------- helpers
-  def _aggregate(self, up: jax.Array, active: np.ndarray) -> tuple[jax.Array, jax.Array]:
-    """``[V, m, C]`` teachers (V = 1 unless per cluster) and which got fresh uploads."""
+  def _aggregate(self, up: jax.Array, active: np.ndarray, cluster: np.ndarray,
+                 size: np.ndarray) -> tuple[jax.Array, jax.Array]:
+    """``[V, m, C]`` teachers (V = 1 unless per cluster) and which got fresh uploads.
+
+    ``cluster`` and ``size`` are the round's clients' cluster ids and data sizes.
+    """
     o = self.options
     act_f = np.asarray(active, np.float64)
     if o.aggregation == 'per_cluster':
-      teachers = aggregate.cluster_means(up, jnp.asarray(self.labels),
+      teachers = aggregate.cluster_means(up, jnp.asarray(cluster),
                                          jnp.asarray(act_f, jnp.float32), self.num_clusters)
-      fresh = np.asarray([act_f[self.labels == v].sum() > 0 for v in range(self.num_clusters)])
+      fresh = np.asarray([act_f[cluster == v].sum() > 0 for v in range(self.num_clusters)])
     else:
       if o.aggregation == 'eq3_global':
-        a = label_cluster.cluster_weights(self.labels, self.sizes, np.asarray(active, bool))
+        a = label_cluster.cluster_weights(cluster, np.asarray(size, np.float64),
+                                          np.asarray(active, bool))
       else:   # Eq. 1: the plain mean over participating clients
         a = act_f / max(act_f.sum(), 1.0)
       teachers = aggregate.mean_aggregate(up, jnp.asarray(a, jnp.float32))[None]
@@ -450,11 +500,12 @@ class ACEPFL(base.Algorithm):
       teachers = teachers / jnp.maximum(jnp.sum(teachers, -1, keepdims=True), 1e-30)
     return teachers, jnp.asarray(fresh)
 
-  def _downlink_payloads(self, nnz: np.ndarray, active: np.ndarray) -> list[comm.Payload]:
+  def _downlink_payloads(self, nnz: np.ndarray, active: np.ndarray,
+                         cluster: np.ndarray) -> list[comm.Payload]:
     """Each receiver gets its teacher, dense or sparse, whichever is smaller (spec §7)."""
     out = []
     for v in range(self.n_teachers):
-      members = (self.labels == v) if self.n_teachers > 1 else np.ones_like(active, bool)
+      members = (cluster == v) if self.n_teachers > 1 else np.ones_like(active, bool)
       receivers = int(np.sum(members & np.asarray(active, bool)))
       if not receivers:
         continue
@@ -470,14 +521,14 @@ class ACEPFL(base.Algorithm):
                                 multicast=True))
     return out
 
-  def _selection_accuracy(self, state, active: np.ndarray) -> np.ndarray:
-    """``[K]`` accuracy that picks the best past model (NaN for inactive clients)."""
+  def _selection_accuracy(self, state, r) -> np.ndarray:
+    """``[S]`` accuracy that picks the best past model (-inf for inactive clients)."""
     if self.options.best_metric == 'public':
-      acc, _ = self.fed.evaluate_shared(state.clients, self.x_pub, self.y_pub, active=active,
-                                        chunk=self.spec.eval_chunk)
+      acc, _ = r.fed.evaluate_shared(state.clients, self.x_pub, self.y_pub, active=r.active,
+                                     chunk=self.spec.eval_chunk)
     else:
-      acc, _ = self.fed.evaluate(state.clients, split='val', active=active,
-                                 chunk=self.spec.eval_chunk)
+      acc, _ = r.fed.evaluate(state.clients, split='val', active=r.active,
+                              chunk=self.spec.eval_chunk)
     return np.where(np.isfinite(acc), acc, -np.inf)
 
 
@@ -498,9 +549,13 @@ class FedMD(ACEPFL):
   paper_rules = 'acepfl'
 
   @classmethod
+  def param_fields(cls) -> dict[str, str]:
+    return {**super().param_fields(), 't0': 'fedmd.temperature'}
+
+  @classmethod
   def options_from_config(cls, config, spec) -> ACEOptions:
-    t = temperature(config, 'fedmd.temperature')
-    ce = _float(config, 'fedmd.public_ce', 0.0)
+    t = fields.temperature(config, 'fedmd.temperature')
+    ce = fields.number(config, 'fedmd.public_ce', 0.0)
     if ce > 0 and spec.data.public_source:
       raise ConfigError('fedmd.public_ce', ce, "0 when data.public_source is set (the public "
                         'labels are not in the task\'s label space)')

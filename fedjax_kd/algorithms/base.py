@@ -4,12 +4,15 @@ An algorithm is a small class with ``init``, ``round`` and ``evaluate``; it
 composes the federation's kernels (train, predict, distill, evaluate) with the
 pure ops in :mod:`fedjax_kd.ops`. Host code only decides which indices, which
 clients and which payloads. Everything a round needs next time is in one
-:class:`AlgState` pytree, so a checkpoint is one call.
+:class:`AlgState` pytree of four declared parts (client models, the client
+table, the server model, the server state), so a checkpoint is one call and a
+client store moves exactly the per-client parts. ``round(state, r)`` sees its
+clients through one :class:`Round`, the same whether they live on the device or
+in a store (:func:`play_round`). The design is in ``docs/design.md``.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any, ClassVar
 
@@ -22,6 +25,7 @@ import optax
 
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import Federation, SingleModel
+from fedjax_kd.core.local import Local, LocalRule
 from fedjax_kd.data import augment as augment_lib
 from fedjax_kd.ops import comm
 
@@ -30,16 +34,60 @@ Array = jax.Array
 
 @flax.struct.dataclass
 class AlgState:
-  """Everything carried between rounds.
+  """Everything carried between rounds, in three declared parts.
 
   Attributes:
-    clients: one stacked ModelState per cohort.
+    clients: one stacked ModelState per cohort (rows in cohort order).
+    table: the algorithm's client table: every other array with one row per
+      client (leading axis K, global client order), e.g. SCARLET's per-client
+      cache stamps, SCAFFOLD's ``c_k``, FedCache 2.0's synthetic sets and label
+      frequencies, ACE-pFL's best past predictions and cluster ids. A typed
+      pytree (``()`` when the algorithm has none). With a host or disk client
+      store it lives with the client models, and a round sees the rows of its
+      participants only.
     server: the server's model state (DS-FL's w_g, FedAvg's w_0) or ``()``.
-    extra: algorithm-specific arrays (caches, stamps, counters), a dict.
+    extra: the algorithm's server-side state (caches, counters, the pending
+      downlink), a typed pytree with no client axis, or ``()``.
   """
   clients: tuple
+  table: Any = ()
   server: Any = ()
-  extra: Any = dataclasses.field(default_factory=dict)
+  extra: Any = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+  """What one round of an algorithm sees.
+
+  Attributes:
+    t: the round, from 1.
+    fed: the federation of this round's clients: all K clients when they live
+      on the device; the participants (padded per cohort) with a client store.
+      Every per-client array of the round (``state.table``, ``active``, the
+      data's index tables) is in ``fed``'s client order.
+    active: ``[S]`` bool, which of ``fed``'s clients take part.
+    epochs_k: ``[S]`` local epochs per client (stragglers) or None (all
+      ``train.epochs``).
+  """
+  t: int
+  fed: Federation
+  active: np.ndarray
+  epochs_k: np.ndarray | None = None
+
+  @property
+  def num_clients(self) -> int:
+    """S: the clients of this round's federation (K without a store)."""
+    return self.fed.num_clients
+
+  @property
+  def ids(self) -> np.ndarray:
+    """``[S]`` global client ids of ``fed``'s clients (keys, cache rows)."""
+    return self.fed.global_ids
+
+  @property
+  def population(self) -> int:
+    """K: every client of the experiment, whatever ``fed`` holds."""
+    return self.fed.population
 
 
 @dataclasses.dataclass
@@ -67,7 +115,14 @@ class Context:
 
 
 class Algorithm:
-  """Base class; subclasses set ``name`` and implement ``round``."""
+  """Base class; subclasses set ``name`` and implement ``round``.
+
+  An algorithm object holds only what is fixed for the run (options, modules,
+  precomputed constants); everything that changes is in the :class:`AlgState`
+  that ``round`` takes and returns, and everything about the round's clients
+  is in its :class:`Round`. ``round`` never looks at the full federation
+  (``self.ctx.fed``): with a client store its clients are not the round's.
+  """
   name: ClassVar[str] = ''
   paper_rules: ClassVar[str] = 'dsfl'   # comm rule set that 'paper' resolves to
   uses_public: ClassVar[bool] = True
@@ -75,14 +130,9 @@ class Algorithm:
   samples_public: ClassVar[bool] = True
   has_server_model: ClassVar[bool] = False
 
-  # Attributes built at construction with a leading client axis of K (label
-  # frequencies, cluster ids, ...): a round view slices them to its clients.
-  client_attrs: ClassVar[tuple[str, ...]] = ()
-
   def __init__(self, ctx: Context):
     self.ctx = ctx
     self.spec = ctx.spec
-    self.fed = ctx.fed
     self.options = ctx.spec.options
     self.server_model = None
     if self.has_server_model:
@@ -94,6 +144,11 @@ class Algorithm:
     # SCARLET's code also augments the public images clients predict on (§8.8).
     self.predict_augment = self.augment if self.spec.data.augment_predict else None
 
+  @property
+  def num_clients(self) -> int:
+    """K, every client of the experiment."""
+    return self.ctx.fed.num_clients
+
   # ---------------------------------------------------------------- config
   @classmethod
   def options_from_config(cls, config: ml_collections.ConfigDict, spec) -> Any:
@@ -103,54 +158,26 @@ class Algorithm:
 
   # ------------------------------------------------------------ lifecycle
   def init(self) -> AlgState:
-    clients = self.fed.init(self.ctx.root, shared_init=self.spec.shared_init)
+    """The state before round 1 for all K clients: models, client table, server state.
+
+    Subclasses extend it with ``state.replace(table=..., extra=...)``.
+    """
+    fed = self.ctx.fed
+    clients = fed.init(self.ctx.root, shared_init=self.spec.shared_init)
     server = ()
     if self.server_model is not None:
       server = self.server_model.init(rng.server_key(self.ctx.root, 0, 'init'))
-    return AlgState(clients=clients, server=server, extra={})
-
-  def client_state_keys(self) -> tuple[str, ...]:
-    """Entries of ``AlgState.extra`` with one row per client (leading axis K).
-
-    With a host or disk client store these live with the client models and
-    only the participants' rows reach the device in a round; every other
-    entry is server-side state and stays on the device.
-    """
-    return ()
-
-  def on_view(self, view) -> 'Algorithm':
-    """This algorithm bound to a round's participants only.
-
-    Args:
-      view: a :class:`~fedjax_kd.core.federation.RoundView`.
-
-    Returns:
-      A shallow copy whose ``fed``/``ctx`` are the view's (the algorithm's
-      ``round`` then sees the view's S clients, of which ``view.active``
-      participate) and whose ``client_attrs`` are sliced to the view's clients.
-      Client ids used for random keys stay global (``fed.global_ids``).
-    """
-    new = copy.copy(self)
-    selector = self.ctx.selector
-    new.ctx = dataclasses.replace(
-        self.ctx, fed=view.fed,
-        selector=None if selector is None else _SelectorView(selector, view.ids))
-    new.fed = view.fed
-    ids = np.asarray(view.ids)
-    for name in self.client_attrs:
-      a = getattr(self, name)
-      setattr(new, name, jnp.take(a, jnp.asarray(ids), axis=0) if isinstance(a, jax.Array)
-              else np.asarray(a)[ids])
-    return new
+    return AlgState(clients=clients, server=server)
 
   def setup_payloads(self) -> list[comm.Payload]:
     """One-time traffic before round 1 (the open-data multicast, ComU@I)."""
     if not self.uses_public:
       return []
     return comm.open_data_broadcast(int(self.ctx.data.x_public.shape[0]),
-                                    self.ctx.bytes_per_public_sample, self.fed.num_clients)
+                                    self.ctx.bytes_per_public_sample, self.num_clients)
 
-  def round(self, state: AlgState, t: int, active: np.ndarray) -> tuple[AlgState, RoundOutput]:
+  def round(self, state: AlgState, r: Round) -> tuple[AlgState, RoundOutput]:
+    """One round on ``r.fed``'s clients; ``state`` holds their rows (see :class:`Round`)."""
     raise NotImplementedError
 
   def evaluate(self, state: AlgState) -> dict[str, float]:
@@ -158,30 +185,38 @@ class Algorithm:
     return self.client_metrics(state, prefix='')
 
   # --------------------------------------------------------------- shared
-  def local_options(self, t: int) -> dict[str, Any]:
-    """Local-training options every algorithm's private training shares.
+  def train_rule(self, **hooks) -> LocalRule:
+    """The rule of private training: ``train.*`` epochs, batch size, fresh optimizer, augment.
 
-    Per-client epochs (stragglers), the round's learning-rate factor
-    ``train.lr_decay ** (t - 1)`` and ``train.fresh_optimizer``.
+    ``hooks`` sets the rule's ``penalty`` / ``correction`` (FedProx, SCAFFOLD).
     """
     tr = self.spec.train
-    epochs_k = None
-    if self.ctx.selector is not None:
-      epochs_k = self.ctx.selector.local_epochs(t, tr.epochs)
-    return {'epochs_k': epochs_k, 'lr_scale': self.lr_factor(t),
-            'fresh_opt': tr.fresh_optimizer}
+    return LocalRule(epochs=tr.epochs, batch_size=tr.batch_size, augment=self.augment,
+                     fresh_opt=tr.fresh_optimizer, **hooks)
+
+  def distill_rule(self) -> LocalRule:
+    """The rule of distillation: ``distill.*`` epochs and batch size, its optimizer slot."""
+    return LocalRule(epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
+                     opt_slot=self.distill_slot, augment=self.augment)
+
+  def local_inputs(self, r: Round, **hook_data) -> Local:
+    """This round's per-client epochs (stragglers) and ``train.lr_decay ** (t - 1)``.
+
+    ``hook_data`` sets the hooks' ``client`` / ``shared`` data.
+    """
+    return Local(epochs_k=r.epochs_k, lr_scale=self.lr_factor(r.t), **hook_data)
 
   def lr_factor(self, t: int) -> float:
     """``train.lr_decay ** (t - 1)``: round t's learning rate over the initial one."""
     return float(self.spec.train.lr_decay ** (t - 1))
 
-  def train_clients(self, state: AlgState, t: int, active: np.ndarray, **local):
-    """Private training of the active clients; ``local`` adds e.g. ``prox_mu``."""
-    tr = self.spec.train
-    clients, loss = self.fed.train_private(state.clients, self.ctx.root, t, epochs=tr.epochs,
-                                           batch_size=tr.batch_size, active=active,
-                                           augment=self.augment,
-                                           **{**self.local_options(t), **local})
+  def train_clients(self, state: AlgState, r: Round, rule: LocalRule | None = None,
+                    local: Local | None = None):
+    """Private training of the active clients (default rule and inputs: :meth:`train_rule`,
+    :meth:`local_inputs`)."""
+    clients, loss = r.fed.train_private(state.clients, self.ctx.root, r.t,
+                                        rule or self.train_rule(), local or self.local_inputs(r),
+                                        active=r.active)
     return state.replace(clients=clients), _nanmean(loss)
 
   def selection_losses(self, state: AlgState, candidates: np.ndarray) -> np.ndarray:
@@ -191,8 +226,8 @@ class Algorithm:
     what it would train next; FedAvg-family algorithms override this with the
     global model's loss.
     """
-    _, nll = self.fed.evaluate(state.clients, active=candidates, split='train',
-                               chunk=self.spec.eval_chunk)
+    _, nll = self.ctx.fed.evaluate(state.clients, active=candidates, split='train',
+                                   chunk=self.spec.eval_chunk)
     return nll
 
   def sample_public(self, t: int) -> tuple[np.ndarray, Array]:
@@ -202,15 +237,12 @@ class Algorithm:
     idx = np.sort(rng.host_rng(self.spec.seed, t, 'sample').choice(n_pub, m, replace=False))
     return idx, jnp.take(self.ctx.data.x_public, jnp.asarray(idx), axis=0)
 
-  def distill_clients(self, state: AlgState, t: int, x: Array, targets: Array,
-                      active: np.ndarray, count: int | None = None,
-                      weights: Array | None = None):
+  def distill_clients(self, state: AlgState, r: Round, x: Array, targets: Array,
+                      count: int | None = None, weights: Array | None = None):
     """Every active client distils on ``(x[:count], targets[..., :count, :])``."""
-    clients, loss = self.fed.distill(state.clients, self.ctx.root, t, x, targets,
-                                     epochs=self.spec.distill_epochs,
-                                     batch_size=self.spec.distill_batch_size, active=active,
-                                     opt_slot=self.distill_slot, count=count,
-                                     weights=weights, augment=self.augment)
+    clients, loss = r.fed.distill(state.clients, self.ctx.root, r.t, x, targets,
+                                  self.distill_rule(), active=r.active, count=count,
+                                  weights=weights)
     return state.replace(clients=clients), _nanmean(loss)
 
   def distill_server(self, state: AlgState, t: int, x: Array, targets: Array,
@@ -218,20 +250,20 @@ class Algorithm:
     """The server model distils on ``(x[:count], targets[:count])``."""
     server, loss = self.server_model.distill(
         state.server, rng.server_key(self.ctx.root, t, 'distill'), x, targets,
-        epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
-        opt_slot=self.distill_slot, count=count, augment=self.augment)
+        self.distill_rule(), count=count)
     return state.replace(server=server), float(loss[0])
 
-  def predict_clients(self, state: AlgState, t: int, x: Array, active: np.ndarray) -> Array:
-    """``[K, m, C]`` client probabilities on public inputs (zeros for inactive)."""
-    return self.fed.predict(state.clients, x, active, chunk=self.spec.eval_chunk,
-                            augment=self.predict_augment, root=self.ctx.root, t=t)
+  def predict_clients(self, state: AlgState, r: Round, x: Array) -> Array:
+    """``[S, m, C]`` client probabilities on public inputs (zeros for inactive)."""
+    return r.fed.predict(state.clients, x, r.active, chunk=self.spec.eval_chunk,
+                         augment=self.predict_augment, root=self.ctx.root, t=r.t)
 
   def client_metrics(self, state: AlgState, prefix: str = 'client_') -> dict[str, float]:
     if not self.spec.eval_clients and prefix:
       return {}
-    acc, nll = self.fed.evaluate(state.clients, per_client_test=self.spec.data.per_client_test,
-                                 chunk=self.spec.eval_chunk)
+    acc, nll = self.ctx.fed.evaluate(state.clients,
+                                     per_client_test=self.spec.data.per_client_test,
+                                     chunk=self.spec.eval_chunk)
     out = {f'{prefix}acc': float(np.nanmean(acc)), f'{prefix}acc_min': float(np.nanmin(acc)),
            f'{prefix}acc_max': float(np.nanmax(acc)), f'{prefix}loss': float(np.nanmean(nll))}
     d = self.ctx.data
@@ -254,47 +286,59 @@ class Algorithm:
     return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
 
 
-class _SelectorView:
-  """A client selector seen by a round view: per-client answers sliced to its clients."""
-
-  def __init__(self, selector, ids: np.ndarray):
-    self._selector = selector
-    self._ids = np.asarray(ids)
-
-  def local_epochs(self, t: int, epochs: int):
-    out = self._selector.local_epochs(t, epochs)
-    return None if out is None else np.asarray(out)[self._ids]
-
-
 def _nanmean(x) -> float:
   x = np.asarray(x, np.float64)
   return float(np.nanmean(x)) if np.isfinite(x).any() else float('nan')
 
 
+def rows_where(mask: Array, a: Array, b: Array) -> Array:
+  """``a`` in the rows where ``mask`` ``[S]`` holds, else ``b`` (a per-client select)."""
+  return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - mask.ndim)), a, b)
+
+
 # ------------------------------------------------------------ the engine
+def check_table(table: Any, num_clients: int) -> None:
+  """Raises ValueError unless every leaf of a client table has a leading axis of K."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(table)[0]:
+    if np.ndim(leaf) < 1 or np.shape(leaf)[0] != num_clients:
+      raise ValueError(
+          f'client table field {jax.tree_util.keystr(path)} has shape {np.shape(leaf)}: '
+          f'every array of AlgState.table has one row per client (leading axis '
+          f'K={num_clients}); server-side arrays belong in AlgState.extra')
+
+
 def init_state(algo: Algorithm) -> AlgState:
-  """``algo.init()``, with per-client state moved to the client store if there is one."""
+  """``algo.init()``, with the client table moved to the client store if there is one."""
   state = algo.init()
-  store = algo.fed.store
+  check_table(state.table, algo.num_clients)
+  store = algo.ctx.fed.store
   if store is None:
     return state
-  extra = dict(state.extra)
-  for k in algo.client_state_keys():
-    extra[k] = store.put(extra[k])
-  return state.replace(extra=extra)
+  return state.replace(table=store.put(state.table))
+
+
+def round_input(algo: Algorithm, fed: Federation, t: int, active: np.ndarray) -> Round:
+  """The :class:`Round` of ``fed``'s clients (straggler epochs sliced to them)."""
+  epochs_k = None
+  if algo.ctx.selector is not None:
+    epochs = algo.ctx.selector.local_epochs(t, algo.spec.train.epochs)
+    if epochs is not None:
+      epochs_k = np.asarray(epochs)[fed.global_ids]
+  return Round(t=t, fed=fed, active=np.asarray(active, bool), epochs_k=epochs_k)
 
 
 def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
                check=None) -> tuple[AlgState, RoundOutput]:
   """One round of ``algo`` on the clients ``active``, wherever client state lives.
 
-  With device-resident clients this is ``algo.round``. With a client store,
-  the round runs on a :class:`~fedjax_kd.core.federation.RoundView`: only the
-  participants' rows are gathered to the device, the unchanged ``round`` runs
-  on them, and their rows are written back.
+  With device-resident clients the round sees all K clients. With a client
+  store it runs on a :class:`~fedjax_kd.core.federation.RoundView`: the
+  participants' model rows and client-table rows are gathered to the device,
+  ``algo.round`` runs on them, and their rows are written back. The algorithm
+  does the same in both cases.
 
   Args:
-    algo: the algorithm (bound to the full federation).
+    algo: the algorithm.
     state: the state after round ``t - 1``.
     t: the round.
     active: ``[K]`` bool mask of participants (at least one).
@@ -305,16 +349,15 @@ def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
   Returns:
     The new state and the round's output.
   """
-  fed = algo.fed
+  fed = algo.ctx.fed
   if fed.store is None:
-    state, out = algo.round(state, t, active)
+    state, out = algo.round(state, round_input(algo, fed, t, active))
     if check is not None:
       check(state, fed, out)
     return state, out
   view = fed.round_view(active)
-  keys = algo.client_state_keys()
-  vstate = fed.store.gather(state, view, keys)
-  vstate, out = algo.on_view(view).round(vstate, t, view.active)
+  vstate = fed.store.gather(state, view)
+  vstate, out = algo.round(vstate, round_input(algo, view.fed, t, view.active))
   if check is not None:
     check(vstate, view.fed, out)
-  return fed.store.scatter(state, vstate, view, keys), out
+  return fed.store.scatter(state, vstate, view), out

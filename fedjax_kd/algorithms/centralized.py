@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
+from fedjax_kd.core.local import Local, LocalRule
 
 
 class Centralized(base.Algorithm):
@@ -19,16 +20,16 @@ class Centralized(base.Algorithm):
 
   def init(self):
     return base.AlgState(clients=(), server=self.server_model.init(
-        rng.server_key(self.ctx.root, 0, 'init')), extra={})
+        rng.server_key(self.ctx.root, 0, 'init')))
 
-  def round(self, state, t, active):
-    del active
+  def round(self, state, r):
+    t = r.t
     d = self.ctx.data
     tr = self.spec.train
+    rule = LocalRule(epochs=tr.epochs, batch_size=tr.batch_size, augment=self.augment)
     server, loss = self.server_model.fit(state.server, rng.server_key(self.ctx.root, t, 'train'),
-                                         d.x_private, d.y_private, epochs=tr.epochs,
-                                         batch_size=tr.batch_size, augment=self.augment,
-                                         lr_scale=self.lr_factor(t))
+                                         d.x_private, d.y_private, rule,
+                                         Local(lr_scale=self.lr_factor(t)))
     return state.replace(server=server), base.RoundOutput({'train_loss': float(loss[0])}, [])
 
   def evaluate(self, state):

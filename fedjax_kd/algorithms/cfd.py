@@ -47,6 +47,6 @@ class CFD(protocol.Protocol):
     votes, count = aggregate.vote(probs, mask)
     return votes, count > 0, {}
 
-  def downlink(self, state, t, x, labels, probs, mask):
-    del t, labels, probs, mask
+  def downlink(self, state, r, x, labels, probs, mask):
+    del r, labels, probs, mask
     return state, self.server_model.predict(state.server, x, chunk=self.spec.eval_chunk)

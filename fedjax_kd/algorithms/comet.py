@@ -23,8 +23,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from fedjax_kd import fields
 from fedjax_kd.algorithms import protocol
-from fedjax_kd.config import _float, _int
 from fedjax_kd.core import rng
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, cluster
@@ -45,8 +45,8 @@ class COMET(protocol.Protocol):
 
   @classmethod
   def options_from_config(cls, config, spec) -> COMETOptions:
-    opts = COMETOptions(clusters=_int(config, 'comet.clusters', 1),
-                        weight=_float(config, 'comet.weight', 0.0, lo_open=True),
+    opts = COMETOptions(clusters=fields.integer(config, 'comet.clusters', 1),
+                        weight=fields.number(config, 'comet.weight', 0.0, lo_open=True),
                         cache=protocol.cache_options(config, spec, default_on=False))
     if opts.cache.enabled and spec.partial:
       raise ConfigError('cache.mode', 'on',
@@ -67,18 +67,18 @@ class COMET(protocol.Protocol):
     mean, count = aggregate.uploader_mean(probs, mask)
     return mean, count > 0, {}
 
-  def downlink(self, state, t, x, labels, probs, mask):
+  def downlink(self, state, r, x, labels, probs, mask):
     del x, labels
-    key = rng.server_key(self.ctx.root, t, 'server')
+    key = rng.server_key(self.ctx.root, r.t, 'server')
     centroids, _ = cluster.kmeans_per_sample(jnp.swapaxes(probs, 0, 1), mask.T,
                                              self.options.clusters, key,
-                                             ids=jnp.asarray(self.fed.global_ids))
+                                             ids=jnp.asarray(r.ids))
     return state, jnp.where(jnp.isfinite(centroids), centroids, 0.0)
 
-  def client_targets(self, state, t, x, payload, active):
-    own = self.predict_clients(state, t, x, active)
+  def client_targets(self, state, r, x, payload):
+    own = self.predict_clients(state, r, x)
     targets = cluster.nearest_centroid(own, payload)
     weights = None
     if self.options.weight != 1.0:
-      weights = jnp.full((self.fed.num_clients,), self.options.weight, jnp.float32)
+      weights = jnp.full((r.num_clients,), self.options.weight, jnp.float32)
     return targets, weights

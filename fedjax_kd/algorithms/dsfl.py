@@ -27,8 +27,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from fedjax_kd import fields
 from fedjax_kd.algorithms import protocol
-from fedjax_kd.config import _choice, temperature
 from fedjax_kd.ops import aggregate
 
 
@@ -47,10 +47,11 @@ class DSFL(protocol.Protocol):
 
   @classmethod
   def options_from_config(cls, config, spec) -> DSFLOptions:
-    return DSFLOptions(aggregation=_choice(config, 'dsfl.aggregation', aggregate.AGGREGATIONS),
-                       temperature=temperature(config, 'dsfl.temperature'),
-                       schedule=_choice(config, 'dsfl.schedule', protocol.SCHEDULES),
-                       cache=protocol.cache_options(config, spec, default_on=False))
+    return DSFLOptions(
+        aggregation=fields.choice(config, 'dsfl.aggregation', aggregate.AGGREGATIONS),
+        temperature=fields.temperature(config, 'dsfl.temperature'),
+        schedule=fields.choice(config, 'dsfl.schedule', protocol.SCHEDULES),
+        cache=protocol.cache_options(config, spec, default_on=False))
 
   @property
   def schedule(self) -> str:

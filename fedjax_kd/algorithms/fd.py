@@ -25,8 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd import fields
 from fedjax_kd.algorithms import base
-from fedjax_kd.config import _float, _get
+from fedjax_kd.core.local import LocalRule
 from fedjax_kd.ops import comm, losses
 
 
@@ -73,25 +74,25 @@ class FD(base.Algorithm):
 
   @classmethod
   def options_from_config(cls, config, spec) -> FDOptions:
-    return FDOptions(gamma=_float(config, 'fd.gamma', 0.0),
-                     update_every_round=bool(_get(config, 'fd.update_every_round')))
+    return FDOptions(gamma=fields.number(config, 'fd.gamma', 0.0),
+                     update_every_round=bool(fields.get(config, 'fd.update_every_round')))
 
-  def round(self, state, t, active):
+  def round(self, state, r):
+    t, active = r.t, r.active
     metrics = {}
     if t == 1 or self.options.update_every_round:
-      state, metrics['train_loss'] = self.train_clients(state, t, active)
-    means, counts = self.fed.class_mean_probs(state.clients, active,
-                                              chunk=self.spec.eval_chunk)
+      state, metrics['train_loss'] = self.train_clients(state, r)
+    means, counts = r.fed.class_mean_probs(state.clients, active, chunk=self.spec.eval_chunk)
     _, teacher, weight = fd_teachers(means, counts, jnp.asarray(active))
-    k = self.fed.num_clients
-    d = self.ctx.data
+    d = r.fed.data
     tr = self.spec.train
-    clients, loss = self.fed.fit(
-        state.clients, self.ctx.root, t, 'distill', shared={'x': d.x_private, 'y': d.y_private},
-        idx=d.client_idx, n=d.client_n, loss_fn=fd_loss, epochs=self.spec.distill_epochs,
-        batch_size=tr.batch_size, opt_slot=self.distill_slot, active=active,
-        aux={'teacher': teacher, 'weight': weight,
-             'gamma': jnp.full((k,), self.options.gamma, jnp.float32)})
+    rule = LocalRule(epochs=self.spec.distill_epochs, batch_size=tr.batch_size,
+                     opt_slot=self.distill_slot)
+    clients, loss = r.fed.fit(
+        state.clients, self.ctx.root, t, 'distill', rule,
+        shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx, n=d.client_n,
+        loss_fn=fd_loss, active=active, aux={'teacher': teacher, 'weight': weight,
+             'gamma': jnp.full((r.num_clients,), self.options.gamma, jnp.float32)})
     metrics['distill_loss'] = base._nanmean(loss)
     c = d.num_classes
     payloads = [comm.Payload('per_label_probs', comm.UP, 'float', c * c, int(np.sum(active))),

@@ -12,7 +12,7 @@ Requires every client to use the same model spec.
 
 This class is also the shared machinery of the other parameter-exchange
 baselines FedEntOpt combines with client selection (FedProx, SCAFFOLD,
-FedNova): broadcast, local training with :meth:`FedAvg.local_rule`'s extra
+FedNova): broadcast, local training with :meth:`FedAvg.local_training`'s extra
 options, :meth:`FedAvg.aggregate`, and the model-exchange payloads.
 """
 
@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd.algorithms import base
+from fedjax_kd.core.local import Local, LocalRule
 from fedjax_kd.core.state import num_elements
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
@@ -76,8 +77,7 @@ class FedAvg(base.Algorithm):
     n = getattr(self, '_elements', None)
     if n is None:
       return []
-    return [comm.Payload('params', comm.DOWN, 'float', n, self.fed.num_clients,
-                         multicast=True)]
+    return [comm.Payload('params', comm.DOWN, 'float', n, self.num_clients, multicast=True)]
 
   def init(self):
     state = super().init()
@@ -85,35 +85,35 @@ class FedAvg(base.Algorithm):
     return state
 
   # ------------------------------------------------------------ hooks
-  def local_rule(self, state, t: int, active: np.ndarray) -> dict:
-    """Extra options of the local training (FedProx's ``prox_mu``, SCAFFOLD's ``control``)."""
-    del state, t, active
-    return {}
+  def local_training(self, state, r: base.Round) -> tuple[LocalRule, Local]:
+    """The rule and inputs of the clients' local training (FedProx and SCAFFOLD add hooks)."""
+    del state
+    return self.train_rule(), self.local_inputs(r)
 
-  def local_steps(self, t: int, active: np.ndarray) -> np.ndarray:
-    """``[K]`` local SGD steps each client runs this round (0 if inactive).
+  def local_steps(self, r: base.Round) -> np.ndarray:
+    """``[S]`` local SGD steps each client of the round runs (0 if inactive).
 
     ``epochs_k * ceil(n_k / batch)``: the engine keeps the partial last batch
     and skips steps without a real sample, so this is the executed count.
     """
     tr = self.spec.train
-    epochs = self.local_options(t)['epochs_k']   # the budgets the engine ran
-    epochs = np.full(self.fed.num_clients, tr.epochs) if epochs is None else epochs
-    n = np.asarray(self.ctx.data.client_n)
-    return np.where(active, epochs * -(-n // tr.batch_size), 0).astype(np.float32)
+    epochs = r.epochs_k   # the budgets the engine ran
+    epochs = np.full(r.num_clients, tr.epochs) if epochs is None else epochs
+    n = np.asarray(r.fed.data.client_n)
+    return np.where(r.active, epochs * -(-n // tr.batch_size), 0).astype(np.float32)
 
-  def aggregate(self, state, start, t: int, active: np.ndarray):
+  def aggregate(self, state, start, r: base.Round):
     """The new global model from the trained cohort (FedAvg: ``n_k``-weighted mean)."""
-    del start, t
+    del start
     cohort = state.clients[0]
-    weights = jnp.asarray(self.ctx.data.client_n * active, jnp.float32)
+    weights = jnp.asarray(r.fed.data.client_n * r.active, jnp.float32)
     return state.server.replace(
         params=param_aggregate.weighted_average(cohort.params, weights),
         batch_stats=param_aggregate.weighted_average(cohort.batch_stats, weights))
 
-  def after_round(self, state, start, t: int, active: np.ndarray):
+  def after_round(self, state, start, r: base.Round):
     """State updates after aggregation (SCAFFOLD's control variates)."""
-    del start, t, active
+    del start, r
     return state
 
   def payloads(self, active: np.ndarray) -> list[comm.Payload]:
@@ -133,21 +133,21 @@ class FedAvg(base.Algorithm):
         state.server, jnp.zeros(len(ids), jnp.int32), d.x_private, d.y_private,
         jnp.take(d.client_idx, g, axis=0), jnp.asarray(d.client_n)[g],
         chunk=self.spec.eval_chunk)
-    out = np.full(self.fed.num_clients, np.nan, np.float32)
+    out = np.full(self.num_clients, np.nan, np.float32)
     out[ids] = np.asarray(nll)
     return out
 
   # ------------------------------------------------------------ round
-  def round(self, state, t, active):
+  def round(self, state, r):
     (cohort,) = state.clients
-    mask = jnp.asarray(active)
+    mask = jnp.asarray(r.active)
     start = state.server
     cohort = _broadcast(cohort, state.server, mask)
     state = state.replace(clients=(cohort,))
-    state, loss = self.train_clients(state, t, active, **self.local_rule(state, t, active))
-    state = state.replace(server=self.aggregate(state, start, t, active))
-    state = self.after_round(state, start, t, active)
-    return state, base.RoundOutput({'train_loss': loss}, self.payloads(active))
+    state, loss = self.train_clients(state, r, *self.local_training(state, r))
+    state = state.replace(server=self.aggregate(state, start, r))
+    state = self.after_round(state, start, r)
+    return state, base.RoundOutput({'train_loss': loss}, self.payloads(r.active))
 
   def evaluate(self, state):
     out = self.server_metrics(state)

@@ -37,17 +37,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
+from fedjax_kd import fields
 from fedjax_kd.algorithms import base
-from fedjax_kd.config import _choice, _float, _get, _int
 from fedjax_kd.core import rng
+from fedjax_kd.core.kernels import epoch_positions
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import codec, comm
 from fedjax_kd.ops import knowledge_cache as kc
+from fedjax_kd.ops import krr
 
 SAMPLING = ('count', 'bernoulli', 'repo')
 ENCODINGS = ('raw', 'png', 'jpeg')
@@ -85,13 +90,24 @@ def _set_tail(pool: jax.Array, tail: jax.Array, start: int) -> jax.Array:
   return jax.lax.dynamic_update_slice_in_dim(pool, tail.astype(pool.dtype), start, axis=0)
 
 
-def _where_rows(mask: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
-  return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - mask.ndim)), a, b)
+
+
+@flax.struct.dataclass
+class FedCache2Table:
+  """Per client (rows: clients).
+
+  Attributes:
+    proto: ``[K, P, ...]`` the client's synthetic set D_b^k (its last distillation).
+    proto_valid: ``[K, P]`` bool, its real slots (classes the client has).
+    label_freq: ``[K, C]`` p^k, the client's label distribution (eq. 16; constant).
+  """
+  proto: Any
+  proto_valid: Any
+  label_freq: Any
 
 
 class FedCache2(base.Algorithm):
   name = 'fedcache2'
-  client_attrs = ('label_freq',)   # p^k, eq. 16
   paper_rules = 'fedcache2'
   uses_public = False
 
@@ -99,20 +115,20 @@ class FedCache2(base.Algorithm):
   def options_from_config(cls, config, spec) -> FedCache2Options:
     g = 'fedcache2'
     return FedCache2Options(
-        tau=_float(config, f'{g}.tau', 0.0, hi=1.0),
-        sampling=_choice(config, f'{g}.sampling', SAMPLING),
-        max_download=_int(config, f'{g}.max_download', 0),
-        exclude_own=bool(_get(config, f'{g}.exclude_own')),
-        ipc=_int(config, f'{g}.ipc', 1),
-        proto_init=_choice(config, f'{g}.proto_init', PROTO_INIT),
-        sigma_period=_int(config, f'{g}.sigma_period', 1),
-        dd_epochs=_int(config, f'{g}.dd_epochs', 0),
-        dd_batch_size=_int(config, f'{g}.dd_batch_size', 1),
-        dd_lr=_float(config, f'{g}.dd_lr', 0.0, lo_open=True),
-        dd_reg=_float(config, f'{g}.dd_reg', 0.0, lo_open=True),
-        dd_bn_mode=_choice(config, f'{g}.dd_bn_mode', BN_MODES),
-        encoding=_choice(config, f'{g}.encoding', ENCODINGS),
-        jpeg_quality=_int(config, f'{g}.jpeg_quality', 1, 95))
+        tau=fields.number(config, f'{g}.tau', 0.0, hi=1.0),
+        sampling=fields.choice(config, f'{g}.sampling', SAMPLING),
+        max_download=fields.integer(config, f'{g}.max_download', 0),
+        exclude_own=bool(fields.get(config, f'{g}.exclude_own')),
+        ipc=fields.integer(config, f'{g}.ipc', 1),
+        proto_init=fields.choice(config, f'{g}.proto_init', PROTO_INIT),
+        sigma_period=fields.integer(config, f'{g}.sigma_period', 1),
+        dd_epochs=fields.integer(config, f'{g}.dd_epochs', 0),
+        dd_batch_size=fields.integer(config, f'{g}.dd_batch_size', 1),
+        dd_lr=fields.number(config, f'{g}.dd_lr', 0.0, lo_open=True),
+        dd_reg=fields.number(config, f'{g}.dd_reg', 0.0, lo_open=True),
+        dd_bn_mode=fields.choice(config, f'{g}.dd_bn_mode', BN_MODES),
+        encoding=fields.choice(config, f'{g}.encoding', ENCODINGS),
+        jpeg_quality=fields.integer(config, f'{g}.jpeg_quality', 1, 95))
 
   def __init__(self, ctx: base.Context):
     super().__init__(ctx)
@@ -128,13 +144,12 @@ class FedCache2(base.Algorithm):
                         f"'raw' for inputs of shape {d.input_shape} ('png' and 'jpeg' need "
                         '(H, W, 1) or (H, W, 3) images; other inputs travel as float32)')
     self.value_range = codec.value_range(d.x_private)   # quantisation and clipping range
-    counts = d.client_labels().astype(np.float64)
-    self.label_freq = jnp.asarray(counts / np.maximum(counts.sum(1, keepdims=True), 1),
-                                  jnp.float32)   # p^k, eq. 16
     item = math.prod(d.input_shape)
     self.raw_item_bytes = item if self.image else 4 * item
     self.n_private = int(d.x_private.shape[0])
-    self._pool_buf = {}   # the download pool; a dict, so round views (copies) share it
+    # The download pool's device buffer, reused (donated) from round to round: a scratch
+    # allocation, not state (it is rebuilt from the cache every round).
+    self._pool_x = None
     self._y_pool = jnp.concatenate([d.y_private,
                                     jnp.tile(jnp.asarray(self.slot_class), d.num_clients)])
 
@@ -142,16 +157,17 @@ class FedCache2(base.Algorithm):
   def setup_payloads(self):
     # Each client sends its label distribution p^k once (Algorithm 1, initialisation).
     return [comm.Payload('label_distribution', comm.UP, 'float', self.num_classes,
-                         self.fed.num_clients)]
+                         self.num_clients)]
 
   def init(self) -> base.AlgState:
     state = super().init()
     proto, valid = self._real_prototypes()
-    cache = kc.empty_cache(self.fed.num_clients, self.slots, self.ctx.data.input_shape)
-    return state.replace(extra={'proto': proto, 'proto_valid': valid, 'cache': cache})
-
-  def client_state_keys(self):
-    return ('proto', 'proto_valid')   # each client's own synthetic set D_b^k and its mask
+    counts = self.ctx.data.client_labels().astype(np.float64)
+    label_freq = jnp.asarray(counts / np.maximum(counts.sum(1, keepdims=True), 1), jnp.float32)
+    cache = kc.empty_cache(self.num_clients, self.slots, self.ctx.data.input_shape)
+    return state.replace(table=FedCache2Table(proto=proto, proto_valid=valid,
+                                              label_freq=label_freq),
+                         extra=cache)
 
   def _real_prototypes(self):
     """D_0^k (eq. 9): ``ipc`` distinct random real samples per class the client has."""
@@ -170,24 +186,25 @@ class FedCache2(base.Algorithm):
         rows[k, c * ipc:c * ipc + len(take)] = take
         valid[k, c * ipc:c * ipc + len(take)] = True
     valid = jnp.asarray(valid)
-    proto = _where_rows(valid, jnp.take(d.x_private, jnp.asarray(rows), axis=0), 0.0)
+    proto = base.rows_where(valid, jnp.take(d.x_private, jnp.asarray(rows), axis=0), 0.0)
     return proto, valid
 
   # ---------------------------------------------------------------- round
-  def round(self, state, t, active):
+  def round(self, state, r):
+    t, active = r.t, r.active
     o = self.options
-    k_all = self.fed.num_clients
+    k_all = r.num_clients
     act = jnp.asarray(active)
-    cache = state.extra['cache']
+    cache, table = state.extra, state.table
     payloads: list[comm.Payload] = []
     metrics: dict[str, float] = {}
 
     # 1. Device-centric download (eq. 17).
-    gids = self.fed.global_ids   # a client's own cache row is its global id
+    gids = r.ids   # a client's own cache row is its global id
     keys = rng.client_keys(self.ctx.root, t, gids, 'sample')
     exclude = jnp.asarray(gids) if o.exclude_own else jnp.full((k_all,), -1)
     masks = kc.sample_clients(keys, cache.valid, jnp.asarray(self.slot_class),
-                              self.label_freq, o.tau, mode=o.sampling, cap=o.max_download,
+                              table.label_freq, o.tau, mode=o.sampling, cap=o.max_download,
                               exclude_rows=exclude)
     flat = (masks & act[:, None, None]).reshape(k_all, -1)
     down_n = jnp.sum(flat, axis=1).astype(jnp.int32)
@@ -201,26 +218,32 @@ class FedCache2(base.Algorithm):
     metrics['down_items'] = n_down / max(receivers, 1)
 
     # 2. Local training on private + downloaded synthetic data (eq. 14).
-    tr = self.spec.train
     if most > 0:
       s_max = min(1 << (most - 1).bit_length(), flat.shape[1])
       extra_idx = _selected_rows(flat, s_max) + self.n_private
-      clients, loss = self.fed.train_with_extra(
-          state.clients, self.ctx.root, t, x_pool=self._pool(cache), y_pool=self._y_pool,
-          extra_idx=extra_idx, extra_n=down_n, epochs=tr.epochs, batch_size=tr.batch_size,
-          active=active, augment=self.augment, **self.local_options(t))
+      clients, loss = r.fed.train_with_extra(
+          state.clients, self.ctx.root, t, self.train_rule(), self.local_inputs(r),
+          x_pool=self._pool(cache), y_pool=self._y_pool, extra_idx=extra_idx, extra_n=down_n,
+          active=active)
       state, metrics['train_loss'] = state.replace(clients=clients), base._nanmean(loss)
     else:
-      state, metrics['train_loss'] = self.train_clients(state, t, active)
+      state, metrics['train_loss'] = self.train_clients(state, r)
 
     # 3. On-device dataset distillation (eqs. 8-12).
-    x0, v0, init_payloads = self._starting_points(state, t, active)
+    x0, v0, init_payloads = self._starting_points(state, r)
     payloads += init_payloads
-    x_new, dd_loss, skipped = self.fed.distill_inputs(
-        state.clients, self.ctx.root, t, x0, v0, self.y_b, epochs=o.dd_epochs,
-        batch_size=o.dd_batch_size, lr=o.dd_lr, reg=o.dd_reg, bn_mode=o.dd_bn_mode,
-        active=active, augment=self.augment, chunk=min(self.spec.eval_chunk, 256),
-        value_range=self.value_range)
+    d = r.fed.data
+    opts = DistillOptions(epochs=o.dd_epochs, batch_size=o.dd_batch_size, lr=float(o.dd_lr),
+                          reg=float(o.dd_reg), bn_mode=o.dd_bn_mode, augment=self.augment,
+                          chunk=max(1, min(self.spec.eval_chunk, 256, d.client_idx.shape[-1])),
+                          value_range=tuple(float(v) for v in self.value_range))
+    x_new, dd_loss, skipped = r.fed.map_clients(
+        state.clients, self.ctx.root, t, 'distill', distill_synthetic, active=active,
+        per_client=(x0, v0, d.client_idx, jnp.asarray(np.where(active, d.client_n, 0),
+                                                      jnp.int32)),
+        shared=(self.y_b, d.x_private, d.y_private), options=opts,
+        fill=(x0, jnp.full((k_all,), jnp.nan, jnp.float32), jnp.zeros((k_all,), jnp.int32)))
+    dd_loss, skipped = np.asarray(dd_loss), np.asarray(skipped)
     metrics['dd_loss'] = base._nanmean(dd_loss)
     metrics['dd_skipped_steps'] = int(np.sum(skipped))
 
@@ -232,22 +255,21 @@ class FedCache2(base.Algorithm):
     payloads += self._sample_payloads(comm.UP, float(up_bytes), int(up_items), receivers)
     metrics['up_items'] = int(up_items)
     metrics['cache_items'] = int(cache_items)
-    extra = {'proto': _where_rows(act, x_new, state.extra['proto']),
-             'proto_valid': _where_rows(act, v0, state.extra['proto_valid']),
-             'cache': cache}
-    return state.replace(extra=extra), base.RoundOutput(metrics, payloads)
+    table = table.replace(proto=base.rows_where(act, x_new, table.proto),
+                          proto_valid=base.rows_where(act, v0, table.proto_valid))
+    return state.replace(table=table, extra=cache), base.RoundOutput(metrics, payloads)
 
   # -------------------------------------------------------------- helpers
   def _pool(self, cache: kc.KnowledgeCache) -> jax.Array:
     """``x_private`` followed by every cache slot (the rows clients can download)."""
     tail = cache.x.reshape((-1,) + cache.x.shape[2:])
-    pool = self._pool_buf.get('x')
+    pool = self._pool_x
     if pool is None:
       pool = jnp.concatenate([self.ctx.data.x_private, jnp.zeros(tail.shape, jnp.float32)])
     # The tail goes through _set_tail every time, the first included, so the kernel
     # compiles in the first round with downloads, not in the round after it.
-    self._pool_buf['x'] = _set_tail(pool, tail, start=self.n_private)
-    return self._pool_buf['x']
+    self._pool_x = _set_tail(pool, tail, start=self.n_private)
+    return self._pool_x
 
   def _sample_payloads(self, direction: str, nbytes: float, items: int,
                        receivers: int) -> list[comm.Payload]:
@@ -257,23 +279,24 @@ class FedCache2(base.Algorithm):
             comm.Payload('distilled_labels', direction, 'label', items, copies=1,
                          classes=self.num_classes)]
 
-  def _starting_points(self, state, t, active):
+  def _starting_points(self, state, r):
     """Where each client's distillation starts (eq. 8) and the traffic that costs."""
-    proto, valid = state.extra['proto'], state.extra['proto_valid']
+    t, active = r.t, r.active
+    proto, valid = state.table.proto, state.table.proto_valid
     if self.options.proto_init == 'own':
       return proto, valid, []
     # sigma: a derangement of the clients, redrawn every sigma_period rounds.
-    cache = state.extra['cache']
-    k_pop = self.fed.population
+    cache = state.extra
+    k_pop = r.population
     period = (t - 1) // self.options.sigma_period
     order = rng.host_rng(self.spec.seed, period, 'server').permutation(k_pop)
     donor = np.empty(k_pop, np.int64)
     donor[order] = np.roll(order, -1)          # a cycle: nobody is its own donor (K > 1)
-    donor = jnp.asarray(donor[self.fed.global_ids])   # the donors of this federation's clients
+    donor = jnp.asarray(donor[r.ids])   # the donors of this round's clients
     dv = cache.valid[donor]
     use = jnp.any(dv, axis=1) & jnp.asarray(active)
-    x0 = _where_rows(use, cache.x[donor], proto)
-    v0 = _where_rows(use, dv, valid)
+    x0 = base.rows_where(use, cache.x[donor], proto)
+    v0 = base.rows_where(use, dv, valid)
     sent = float(jnp.sum(jnp.where(use[:, None], cache.nbytes[donor] * dv, 0.0)))
     items = int(jnp.sum(dv & use[:, None]))
     payloads = []
@@ -286,7 +309,7 @@ class FedCache2(base.Algorithm):
 
   def _encode(self, x: jax.Array, valid: jax.Array, active: np.ndarray):
     """What the server stores for each uploaded sample, and its size in bytes."""
-    k_all = self.fed.num_clients
+    k_all = valid.shape[0]
     validf = valid.astype(jnp.float32)
     if not self.image:       # tabular/audio features: float32, 4 bytes per value (A16)
       return x, validf * self.raw_item_bytes
@@ -305,3 +328,115 @@ class FedCache2(base.Algorithm):
       decoded = codec.jpeg_roundtrip(flat, quality=self.options.jpeg_quality)
       q = q.at[jnp.asarray(rows)].set(jnp.asarray(decoded.reshape(qh.shape)))
     return codec.dequantize(q, lo, hi), jnp.asarray(nbytes) * validf
+
+
+# ---------------------------------------- on-device dataset distillation (KRR)
+@dataclasses.dataclass(frozen=True)
+class DistillOptions:
+  """Static options of one client's dataset distillation (see :func:`distill_synthetic`)."""
+  epochs: int
+  batch_size: int
+  lr: float
+  reg: float
+  bn_mode: str
+  augment: Any
+  chunk: int
+  value_range: tuple[float, float]
+
+
+def _embed(kernels, st, x: jax.Array, train: bool = False,
+           mask: jax.Array | None = None) -> jax.Array:
+  """Penultimate features F_f(x) ``[B, d]`` (the input of the final Dense), in float32."""
+  if train and st.batch_stats:
+    out, _ = kernels.apply(st.params, st.batch_stats, x, train=True, mask=mask, embed=True,
+                           mutable=['batch_stats'])  # running stats are not written back
+    return out
+  return kernels.apply(st.params, st.batch_stats, x, train=False, embed=True)
+
+
+def _target_features(kernels, st, x: jax.Array, idx: jax.Array, key: jax.Array, chunk: int,
+                     augment) -> jax.Array:
+  """Inference-mode features of ``x[idx]`` ``[n_max, d]``, computed ``chunk`` rows at a time."""
+  m = idx.shape[0]
+  pad = (-m) % chunk
+  rows = jnp.pad(idx, (0, pad)).reshape(-1, chunk)
+
+  def body(inputs):
+    i, r = inputs
+    xb = x[r]
+    if augment is not None:
+      xb = augment(jax.random.fold_in(key, i), xb)
+    return _embed(kernels, st, xb)
+
+  feats = jax.lax.map(body, (jnp.arange(rows.shape[0], dtype=jnp.uint32), rows))
+  return feats.reshape(-1, feats.shape[-1])[:m]
+
+
+def distill_synthetic(kernels, st, key, row, shared, *, options: DistillOptions):
+  """Optimises one client's synthetic inputs by KRR on its own features (eqs. 10-12).
+
+  The client's synthetic inputs ``x_b`` are optimised with Adam(``lr``) to
+  minimise the KRR loss (:func:`fedjax_kd.ops.krr.krr_loss`) of predicting the
+  client's real data ``(x[idx[:n]], y[idx[:n]])`` from the synthetic set, with a
+  linear kernel on the client model's penultimate features; ``epochs`` passes
+  over the targets in minibatches of ``batch_size``. The model is not changed.
+  Runs per client under ``Federation.map_clients``.
+
+  Args:
+    kernels: the client's cohort kernels (``apply`` is float32: the KRR solve
+      needs the precision whatever ``train.compute_dtype`` says).
+    st: the client's model state (read only).
+    key: the client's key.
+    row: ``(x_b [P, ...], valid_b [P] bool, idx [n_max], n)``: the starting
+      synthetic inputs, their real slots (a class the client lacks is masked), the
+      client's rows of the pooled data and their count.
+    shared: ``(y_b [P, C], x, y)``: the synthetic rows' one-hot labels (fixed) and
+      the pooled private data.
+    options: ``bn_mode='eval'`` uses running statistics, ``'train'`` the synthetic
+      batch's own (as the authors' code; running stats are not updated);
+      ``augment`` transforms the target inputs (one pass); inputs are clipped to
+      ``value_range`` after every step.
+
+  Returns:
+    ``(x_b, mean KRR loss (NaN if no step ran), steps skipped for a non-finite
+    loss or gradient)``.
+  """
+  x_b, valid_b, idx, n = row
+  y_b, x, y = shared
+  o = options
+  epochs, batch_size, lr, reg, bn_mode = o.epochs, o.batch_size, o.lr, o.reg, o.bn_mode
+  augment, chunk, value_range = o.augment, o.chunk, o.value_range
+  n_max = idx.shape[0]
+  k_feat, k_pos = jax.random.split(key)
+  # Targets: the client's real data through its current (trained) extractor,
+  # detached -- only the synthetic inputs are learned (FedCache 2.0 A3, A5).
+  phi_all = jax.lax.stop_gradient(_target_features(kernels, st, x, idx, k_feat, chunk,
+                                                   augment))
+  y_all = jax.nn.one_hot(y[idx], y_b.shape[-1], dtype=jnp.float32)
+  positions, _ = epoch_positions(k_pos, n_max, n, epochs, batch_size)
+  vb = valid_b.astype(jnp.float32)
+  tx = optax.adam(lr)
+  lo, hi = value_range
+
+  def loss_fn(xb, pos):
+    phi_b = _embed(kernels, st, xb, train=(bn_mode == 'train'), mask=valid_b)
+    p = jnp.minimum(pos, n_max - 1)
+    return krr.krr_loss(phi_all[p], y_all[p], phi_b, y_b, vb, pos < n, reg)
+
+  def step(carry, pos):
+    xb, opt = carry
+    value, grads = jax.value_and_grad(loss_fn)(xb, pos)
+    updates, new_opt = tx.update(grads, opt, xb)
+    new_xb = jnp.clip(optax.apply_updates(xb, updates), lo, hi)
+    used = jnp.any(pos < n) & jnp.any(valid_b)
+    # A non-finite loss or gradient skips the step (counted), so NaNs never reach the cache.
+    ok = used & jnp.isfinite(value) & jnp.all(jnp.isfinite(grads))
+    xb = jnp.where(ok, new_xb, xb)
+    opt = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_opt, opt)
+    return (xb, opt), (value, ok, used)
+
+  (x_b, _), (values, ok, used) = jax.lax.scan(step, (x_b, tx.init(x_b)), positions)
+  okf = ok.astype(jnp.float32)
+  loss = jnp.sum(jnp.where(ok, values, 0.0)) / jnp.maximum(jnp.sum(okf), 1.0)
+  loss = jnp.where(jnp.any(ok), loss, jnp.nan)
+  return x_b, loss, jnp.sum(used & ~ok)

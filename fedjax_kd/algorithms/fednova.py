@@ -25,10 +25,10 @@ class FedNova(FedAvg):
   name = 'fednova'
   sgd_only = "fednova's a_k is derived for SGD with momentum"
 
-  def aggregate(self, state, start, t, active):
-    server = super().aggregate(state, start, t, active)   # batch stats: plain mean
-    weights = jnp.asarray(self.ctx.data.client_n * active, jnp.float32)
+  def aggregate(self, state, start, r):
+    server = super().aggregate(state, start, r)   # batch stats: plain mean
+    weights = jnp.asarray(r.fed.data.client_n * r.active, jnp.float32)
     params = param_aggregate.fednova_average(
         start.params, state.clients[0].params, weights,
-        jnp.asarray(self.local_steps(t, active)), float(self.spec.train.momentum))
+        jnp.asarray(self.local_steps(r)), float(self.spec.train.momentum))
     return server.replace(params=params)

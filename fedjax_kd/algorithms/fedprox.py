@@ -11,8 +11,20 @@ NIID-Bench does), so coupled weight decay still applies to the gradient.
 
 from __future__ import annotations
 
+import dataclasses
+
+from fedjax_kd import fields
 from fedjax_kd.algorithms.fedavg import FedAvg
-from fedjax_kd.config import _float
+from fedjax_kd.core.local import tree_sq_distance
+
+
+@dataclasses.dataclass(frozen=True)
+class ProximalTerm:
+  """``(mu / 2) ||w - theta^r||^2``: a ``LocalRule.penalty`` (hashable: equal mu, one compile)."""
+  mu: float
+
+  def __call__(self, params, start):
+    return 0.5 * self.mu * tree_sq_distance(params, start)
 
 
 class FedProx(FedAvg):
@@ -21,8 +33,9 @@ class FedProx(FedAvg):
   @classmethod
   def options_from_config(cls, config, spec):
     super().options_from_config(config, spec)
-    return _float(config, 'fedprox.mu', 0.0)
+    return fields.number(config, 'fedprox.mu', 0.0)
 
-  def local_rule(self, state, t, active):
-    del state, t, active
-    return {'prox_mu': self.options}
+  def local_training(self, state, r):
+    del state
+    mu = float(self.options)
+    return self.train_rule(penalty=ProximalTerm(mu) if mu else None), self.local_inputs(r)

@@ -20,24 +20,28 @@ point where client accuracy is measured differs (after distillation instead of
 after local training).
 
 Algorithms differ only in hooks: what a client may upload
-(:meth:`upload_mask`), what it uploads (soft or hard labels), how the server
+(:meth:`upload_masks`), what it uploads (soft or hard labels), how the server
 aggregates (:meth:`aggregate`), what it sends down (:meth:`downlink`) and how
 a client turns that into targets (:meth:`client_targets`). Everything carried
-between rounds (caches, the pending downlink) is a device array in
-``AlgState.extra``, so checkpoints hold it and resume loses nothing.
+between rounds is a device array, in :class:`ProtocolTable` (per client) or
+:class:`ProtocolServer` (the caches, the pending downlink), so checkpoints hold
+it and resume loses nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
+
+import flax
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd import fields
 from fedjax_kd.algorithms import base
-from fedjax_kd.config import _choice, _int
 from fedjax_kd.ops import aggregate
 from fedjax_kd.ops import cache as cache_ops
 from fedjax_kd.ops import comm
@@ -59,10 +63,59 @@ def cache_options(config, spec, default_on: bool) -> CacheOptions:
   ``cache.mode='auto'`` means on for SCARLET and off for the baselines.
   """
   del spec
-  mode = _choice(config, 'cache.mode', CACHE_MODES)
-  duration = _int(config, 'cache.duration', 0)
+  mode = fields.choice(config, 'cache.mode', CACHE_MODES)
+  duration = fields.integer(config, 'cache.duration', 0)
   return CacheOptions(enabled=default_on if mode == 'auto' else mode == 'on',
                       duration=duration)
+
+
+@flax.struct.dataclass
+class ProtocolTable:
+  """The family's per-client arrays (rows: clients; ``None`` where unused).
+
+  Attributes:
+    local_labels: ``[K, N_pub, C]`` each client's own cached labels, when
+      targets differ per client (COMET) and the cache is on. Their stamps are
+      the same for every client (such runs have full participation), so
+      ``ProtocolServer.local_stamp`` holds them once.
+    client_stamp: ``[K, N_pub]`` the round each client last synced each public
+      sample (cache on, partial participation: the catch-up traffic).
+    upload_mask: ``[K, N_pub]`` bool, which public samples a client may upload
+      (Selective-FD's client-side selectors); None lets everyone upload.
+  """
+  local_labels: Any = None
+  client_stamp: Any = None
+  upload_mask: Any = None
+
+
+@flax.struct.dataclass
+class ProtocolServer:
+  """The family's server-side state: the pending downlink and the caches.
+
+  Attributes:
+    has_prev, prev_round, prev_idx, prev_use, prev_signals, prev_payload,
+      prev_server_labels: last round's downlink, sent at the start of the next
+      (``schedule='next_round'``).
+    cache_labels, cache_stamp: the server's soft-label cache (cache on).
+    local_labels, local_stamp: the clients' cache copy when every client gets
+      the same targets (one copy serves all; cache on); with per-client targets
+      only the stamps (the labels are in ``ProtocolTable``).
+    prev_pre_stamp, prev_post_stamp: the cache stamps of last round's samples
+      before and after its update (cache on, partial participation).
+  """
+  has_prev: Any
+  prev_round: Any
+  prev_idx: Any
+  prev_use: Any
+  prev_signals: Any
+  prev_payload: Any
+  prev_server_labels: Any
+  cache_labels: Any = None
+  cache_stamp: Any = None
+  local_labels: Any = None
+  local_stamp: Any = None
+  prev_pre_stamp: Any = None
+  prev_post_stamp: Any = None
 
 
 class Protocol(base.Algorithm):
@@ -91,9 +144,11 @@ class Protocol(base.Algorithm):
     return 'next_round'
 
   # --------------------------------------------------------------- hooks
-  def upload_mask(self, idx: Array) -> Array | None:
-    """``[K, n]`` bool: who may upload each drawn sample (None: everyone)."""
-    del idx
+  def upload_masks(self) -> Array | None:
+    """``[K, N_pub]`` bool: which public samples each client may upload (None: all).
+
+    Computed once; it becomes ``ProtocolTable.upload_mask``.
+    """
     return None
 
   upload_kind = 'float'   # 'float' soft labels, or 'label' hard labels (CFD)
@@ -102,8 +157,8 @@ class Protocol(base.Algorithm):
     """Server aggregation of uploads.
 
     Args:
-      probs: ``[K, n, C]`` client probabilities (zero where ``mask`` is False).
-      mask: ``[K, n]`` which client uploaded which sample.
+      probs: ``[S, n, C]`` client probabilities (zero where ``mask`` is False).
+      mask: ``[S, n]`` which client uploaded which sample.
 
     Returns:
       ``(labels [n, C], keep [n] bool, metrics)``: the server's training
@@ -111,74 +166,69 @@ class Protocol(base.Algorithm):
     """
     raise NotImplementedError
 
-  def downlink(self, state, t: int, x: Array, labels: Array, probs: Array,
+  def downlink(self, state, r: base.Round, x: Array, labels: Array, probs: Array,
                mask: Array) -> tuple[base.AlgState, Array]:
     """What the server sends for the fresh samples, aligned with ``x``.
 
     Default: the server's labels (DS-FL, SCARLET, Selective-FD).
     """
-    del t, x, probs, mask
+    del r, x, probs, mask
     return state, labels
 
   down_elements_per_row = None   # floats per fresh sample sent down (default C)
   downlink_is_server_labels = True  # False when clients get other content (CFD, COMET)
 
-  def client_targets(self, state, t: int, x: Array, payload: Array,
-                     active: np.ndarray) -> tuple[Array, Array | None]:
+  def client_targets(self, state, r: base.Round, x: Array,
+                     payload: Array) -> tuple[Array, Array | None]:
     """Turns the downlink payload into distillation targets.
 
     Returns:
-      ``(targets [n, C] or [K, n, C], loss weights [K] or None)``.
+      ``(targets [n, C] or [S, n, C], loss weights [S] or None)``.
     """
-    del state, t, x, active
+    del state, r, x
     return payload, None
 
   # ----------------------------------------------------------- lifecycle
   def init(self):
     state = super().init()
-    n, c = self.n_round, self.num_classes
-    extra = {
-        'has_prev': jnp.zeros((), bool),
-        'prev_round': jnp.zeros((), jnp.int32),
-        'prev_idx': jnp.zeros((n,), jnp.int32),
-        'prev_use': jnp.zeros((n,), bool),
-        'prev_signals': jnp.zeros((n,), jnp.int32),
-        'prev_payload': jnp.zeros((n,) + self.payload_shape(), jnp.float32),
-        'prev_server_labels': jnp.zeros((n, c), jnp.float32),
-    }
+    n, c, k = self.n_round, self.num_classes, self.num_clients
+    server = ProtocolServer(
+        has_prev=jnp.zeros((), bool),
+        prev_round=jnp.zeros((), jnp.int32),
+        prev_idx=jnp.zeros((n,), jnp.int32),
+        prev_use=jnp.zeros((n,), bool),
+        prev_signals=jnp.zeros((n,), jnp.int32),
+        prev_payload=jnp.zeros((n,) + self.payload_shape(), jnp.float32),
+        prev_server_labels=jnp.zeros((n, c), jnp.float32))
+    table = ProtocolTable(upload_mask=self.upload_masks())
     if self.cache.enabled:
-      server = cache_ops.empty_cache(self.n_public, c)
-      local = cache_ops.empty_cache(self.n_public, c, self.fed.num_clients
-                                    if self.per_client_targets else None)
-      extra.update(cache_labels=server.labels, cache_stamp=server.stamp,
-                   local_labels=local.labels, local_stamp=local.stamp)
+      cache = cache_ops.empty_cache(self.n_public, c)
+      server = server.replace(cache_labels=cache.labels, cache_stamp=cache.stamp)
+      local = cache_ops.empty_cache(self.n_public, c, k if self.per_client_targets else None)
+      server = server.replace(local_stamp=local.stamp)
+      if self.per_client_targets:   # each client's own cached labels
+        table = table.replace(local_labels=local.labels)
+      else:
+        server = server.replace(local_labels=local.labels)
     if self.track_clients:
-      extra.update(client_stamp=jnp.full((self.fed.num_clients, self.n_public),
-                                         cache_ops.EMPTY, jnp.int32),
-                   prev_pre_stamp=jnp.zeros((n,), jnp.int32),
-                   prev_post_stamp=jnp.zeros((n,), jnp.int32))
-    return state.replace(extra=extra)
-
-  def client_state_keys(self) -> tuple[str, ...]:
-    keys = ()
-    if self.cache.enabled and self.per_client_targets:   # each client's own cache copy
-      keys += ('local_labels', 'local_stamp')
-    if self.track_clients:   # when each client last synced each public sample
-      keys += ('client_stamp',)
-    return keys
+      table = table.replace(client_stamp=jnp.full((k, self.n_public), cache_ops.EMPTY,
+                                                  jnp.int32))
+      server = server.replace(prev_pre_stamp=jnp.zeros((n,), jnp.int32),
+                              prev_post_stamp=jnp.zeros((n,), jnp.int32))
+    return state.replace(table=table, extra=server)
 
   def payload_shape(self) -> tuple[int, ...]:
     return (self.num_classes,)
 
-  def round(self, state, t, active):
+  def round(self, state, r):
     metrics: dict[str, float] = {}
     payloads: list[comm.Payload] = []
     if self.schedule == 'next_round':
-      state = self._client_step(state, t, active, metrics, payloads)
-    state, metrics['train_loss'] = self.train_clients(state, t, active)
-    state = self._server_step(state, t, active, metrics, payloads)
+      state = self._client_step(state, r, metrics, payloads)
+    state, metrics['train_loss'] = self.train_clients(state, r)
+    state = self._server_step(state, r, metrics, payloads)
     if self.schedule == 'same_round':
-      state = self._client_step(state, t, active, metrics, payloads)
+      state = self._client_step(state, r, metrics, payloads)
     return state, base.RoundOutput(metrics, payloads)
 
   def evaluate(self, state):
@@ -187,34 +237,35 @@ class Protocol(base.Algorithm):
     return out
 
   # ------------------------------------------------------------ server
-  def _server_step(self, state, t, active, metrics, payloads):
-    ex = dict(state.extra)
+  def _server_step(self, state, r, metrics, payloads):
+    t, active = r.t, r.active
+    ex = state.extra
     draw, _ = self.sample_public(t)
     draw = jnp.asarray(draw, jnp.int32)
     if self.cache.enabled:
-      idx, req = cache_ops.select(ex['cache_stamp'], draw, t, self.cache.duration)
+      idx, req = cache_ops.select(ex.cache_stamp, draw, t, self.cache.duration)
     else:
       idx, req = draw, jnp.ones(draw.shape, bool)
     x = jnp.take(self.ctx.data.x_public, idx, axis=0)
     act = jnp.asarray(active)
     mask = act[:, None] & req[None, :]
-    allowed = self.upload_mask(idx)
+    allowed = state.table.upload_mask
     if allowed is not None:   # the share of the participants' requested uploads that pass
       offered = jnp.maximum(jnp.sum(mask), 1)
-      mask = mask & allowed
+      mask = mask & jnp.take(allowed, idx, axis=1)
       metrics['inlier_fraction'] = float(jnp.sum(mask) / offered)
-    probs = self.predict_clients(state, t, x, active)
+    probs = self.predict_clients(state, r, x)
     probs = probs * mask[:, :, None]
     labels, keep, agg_metrics = self.aggregate(probs, mask)
     metrics.update({k: float(v) for k, v in agg_metrics.items()})
     if self.cache.enabled:
-      pre_stamp = ex['cache_stamp'][idx]
-      server = cache_ops.SoftLabelCache(ex['cache_labels'], ex['cache_stamp'])
+      pre_stamp = ex.cache_stamp[idx]
+      server = cache_ops.SoftLabelCache(ex.cache_labels, ex.cache_stamp)
       server, zhat, signals = cache_ops.update_global(server, idx, labels, keep & req, t,
                                                       self.cache.duration)
-      ex.update(cache_labels=server.labels, cache_stamp=server.stamp)
+      ex = ex.replace(cache_labels=server.labels, cache_stamp=server.stamp)
       if self.track_clients:
-        ex.update(prev_pre_stamp=pre_stamp, prev_post_stamp=server.stamp[idx])
+        ex = ex.replace(prev_pre_stamp=pre_stamp, prev_post_stamp=server.stamp[idx])
       use = signals != cache_ops.ABSENT
       counts = cache_ops.signal_counts(signals)
       metrics.update({f'n_{k}': v for k, v in counts.items() if k != 'absent'})
@@ -226,12 +277,10 @@ class Protocol(base.Algorithm):
     metrics.update(self._label_diagnostics(idx, zhat, use, probs, mask))
     state = state.replace(extra=ex)
     state, metrics['server_distill_loss'] = self._distill_server(state, t, x, zhat, use)
-    state, payload = self.downlink(state, t, x, zhat, probs, mask)
-    ex = dict(state.extra)
-    ex.update(has_prev=jnp.ones((), bool), prev_round=jnp.asarray(t, jnp.int32), prev_idx=idx,
-              prev_use=use,
-              prev_signals=signals, prev_payload=payload.astype(jnp.float32),
-              prev_server_labels=zhat)
+    state, payload = self.downlink(state, r, x, zhat, probs, mask)
+    ex = state.extra.replace(has_prev=jnp.ones((), bool), prev_round=jnp.asarray(t, jnp.int32),
+                             prev_idx=idx, prev_use=use, prev_signals=signals,
+                             prev_payload=payload.astype(jnp.float32), prev_server_labels=zhat)
     rows, requested = int(jnp.sum(mask)), int(jnp.sum(req))
     metrics['requested'] = requested
     metrics['labelled'] = int(jnp.sum(use))
@@ -267,22 +316,28 @@ class Protocol(base.Algorithm):
     return self.distill_server(state, t, x, targets, count=count)
 
   # ------------------------------------------------------------ client
-  def _client_step(self, state, t, active, metrics, payloads):
-    ex = dict(state.extra)
-    if not bool(ex['has_prev']):
+  def _client_step(self, state, r, metrics, payloads):
+    t, active = r.t, r.active
+    ex, table = state.extra, state.table
+    if not bool(ex.has_prev):
       return state
-    idx, signals, use = ex['prev_idx'], ex['prev_signals'], ex['prev_use']
+    idx, signals, use = ex.prev_idx, ex.prev_signals, ex.prev_use
     x = jnp.take(self.ctx.data.x_public, idx, axis=0)
-    targets, weights = self.client_targets(state, t, x, ex['prev_payload'], active)
+    targets, weights = self.client_targets(state, r, x, ex.prev_payload)
     fresh = cache_ops.is_fresh(signals)
     receivers = int(np.sum(active))
     if self.cache.enabled:
-      local = cache_ops.SoftLabelCache(ex['local_labels'], ex['local_stamp'])
+      own = self.per_client_targets   # per-client labels live in the client table
+      local = cache_ops.SoftLabelCache((table if own else ex).local_labels, ex.local_stamp)
       queue = cache_ops.fifo_queue(targets, signals)
-      local, targets = cache_ops.rebuild_local(local, idx, signals, queue, ex['prev_round'])
-      ex.update(local_labels=local.labels, local_stamp=local.stamp)
+      local, targets = cache_ops.rebuild_local(local, idx, signals, queue, ex.prev_round)
+      ex = ex.replace(local_stamp=local.stamp)
+      if own:
+        table = table.replace(local_labels=local.labels)
+      else:
+        ex = ex.replace(local_labels=local.labels)
       if self.debug and self.downlink_is_server_labels:
-        diff = jnp.max(jnp.abs(targets - ex['prev_server_labels']) * use[:, None])
+        diff = jnp.max(jnp.abs(targets - ex.prev_server_labels) * use[:, None])
         if float(diff) > 0:
           raise AssertionError(f'round {t}: client cache out of sync with the server '
                                f'(max label difference {float(diff):.3g})')
@@ -290,10 +345,9 @@ class Protocol(base.Algorithm):
                                    receivers, multicast=True))
       if self.track_clients:
         act = jnp.asarray(active)
-        upd, stale = cache_ops.catch_up_counts(ex['client_stamp'], idx, ex['prev_pre_stamp'],
-                                               act)
-        ex['client_stamp'] = cache_ops.sync_clients(ex['client_stamp'], idx,
-                                                    ex['prev_post_stamp'], act)
+        upd, stale = cache_ops.catch_up_counts(table.client_stamp, idx, ex.prev_pre_stamp, act)
+        table = table.replace(client_stamp=cache_ops.sync_clients(
+            table.client_stamp, idx, ex.prev_post_stamp, act))
         n_upd, n_stale = int(jnp.sum(upd)), int(jnp.sum(stale))
         metrics['catch_up_entries'] = n_upd + n_stale
         payloads += [comm.Payload('catch_up_labels', comm.DOWN, 'float',
@@ -304,12 +358,11 @@ class Protocol(base.Algorithm):
     payloads += [comm.Payload('labels', comm.DOWN, 'float', int(jnp.sum(fresh & use)) * per_row,
                               receivers, multicast=True),
                  comm.Payload('indices', comm.DOWN, 'index', count, receivers, multicast=True)]
+    state = state.replace(extra=ex, table=table)
     if count:
-      state = state.replace(extra=ex)
       state, metrics['distill_loss'] = self.distill_clients(
-          state, t, x, targets, active, count=count, weights=weights)
-      ex = dict(state.extra)
-    return state.replace(extra=ex)
+          state, r, x, targets, count=count, weights=weights)
+    return state
 
 
 def _labelled_first(x: Array, targets: Array, use: Array) -> tuple[Array, Array, int]:

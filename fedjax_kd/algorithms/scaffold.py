@@ -12,18 +12,43 @@ option II, as NIID-Bench runs it and FedEntOpt (Lutz et al., arXiv
 * server: ``theta <- sum_S p_k y_k`` (``p_k = n_k / sum_S n_j``; global lr 1)
   and ``c <- c + (1 / K) sum_S (c_k+ - c_k)``.
 
-Every client's ``c_k`` is kept (``[K, params]`` in ``AlgState.extra``) and the
+Every client's ``c_k`` is kept (``[K, params]`` in the client table) and the
 control variates travel with the model both ways, so a round costs twice
 FedAvg's bytes. Requires plain SGD (``train.optimizer = 'sgd'``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import flax
 import jax
 import jax.numpy as jnp
 
 from fedjax_kd.algorithms.fedavg import FedAvg
 from fedjax_kd.ops import param_aggregate
+
+
+@flax.struct.dataclass
+class ScaffoldTable:
+  """Per client: ``c_k``, the client's control variate (the model's parameter tree)."""
+  c_k: Any
+
+
+@flax.struct.dataclass
+class ScaffoldServer:
+  """The server's control variate ``c`` (leaves with a leading axis of 1, as the server model)."""
+  c: Any
+
+
+def control_step(params, c_k, shared):
+  """``y <- y - lr (c - c_k)`` after each local step, outside momentum (a ``LocalRule.correction``).
+
+  ``c_k`` is the client's variate; ``shared`` is ``(c, lr)``, the server's
+  variate (leaves with a leading axis of 1) and the round's learning rate.
+  """
+  c, lr = shared
+  return jax.tree.map(lambda p, cs, ck: p - (lr * (cs[0] - ck)).astype(p.dtype), params, c, c_k)
 
 
 class SCAFFOLD(FedAvg):
@@ -33,26 +58,24 @@ class SCAFFOLD(FedAvg):
   def init(self):
     state = super().init()
     zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
-    return state.replace(extra={'c': zeros(state.server.params),
-                                'c_k': zeros(state.clients[0].params)})
+    return state.replace(table=ScaffoldTable(c_k=zeros(state.clients[0].params)),
+                         extra=ScaffoldServer(c=zeros(state.server.params)))
 
   def _lr(self, t: int) -> float:
     return self.spec.train.learning_rate * self.lr_factor(t)
 
-  def local_rule(self, state, t, active):
-    del active
+  def local_training(self, state, r):
     # Only the slotted clients' c_k are gathered; c - c_k is formed inside the step.
-    return {'control': (state.extra['c'], state.extra['c_k'], self._lr(t))}
+    return (self.train_rule(correction=control_step),
+            self.local_inputs(r, client=state.table.c_k,
+                              shared=(state.extra.c, jnp.float32(self._lr(r.t)))))
 
-  def after_round(self, state, start, t, active):
+  def after_round(self, state, start, r):
     c, c_k = param_aggregate.scaffold_controls(
-        state.extra['c'], state.extra['c_k'], start.params, state.clients[0].params,
-        jnp.asarray(active), jnp.asarray(self.local_steps(t, active)), self._lr(t),
-        self.fed.population)   # N = all clients, also when a round view holds only some
-    return state.replace(extra={'c': c, 'c_k': c_k})
-
-  def client_state_keys(self):
-    return ('c_k',)
+        state.extra.c, state.table.c_k, start.params, state.clients[0].params,
+        jnp.asarray(r.active), jnp.asarray(self.local_steps(r)), self._lr(r.t),
+        r.population)   # N = all K clients, also when the round holds only some
+    return state.replace(table=ScaffoldTable(c_k=c_k), extra=ScaffoldServer(c=c))
 
   def payloads(self, active):
     # The control variates (same size as the model) go up and down with it.

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from fedjax_kd import fields
 from fedjax_kd.algorithms import protocol
-from fedjax_kd.config import _float
 from fedjax_kd.ops import aggregate
 
 
@@ -38,7 +38,7 @@ class SCARLET(protocol.Protocol):
 
   @classmethod
   def options_from_config(cls, config, spec) -> SCARLETOptions:
-    return SCARLETOptions(beta=_float(config, 'scarlet.beta', 0.0, lo_open=True),
+    return SCARLETOptions(beta=fields.number(config, 'scarlet.beta', 0.0, lo_open=True),
                           cache=protocol.cache_options(config, spec, default_on=True))
 
   def aggregate(self, probs, mask):

@@ -15,8 +15,9 @@ Round (shared engine, :mod:`fedjax_kd.algorithms.protocol`):
     ``|| onehot(argmax) - mean ||_1 < selective_fd.tau_server`` (2.0, the
     paper's value, keeps everything); no ERA;
   * the server model and the clients distil on the kept samples only.
-The selector masks are a pure function of the seed and the data, so they are
-recomputed (not checkpointed) when a run resumes.
+The selector masks are a pure function of the seed and the data; they live in
+the client table (``ProtocolTable.upload_mask``), so a round with a client store
+reads only its participants' rows.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd import fields
 from fedjax_kd.algorithms import protocol
-from fedjax_kd.config import _float
 from fedjax_kd.ops import aggregate, density
 
 
@@ -43,19 +44,18 @@ class SelectiveFDOptions:
 class SelectiveFD(protocol.Protocol):
   name = 'selective_fd'
   paper_rules = 'scarlet'
-  client_attrs = ('inliers',)   # [K, N_pub] client-side selector masks
 
   @classmethod
   def options_from_config(cls, config, spec) -> SelectiveFDOptions:
     return SelectiveFDOptions(
-        tau_client=_float(config, 'selective_fd.tau_client', 0.0, hi=1.0),
-        tau_server=_float(config, 'selective_fd.tau_server', 0.0, lo_open=True),
-        sigma=_float(config, 'selective_fd.sigma', 0.0, lo_open=True),
-        lambda_exponent=_float(config, 'selective_fd.lambda_exponent', 0.0),
+        tau_client=fields.number(config, 'selective_fd.tau_client', 0.0, hi=1.0),
+        tau_server=fields.number(config, 'selective_fd.tau_server', 0.0, lo_open=True),
+        sigma=fields.number(config, 'selective_fd.sigma', 0.0, lo_open=True),
+        lambda_exponent=fields.number(config, 'selective_fd.lambda_exponent', 0.0),
         cache=protocol.cache_options(config, spec, default_on=False))
 
-  def __init__(self, ctx):
-    super().__init__(ctx)
+  def upload_masks(self):
+    """``[K, N_pub]`` client-side selectors: which public samples each client calls inliers."""
     d = self.ctx.data
     idx = np.asarray(d.client_idx)
     o = self.options
@@ -63,10 +63,7 @@ class SelectiveFD(protocol.Protocol):
         np.asarray(d.x_private), [idx[k, :d.client_n[k]] for k in range(d.num_clients)],
         np.asarray(d.x_public), self.spec.seed, tau=o.tau_client, sigma=o.sigma,
         lambda_exponent=o.lambda_exponent)
-    self.inliers = jnp.asarray(masks)
-
-  def upload_mask(self, idx):
-    return jnp.take(self.inliers, idx, axis=1)
+    return jnp.asarray(masks)
 
   def aggregate(self, probs, mask):
     mean, count = aggregate.uploader_mean(probs, mask)

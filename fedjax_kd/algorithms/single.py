@@ -15,6 +15,6 @@ class Single(base.Algorithm):
   name = 'single'
   uses_public = False
 
-  def round(self, state, t, active):
-    state, loss = self.train_clients(state, t, active)
+  def round(self, state, r):
+    state, loss = self.train_clients(state, r)
     return state, base.RoundOutput({'train_loss': loss}, [])

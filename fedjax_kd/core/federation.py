@@ -21,6 +21,7 @@ import optax
 from fedjax_kd.core import rng
 from fedjax_kd.core import store as store_lib
 from fedjax_kd.core.kernels import CohortKernels, LossFn, client_mesh
+from fedjax_kd.core.local import Local, LocalRule, hook_rows
 from fedjax_kd.core.state import ModelState
 from fedjax_kd.ops import losses
 
@@ -230,27 +231,34 @@ class Federation:
   def __init__(self, data: FederatedData, client_models: Sequence[str],
                modules: dict[str, Any], optimizers: dict[str, optax.GradientTransformation],
                use_mesh: bool = True, store: Any = None, compute_dtype: str = 'float32'):
+    mesh = client_mesh() if use_mesh else None
+    specs = sorted(set(client_models), key=tuple(client_models).index)
+    kernels = {s: CohortKernels(modules[s], optimizers, mesh, compute_dtype) for s in specs}
+    scatter = jax.jit(lambda full, ids, vals: full.at[ids].set(vals, mode='drop'))
+    k = len(client_models)
+    self._setup(data, client_models, kernels, optimizers, mesh, store, scatter,
+                np.arange(k, dtype=np.int32), k)
+
+  def _setup(self, data: FederatedData, client_models: Sequence[str],
+             kernels: dict[str, CohortKernels], optimizers, mesh, store, scatter,
+             global_ids: np.ndarray, population: int) -> None:
+    """Every attribute of a federation; clients are grouped into cohorts by spec.
+
+    Cohorts come in order of first appearance of each spec. ``global_ids`` are
+    the experiment's ids of these clients (a view's clients are a subset) and
+    ``population`` is K, the experiment's client count.
+    """
     self.data = data
     self.client_models = tuple(client_models)
-    self.mesh = client_mesh() if use_mesh else None
-    self.multiple = 1 if self.mesh is None else self.mesh.size
+    self.mesh = mesh
+    self.multiple = 1 if mesh is None else mesh.size
     self.optimizers = optimizers
     self.store = store
-    specs = sorted(set(self.client_models), key=self.client_models.index)
-    kernels = {s: CohortKernels(modules[s], optimizers, self.mesh, compute_dtype)
-               for s in specs}
-    self._scatter = jax.jit(lambda full, ids, vals: full.at[ids].set(vals, mode='drop'))
-    self._set_clients(kernels, np.arange(len(self.client_models), dtype=np.int32),
-                      len(self.client_models))
-
-  def _set_clients(self, kernels: dict[str, CohortKernels], global_ids: np.ndarray,
-                   population: int) -> None:
-    """Groups the clients into cohorts (in order of first appearance of each spec)."""
+    self._scatter = scatter
     specs = sorted(set(self.client_models), key=self.client_models.index)
     ids = np.asarray(self.client_models)
     self.cohorts = [Cohort(s, np.flatnonzero(ids == s).astype(np.int32), kernels[s])
                     for s in specs]
-    # Global id of each client (a view's clients are a subset) and the population K.
     self.global_ids = np.asarray(global_ids, np.int32)
     self.population = int(population)
     self._cohort_of = np.zeros(len(self.client_models), np.int32)
@@ -285,14 +293,10 @@ class Federation:
     pos_all, act_all = np.concatenate(pos), np.concatenate(act)
     order = np.argsort(pos_all, kind='stable')   # client order, as the full engine sees it
     pos_all, act_all = pos_all[order], act_all[order]
-    view = object.__new__(Federation)
-    view.data = self.data.subset(pos_all)
-    view.client_models = tuple(self.client_models[i] for i in pos_all)
-    view.mesh, view.multiple, view.optimizers = self.mesh, self.multiple, self.optimizers
-    view.store = None
-    view._scatter = self._scatter
-    view._set_clients({c.spec: c.kernels for c in self.cohorts}, self.global_ids[pos_all],
-                      self.population)
+    view = Federation.__new__(Federation)
+    view._setup(self.data.subset(pos_all), [self.client_models[i] for i in pos_all],
+                {c.spec: c.kernels for c in self.cohorts}, self.optimizers, self.mesh,
+                None, self._scatter, self.global_ids[pos_all], self.population)
     # The view's cohorts come in the parent's cohort order; rows follow the sorted ids.
     rows_by_cohort = []
     for vc in view.cohorts:
@@ -331,23 +335,50 @@ class Federation:
     gids[:len(rows)] = cohort.client_ids[rows]
     return slots, valid, gids
 
-  def _scatter_clients(self, full: Array, gids: np.ndarray, vals: Array) -> Array:
-    return self._scatter(full, jnp.asarray(gids), vals)
+  def check_rows(self, name: str, tree: Any) -> None:
+    """Raises ValueError unless every leaf of ``tree`` has one row per client of this federation.
 
-  # --------------------------------------------------------------- init
-  def init(self, root: Array, shared_init: bool = False) -> tuple[ModelState, ...]:
-    """Initial states, one per cohort. Keys depend on client id only (A2)."""
-    states = []
-    for cohort in self.cohorts:
-      ids = np.zeros_like(cohort.client_ids) if shared_init else cohort.client_ids
-      ids = self.global_ids[ids]
-      make = lambda rows, ids=ids, k=cohort.kernels: k.init(
-          rng.client_keys(root, 0, ids[rows], 'init'), self.data.input_shape)
-      if self.store is None:
-        states.append(make(np.arange(cohort.size)))
-      else:   # built chunk by chunk straight into host memory (or disk)
-        states.append(self.store.init_rows(cohort.size, make))
-    return tuple(states)
+    Per-client inputs are gathered by slot with clipping, so a table of the
+    wrong length would silently give clients other clients' rows. The usual
+    cause is a per-client array kept outside the algorithm's client table: a
+    round with a client store sees only its participants' rows of the table.
+    """
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+      if np.ndim(leaf) < 1 or np.shape(leaf)[0] != self.num_clients:
+        raise ValueError(
+            f'{name}{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}, but this round has '
+            f'{self.num_clients} clients (of {self.population}): per-client arrays must come '
+            'from the round (state.table, Round.active, fed.data), whose rows are the '
+            "round's clients; keep them in the algorithm's client table, not in server state")
+
+  # -------------------------------------------------------- cohort loop
+  def _each_cohort(self, states, active: np.ndarray | None, read_only: bool = False):
+    """The one loop over cohorts every phase runs: what to call each kernel on.
+
+    Yields ``(c, kernels, state, slots, valid, gids, rows)`` for each cohort
+    ``c`` with active clients: the state piece and ``[S]`` slots to run on,
+    which slots are real, their global slot ids (``K`` for padding) and a
+    function ``rows(a)`` that gathers the slots' rows of a per-client ``[K, ...]``
+    array. A read-only phase on host-resident clients visits the cohort
+    ``store.chunk`` clients at a time (see :meth:`_batches`); otherwise the
+    cohort is one piece.
+    """
+    active = self._active(active)
+    for c, (cohort, state) in enumerate(zip(self.cohorts, states)):
+      if read_only:
+        pieces = self._batches(cohort, state, active)
+      else:
+        slots, valid, gids = self.plan(cohort, active)
+        pieces = [(state, jnp.asarray(slots), valid, gids)] if valid.any() else []
+      for st, slots, valid, gids in pieces:
+        g = jnp.asarray(gids)
+        rows = lambda a, g=g: jnp.take(a, g, axis=0, mode='clip')
+        yield c, cohort.kernels, st, slots, valid, gids, rows
+
+  def _put(self, full: Any, valid: np.ndarray, gids: np.ndarray, vals: Any) -> Any:
+    """``full`` (leaves ``[K, ...]``) with the real slots' rows set to ``vals``."""
+    w = jnp.asarray(np.where(valid, gids, self.num_clients))
+    return jax.tree.map(lambda f, v: self._scatter(f, w, v), full, vals)
 
   def _batches(self, cohort: Cohort, state: ModelState, active: np.ndarray):
     """``(state, slots, valid, gids)`` pieces to run a read-only kernel on.
@@ -373,87 +404,72 @@ class Federation:
       yield (self.store.take(state, prow), jnp.arange(e, dtype=jnp.int32), ok,
              np.where(ok, cohort.client_ids[prow], self.num_clients).astype(np.int32))
 
+  # --------------------------------------------------------------- init
+  def init(self, root: Array, shared_init: bool = False) -> tuple[ModelState, ...]:
+    """Initial states, one per cohort. Keys depend on client id only (A2)."""
+    states = []
+    for cohort in self.cohorts:
+      ids = np.zeros_like(cohort.client_ids) if shared_init else cohort.client_ids
+      ids = self.global_ids[ids]
+      make = lambda rows, ids=ids, k=cohort.kernels: k.init(
+          rng.client_keys(root, 0, ids[rows], 'init'), self.data.input_shape)
+      if self.store is None:
+        states.append(make(np.arange(cohort.size)))
+      else:   # built chunk by chunk straight into host memory (or disk)
+        states.append(self.store.init_rows(cohort.size, make))
+    return tuple(states)
+
   # ---------------------------------------------------------------- fit
-  def fit(self, states: Sequence[ModelState], root: Array, t: int, phase: str, *,
-          shared: dict, idx: Array, n: np.ndarray | Array, loss_fn: LossFn,
-          epochs: int, batch_size: int, aux: dict | None = None,
-          opt_slot: str = 'train', active: np.ndarray | None = None,
-          augment: Callable | None = None, epochs_k: np.ndarray | None = None,
-          control: Any = None, lr_scale: float = 1.0, fresh_opt: bool = False,
-          prox_mu: float = 0.0) -> tuple[tuple[ModelState, ...], np.ndarray]:
-    """General local optimisation of every active client.
+  def fit(self, states: Sequence[ModelState], root: Array, t: int, phase: str,
+          rule: LocalRule, local: Local | None = None, *, shared: dict, idx: Array,
+          n: np.ndarray, loss_fn: LossFn, active=None,
+          aux: dict | None = None) -> tuple[tuple[ModelState, ...], np.ndarray]:
+    """Local training of the active clients of every cohort.
 
     Args:
-      states: cohort states (consumed).
-      root: experiment root key; per-client keys are derived from
-        ``(t, client id, phase)``.
-      t: round number.
-      phase: phase name for the key (``'train'``, ``'distill'``, ...).
-      shared: arrays shared by all clients (must include ``'x'``).
-      idx: ``[K, n_max]`` per-client rows of ``shared``, or ``[n_max]`` for all.
+      states: one ModelState per cohort (donated).
+      root, t, phase: key derivation (per client: ``(root, t, client, phase)``).
+      rule: epochs, batch size, optimizer slot, augmentation and hooks.
+      local: epoch budgets, learning-rate factor and hook data of this call;
+        its per-client leaves have one row per client of this federation.
+      shared: arrays with a leading sample axis (see `CohortKernels.fit`).
+      idx: ``[K, n_max]`` per-client rows of ``shared`` or ``[n_max]`` shared rows.
       n: ``[K]`` real rows per client.
-      loss_fn: module-level per-sample loss.
-      epochs, batch_size: as in Keras ``fit``.
-      aux: per-client arrays with leading axis ``K``.
-      opt_slot: optimizer slot.
-      active: ``[K]`` bool mask of participating clients (default all).
-      augment: optional batch augmentation.
-      epochs_k: ``[K]`` epochs each client runs (<= ``epochs``; stragglers).
-      control: SCAFFOLD's ``(c, c_k, lr)`` with ``c_k`` for all K clients (leading
-        axis ``K``; only the slotted rows are gathered), see `CohortKernels.fit`.
-      lr_scale: multiplies every update (per-round learning-rate decay).
-      fresh_opt: new optimizer state for this call.
-      prox_mu: FedProx proximal weight.
+      loss_fn: per-sample loss (module-level function).
+      active: ``[K]`` bool mask (default all).
+      aux: per-client arrays with leading axis ``K`` (gathered per cohort).
 
     Returns:
       New states and the mean loss per client ``[K]`` (NaN for inactive).
     """
-    active = self._active(active)
     _device_only(states, 'fit')
     aux = aux or {}
+    local = local or Local()
+    self.check_rows('aux', aux)
+    self.check_rows('local', hook_rows(local))
     n = jnp.asarray(n, jnp.int32)
-    out_states, loss_full = [], jnp.full((self.num_clients,), jnp.nan, jnp.float32)
-    for cohort, state in zip(self.cohorts, states):
-      slots, valid, gids = self.plan(cohort, active)
-      if not valid.any():
-        out_states.append(state)
-        continue
-      g = jnp.asarray(gids)
+    out, loss_full = list(states), jnp.full((self.num_clients,), jnp.nan, jnp.float32)
+    for c, kernels, state, slots, valid, gids, rows in self._each_cohort(states, active):
       keys = rng.client_keys(root, t, self._key_ids(gids), phase)
-      cidx = idx if idx.ndim == 1 else jnp.take(idx, g, axis=0, mode='clip')
-      take = lambda a: jnp.take(a, g, axis=0, mode='clip')
-      caux = jax.tree.map(take, aux)
-      ccontrol = None
-      if control is not None:
-        ccontrol = (control[0], jax.tree.map(take, control[1]), control[2])
-      cepochs = None
-      if epochs_k is not None:
-        cepochs = np.asarray(epochs_k, np.int32)[np.minimum(gids, self.num_clients - 1)]
-      state, loss = cohort.kernels.fit(
-          state, jnp.asarray(slots), jnp.asarray(valid), keys, cidx,
-          jnp.take(n, g, mode='clip'), shared, caux, loss_fn=loss_fn, epochs=epochs,
-          batch_size=batch_size, opt_slot=opt_slot, augment=augment, epochs_k=cepochs,
-          control=ccontrol, lr_scale=lr_scale, fresh_opt=fresh_opt, prox_mu=prox_mu)
-      out_states.append(state)
-      loss_full = self._scatter_clients(loss_full, np.where(valid, gids, self.num_clients), loss)
-    return tuple(out_states), np.asarray(loss_full)
+      cidx = idx if idx.ndim == 1 else rows(idx)
+      clocal = local.replace(
+          epochs_k=None if local.epochs_k is None else rows(jnp.asarray(local.epochs_k)),
+          client=jax.tree.map(rows, local.client))
+      out[c], loss = kernels.fit(state, slots, jnp.asarray(valid), keys, cidx, rows(n), shared,
+                                 jax.tree.map(rows, aux), rule, clocal, loss_fn=loss_fn)
+      loss_full = self._put(loss_full, valid, gids, loss)
+    return tuple(out), np.asarray(loss_full)
 
-  def train_private(self, states, root, t, *, epochs: int, batch_size: int,
-                    active=None, opt_slot='train', augment=None, **local):
-    """Local update on each client's labelled private data (DS-FL eq. 1).
-
-    ``local`` passes the local-rule options of `fit` (``epochs_k``, ``control``,
-    ``lr_scale``, ``fresh_opt``, ``prox_mu``).
-    """
+  def train_private(self, states, root, t, rule: LocalRule, local: Local | None = None, *,
+                    active=None):
+    """Local update on each client's labelled private data (DS-FL eq. 1)."""
     d = self.data
-    return self.fit(states, root, t, 'train', shared={'x': d.x_private, 'y': d.y_private},
-                    idx=d.client_idx, n=d.client_n, loss_fn=ce_loss, epochs=epochs,
-                    batch_size=batch_size, opt_slot=opt_slot, active=active, augment=augment,
-                    **local)
+    return self.fit(states, root, t, 'train', rule, local,
+                    shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx,
+                    n=d.client_n, loss_fn=ce_loss, active=active)
 
-  def distill(self, states, root, t, x: Array, targets: Array, *, epochs: int,
-              batch_size: int, active=None, opt_slot='train', augment=None,
-              count: int | None = None, weights: Array | None = None):
+  def distill(self, states, root, t, x: Array, targets: Array, rule: LocalRule, *,
+              active=None, count: int | None = None, weights: Array | None = None):
     """Distillation on shared inputs ``x`` ``[m, ...]`` (DS-FL eq. 10).
 
     ``targets`` is ``[m, C]`` (the same for every client) or ``[K, m, C]``.
@@ -462,86 +478,66 @@ class Federation:
     client's loss.
     """
     m = x.shape[0]
-    idx = jnp.arange(m, dtype=jnp.int32)
-    n = np.full(self.num_clients, m if count is None else count, np.int32)
+    common = dict(idx=jnp.arange(m, dtype=jnp.int32), active=active,
+                  n=np.full(self.num_clients, m if count is None else count, np.int32))
     if weights is not None:
       if targets.ndim == 2:
         targets = jnp.broadcast_to(targets, (self.num_clients,) + targets.shape)
-      return self.fit(states, root, t, 'distill', shared={'x': x}, idx=idx, n=n,
+      return self.fit(states, root, t, 'distill', rule, shared={'x': x},
                       aux={'t': targets, 'w': jnp.asarray(weights, jnp.float32)},
-                      loss_fn=weighted_client_soft_ce_loss, epochs=epochs,
-                      batch_size=batch_size, opt_slot=opt_slot, active=active,
-                      augment=augment)
+                      loss_fn=weighted_client_soft_ce_loss, **common)
     if targets.ndim == 2:
-      return self.fit(states, root, t, 'distill', shared={'x': x, 't': targets}, idx=idx,
-                      n=n, loss_fn=soft_ce_loss, epochs=epochs, batch_size=batch_size,
-                      opt_slot=opt_slot, active=active, augment=augment)
-    return self.fit(states, root, t, 'distill', shared={'x': x}, idx=idx, n=n,
-                    aux={'t': targets}, loss_fn=client_soft_ce_loss, epochs=epochs,
-                    batch_size=batch_size, opt_slot=opt_slot, active=active,
-                    augment=augment)
+      return self.fit(states, root, t, 'distill', rule, shared={'x': x, 't': targets},
+                      loss_fn=soft_ce_loss, **common)
+    return self.fit(states, root, t, 'distill', rule, shared={'x': x}, aux={'t': targets},
+                    loss_fn=client_soft_ce_loss, **common)
 
-  def train_with_extra(self, states, root, t, *, x_pool: Array, y_pool: Array,
-                       extra_idx: Array, extra_n: Array, epochs: int, batch_size: int,
-                       active=None, opt_slot='train', augment=None, **local):
+  def train_with_extra(self, states, root, t, rule: LocalRule, local: Local | None = None, *,
+                       x_pool: Array, y_pool: Array, extra_idx: Array, extra_n: Array,
+                       active=None):
     """Local update on private data plus per-client extra labelled rows (CE).
 
-    FedCache 2.0's eq. 14 (as the authors' code does it): the downloaded
-    synthetic samples are appended to the client's data set and shuffled
-    with it.
+    The extra rows are appended to each client's own rows and shuffled with
+    them (FedCache 2.0's downloaded synthetic samples, eq. 14).
 
     Args:
       x_pool, y_pool: ``x_private``/``y_private`` followed by the extra rows.
       extra_idx: ``[K, s_max]`` rows of the pool each client adds (first ``extra_n[k]`` real).
       extra_n: ``[K]`` number of extra rows per client.
-      local: local-rule options of `fit` (``epochs_k``, ``lr_scale``, ...).
     """
     d = self.data
     idx, n = _join_rows(d.client_idx, jnp.asarray(d.client_n, jnp.int32), extra_idx,
                         jnp.asarray(extra_n, jnp.int32))
-    return self.fit(states, root, t, 'train', shared={'x': x_pool, 'y': y_pool}, idx=idx,
-                    n=n, loss_fn=ce_loss, epochs=epochs, batch_size=batch_size,
-                    opt_slot=opt_slot, active=active, augment=augment, **local)
+    return self.fit(states, root, t, 'train', rule, local, shared={'x': x_pool, 'y': y_pool},
+                    idx=idx, n=n, loss_fn=ce_loss, active=active)
 
-  def distill_inputs(self, states, root, t, x_b: Array, valid_b: Array, y_b: Array, *,
-                     epochs: int, batch_size: int, lr: float, reg: float, bn_mode: str = 'eval',
-                     active=None, augment=None, chunk: int = 256,
-                     value_range: tuple[float, float] = (0.0, 1.0)):
-    """Dataset distillation of every active client's synthetic set (FedCache 2.0 eqs. 10-12).
+  def map_clients(self, states, root, t, phase: str, fn: Callable, *, per_client: Any,
+                  shared: Any, fill: Any, options: Any = (), active=None) -> Any:
+    """A read-only function of each active client's model, vmapped per cohort.
+
+    Runs ``fn(kernels, model_state, key, per_client_row, shared, options=options)``
+    (see `CohortKernels.map_clients`) for every active client, with keys from
+    ``(root, t, client, phase)``, and puts its outputs into ``fill``'s rows.
 
     Args:
-      x_b: ``[K, P, ...]`` synthetic inputs to start from.
-      valid_b: ``[K, P]`` bool mask of real synthetic rows.
-      y_b: ``[P, C]`` their one-hot labels (the same layout for every client).
-      other args: see :meth:`CohortKernels.distill_inputs`.
+      fn: a module-level function (a static argument of the compiled kernel).
+      per_client: pytree of ``[K, ...]`` inputs, one row per client.
+      shared: pytree of inputs every client sees.
+      fill: pytree of ``[K, ...]`` outputs for the clients that do not run.
+      options: hashable static options of ``fn``.
 
     Returns:
-      ``x_b`` with the active clients' rows optimised, the mean KRR loss per
-      client ``[K]`` (NaN for inactive) and the skipped-step count ``[K]``.
+      ``fill`` with the active clients' rows replaced by ``fn``'s outputs.
     """
-    active = self._active(active)
-    _device_only(states, 'distill_inputs')
-    d = self.data
-    loss_full = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
-    bad_full = jnp.zeros((self.num_clients,), jnp.int32)
-    n_all = jnp.asarray(d.client_n, jnp.int32)
-    for cohort, state in zip(self.cohorts, states):
-      slots, valid, gids = self.plan(cohort, active)
-      if not valid.any():
-        continue
-      g = jnp.asarray(gids)
-      keys = rng.client_keys(root, t, self._key_ids(gids), 'distill')
-      take = lambda a: jnp.take(a, g, axis=0, mode='clip')
-      new_x, loss, bad = cohort.kernels.distill_inputs(
-          state, jnp.asarray(slots), keys, take(x_b), take(valid_b), y_b, take(d.client_idx),
-          jnp.where(jnp.asarray(valid), take(n_all), 0), d.x_private, d.y_private,
-          epochs=epochs, batch_size=batch_size, lr=lr, reg=reg, bn_mode=bn_mode,
-          augment=augment, chunk=chunk, value_range=value_range)
-      w = np.where(valid, gids, self.num_clients)
-      x_b = self._scatter_clients(x_b, w, new_x)
-      loss_full = self._scatter_clients(loss_full, w, loss)
-      bad_full = self._scatter_clients(bad_full, w, bad.astype(jnp.int32))
-    return x_b, np.asarray(loss_full), np.asarray(bad_full)
+    _device_only(states, 'map_clients')
+    self.check_rows('per_client', per_client)
+    self.check_rows('fill', fill)
+    for _, kernels, state, slots, valid, gids, rows in self._each_cohort(states, active):
+      keys = rng.client_keys(root, t, self._key_ids(gids), phase)
+      outs = kernels.map_clients(fn, state, slots, keys, jax.tree.map(rows, per_client),
+                                 shared, options)
+      fill = self._put(fill, valid, gids, outs)
+    return fill
 
   # ------------------------------------------------------------ predict
   def predict(self, states, x: Array, active=None, *, chunk: int = 512,
@@ -552,16 +548,13 @@ class Federation:
     ``augment`` transforms each client's copy of ``x`` with its own key from
     ``(root, t, client, 'predict')``.
     """
-    active = self._active(active)
     full = jnp.zeros((self.num_clients, x.shape[0], self.data.num_classes), jnp.float32)
-    for cohort, state in zip(self.cohorts, states):
-      for st, slots, valid, gids in self._batches(cohort, state, active):
-        keys = None
-        if augment is not None:
-          keys = rng.client_keys(root, t, self._key_ids(gids), 'predict')
-        probs = cohort.kernels.predict(st, slots, x, chunk=chunk, log=log, keys=keys,
-                                       augment=augment)
-        full = self._scatter_clients(full, np.where(valid, gids, self.num_clients), probs)
+    for _, kernels, st, slots, valid, gids, _ in self._each_cohort(states, active, True):
+      keys = None
+      if augment is not None:
+        keys = rng.client_keys(root, t, self._key_ids(gids), 'predict')
+      probs = kernels.predict(st, slots, x, chunk=chunk, log=log, keys=keys, augment=augment)
+      full = self._put(full, valid, gids, probs)
     return full
 
   def class_mean_probs(self, states, active=None, *, chunk: int = 512):
@@ -571,22 +564,15 @@ class Federation:
       ``means [K, C, C]`` (row n: mean prediction over the client's samples of
       class n; zero if it has none) and ``counts [K, C]``; zeros for inactive.
     """
-    active = self._active(active)
     d = self.data
     c = d.num_classes
     sums = jnp.zeros((self.num_clients, c, c), jnp.float32)
     counts = jnp.zeros((self.num_clients, c), jnp.float32)
     n_all = jnp.asarray(d.client_n)
-    for cohort, state in zip(self.cohorts, states):
-      for st, slots, valid, gids in self._batches(cohort, state, active):
-        g = jnp.asarray(gids)
-        s, n = cohort.kernels.class_prob_sums(
-            st, slots, d.x_private, d.y_private,
-            jnp.take(d.client_idx, g, axis=0, mode='clip'), jnp.take(n_all, g, mode='clip'),
-            c, chunk=chunk)
-        w = np.where(valid, gids, self.num_clients)
-        sums = self._scatter_clients(sums, w, s)
-        counts = self._scatter_clients(counts, w, n)
+    for _, kernels, st, slots, valid, gids, rows in self._each_cohort(states, active, True):
+      s, n = kernels.class_prob_sums(st, slots, d.x_private, d.y_private, rows(d.client_idx),
+                                     rows(n_all), c, chunk=chunk)
+      sums, counts = self._put((sums, counts), valid, gids, (s, n))
     means = sums / jnp.maximum(counts, 1.0)[:, :, None]
     return means, counts
 
@@ -621,21 +607,15 @@ class Federation:
     return self._evaluate(states, x, y, None, None, active, chunk)
 
   def _evaluate(self, states, x, y, idx, n, active, chunk):
-    active = self._active(active)
     acc = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
     nll = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
-    for cohort, state in zip(self.cohorts, states):
-      for st, slots, valid, gids in self._batches(cohort, state, active):
-        if idx is not None:
-          g = jnp.asarray(gids)
-          a, l, _ = cohort.kernels.evaluate(
-              st, slots, x, y, jnp.take(idx, g, axis=0, mode='clip'),
-              jnp.take(jnp.asarray(n), g, mode='clip'), chunk=chunk)
-        else:
-          a, l, _ = cohort.kernels.evaluate(st, slots, x, y, chunk=chunk)
-        w = np.where(valid, gids, self.num_clients)
-        acc = self._scatter_clients(acc, w, a)
-        nll = self._scatter_clients(nll, w, l)
+    for _, kernels, st, slots, valid, gids, rows in self._each_cohort(states, active, True):
+      if idx is not None:
+        a, l, _ = kernels.evaluate(st, slots, x, y, rows(idx), rows(jnp.asarray(n)),
+                                   chunk=chunk)
+      else:
+        a, l, _ = kernels.evaluate(st, slots, x, y, chunk=chunk)
+      acc, nll = self._put((acc, nll), valid, gids, (a, l))
     return np.asarray(acc), np.asarray(nll)
 
 
@@ -652,31 +632,25 @@ class SingleModel:
   def init(self, key: Array) -> ModelState:
     return self.kernels.init(key[None], self.input_shape)
 
-  def _fit(self, state, key, shared: dict, loss_fn: LossFn, *, epochs, batch_size,
-           opt_slot, augment, count=None, lr_scale=1.0):
+  def _fit(self, state, key, shared: dict, loss_fn: LossFn, rule: LocalRule,
+           local: Local | None = None, count: int | None = None):
     m = shared['x'].shape[0]
     return self.kernels.fit(state, self._slots, self._valid, key[None],
                             jnp.arange(m, dtype=jnp.int32),
                             jnp.full((1,), m if count is None else count, jnp.int32),
-                            shared, {}, loss_fn=loss_fn, epochs=epochs, batch_size=batch_size,
-                            opt_slot=opt_slot, augment=augment, lr_scale=lr_scale)
+                            shared, {}, rule, local, loss_fn=loss_fn)
 
-  def distill(self, state: ModelState, key: Array, x: Array, targets: Array, *,
-              epochs: int, batch_size: int, opt_slot: str = 'train', augment=None,
-              count: int | None = None):
+  def distill(self, state: ModelState, key: Array, x: Array, targets: Array,
+              rule: LocalRule, count: int | None = None):
     """Distils on soft targets ``[m, C]`` (DS-FL's server step, eq. 11).
 
     ``count`` trains on the first ``count`` rows only.
     """
-    return self._fit(state, key, {'x': x, 't': targets}, soft_ce_loss, epochs=epochs,
-                     batch_size=batch_size, opt_slot=opt_slot, augment=augment, count=count)
+    return self._fit(state, key, {'x': x, 't': targets}, soft_ce_loss, rule, count=count)
 
-  def fit(self, state, key, x, y, *, epochs, batch_size, opt_slot='train', augment=None,
-          lr_scale=1.0):
+  def fit(self, state, key, x, y, rule: LocalRule, local: Local | None = None):
     """Trains on labelled data (e.g. a centralized reference model)."""
-    return self._fit(state, key, {'x': x, 'y': y}, ce_loss, epochs=epochs,
-                     batch_size=batch_size, opt_slot=opt_slot, augment=augment,
-                     lr_scale=lr_scale)
+    return self._fit(state, key, {'x': x, 'y': y}, ce_loss, rule, local)
 
   def evaluate(self, state, x, y, chunk: int = 512) -> tuple[float, float, float]:
     """Top-1 accuracy, mean cross-entropy and top-5 accuracy on ``(x, y)``."""

@@ -34,8 +34,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from fedjax_kd.core.local import Local, LocalRule
 from fedjax_kd.core.state import ModelState, put_clients, take_clients
-from fedjax_kd.ops import krr
 from fedjax_kd.ops.losses import masked_mean
 
 Array = jax.Array
@@ -117,8 +117,8 @@ class CohortKernels:
     mesh: device mesh for the slot axis (``None``: one device).
     compute_dtype: ``'float32'`` or ``'bfloat16'``: the dtype of the forward pass of
       fit/predict/evaluate/class sums (mixed precision: params, optimizer state,
-      BatchNorm statistics, losses and outputs stay float32). Dataset distillation
-      (``distill_inputs``) always runs in float32 (its KRR solve needs the precision).
+      BatchNorm statistics, losses and outputs stay float32). ``map_clients`` functions
+      choose their own precision (``apply`` is float32).
   """
 
   def __init__(self, module: nn.Module, optimizers: dict[str, optax.GradientTransformation],
@@ -131,17 +131,12 @@ class CohortKernels:
     self.compute_dtype = compute_dtype
     self._dtype = jnp.dtype(compute_dtype)
     self._fit = jax.jit(self._fit_impl, donate_argnums=(0,),
-                        static_argnames=('loss_fn', 'epochs', 'batch_size',
-                                         'opt_slot', 'idx_shared', 'augment',
-                                         'fresh_opt', 'prox_mu'))
+                        static_argnames=('loss_fn', 'rule', 'idx_shared'))
     self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment'))
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
     self._init = jax.jit(self._init_impl, static_argnames=('input_shape',))
     self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk'))
-    self._distill_inputs = jax.jit(
-        self._distill_inputs_impl,
-        static_argnames=('epochs', 'batch_size', 'lr', 'reg', 'bn_mode', 'augment', 'chunk',
-                         'value_range'))
+    self._map = jax.jit(self._map_impl, static_argnames=('fn', 'options'))
 
   # ------------------------------------------------------------ forward
   def _apply(self, params: Any, batch_stats: Any, x: Array, **kwargs) -> Any:
@@ -180,21 +175,19 @@ class CohortKernels:
     return self._init(keys, tuple(input_shape))
 
   # ------------------------------------------------------------------- fit
-  def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array,
-               shared: dict, aux: dict, epochs_k: Array, c_k: Any, control: Any,
-               lr_scale: Array, *,
-               loss_fn: LossFn, epochs: int, batch_size: int, opt_slot: str,
-               augment: Callable | None, fresh_opt: bool, prox_mu: float):
-    tx = self.optimizers[opt_slot]
+  def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array, shared: dict,
+               aux: dict, epochs_k: Array, client: Any, lr_scale: Array, hook_shared: Any, *,
+               loss_fn: LossFn, rule: LocalRule):
+    tx = self.optimizers[rule.opt_slot]
     n_max = idx.shape[0]
-    steps_per_epoch = -(-n_max // batch_size)
-    positions, step_keys = epoch_positions(key, n_max, n, epochs, batch_size)
+    steps_per_epoch = -(-n_max // rule.batch_size)
+    positions, step_keys = epoch_positions(key, n_max, n, rule.epochs, rule.batch_size)
     # Steps past this client's own epoch budget (stragglers) see no real sample.
     step_epoch = jnp.arange(positions.shape[0]) // steps_per_epoch
     positions = jnp.where((step_epoch < epochs_k)[:, None], positions, n_max)
-    anchor = state.params   # theta^r for FedProx's proximal term
-    if fresh_opt:   # a new optimizer state every call (NIID-Bench; FedEntOpt A18)
-      state = state.replace(opt_state={**state.opt_state, opt_slot: tx.init(state.params)})
+    start = state.params   # w^r, the hooks' reference point (FedProx's anchor)
+    if rule.fresh_opt:   # a new optimizer state every call (NIID-Bench; FedEntOpt A18)
+      state = state.replace(opt_state={**state.opt_state, rule.opt_slot: tx.init(state.params)})
 
     def step(st: ModelState, inputs):
       pos, k = inputs
@@ -203,8 +196,8 @@ class CohortKernels:
       batch = {name: arr[rows] for name, arr in shared.items()}
       batch['_pos'] = pos
       k_aug, k_drop = jax.random.split(k)
-      if augment is not None:
-        batch['x'] = augment(k_aug, batch['x'])
+      if rule.augment is not None:
+        batch['x'] = rule.augment(k_aug, batch['x'])
 
       def loss(params):
         if st.batch_stats:
@@ -216,22 +209,18 @@ class CohortKernels:
                                rngs={'dropout': k_drop})
           stats = st.batch_stats
         value = masked_mean(loss_fn(logits, batch, aux), valid)
-        if prox_mu:   # FedProx: (mu / 2) ||w - theta^r||^2
-          sq = sum(jnp.sum(jnp.square(a - b)) for a, b in
-                   zip(jax.tree.leaves(params), jax.tree.leaves(anchor)))
-          value = value + 0.5 * prox_mu * sq
+        if rule.penalty is not None:
+          value = value + rule.penalty(params, start)
         return value, stats
 
       (value, stats), grads = jax.value_and_grad(loss, has_aux=True)(st.params)
-      updates, opt = tx.update(grads, st.opt_state[opt_slot], st.params)
+      updates, opt = tx.update(grads, st.opt_state[rule.opt_slot], st.params)
       updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
       params = optax.apply_updates(st.params, updates)
-      if control is not None:   # SCAFFOLD: y <- y - lr (c - c_k), outside momentum
-        c, lr = control
-        params = jax.tree.map(lambda p, cs, ck: p - (lr * (cs[0] - ck)).astype(p.dtype),
-                              params, c, c_k)
+      if rule.correction is not None:
+        params = rule.correction(params, client, hook_shared)
       new = ModelState(params=params, batch_stats=stats,
-                       opt_state={**st.opt_state, opt_slot: opt})
+                       opt_state={**st.opt_state, rule.opt_slot: opt})
       any_valid = jnp.any(valid)
       new = jax.tree.map(lambda a, b: jnp.where(any_valid, a, b), new, st)
       return new, (value, any_valid)
@@ -240,28 +229,22 @@ class CohortKernels:
     used = used.astype(losses.dtype)
     return state, jnp.sum(losses * used) / jnp.maximum(jnp.sum(used), 1.0)
 
-  def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, epochs_k, c_k, control,
-                lr_scale, *, loss_fn, epochs, batch_size, opt_slot, idx_shared, augment,
-                fresh_opt, prox_mu):
+  def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, local, *, loss_fn, rule,
+                idx_shared):
     sub = _constrain(take_clients(state, slots), self.mesh)
     n = jnp.where(valid, n, 0)
-    fit = functools.partial(self._fit_one, loss_fn=loss_fn, epochs=epochs,
-                            batch_size=batch_size, opt_slot=opt_slot, augment=augment,
-                            fresh_opt=fresh_opt, prox_mu=prox_mu)
-    new, loss = jax.vmap(fit, in_axes=(0, 0, None if idx_shared else 0, 0, None, 0, 0, 0,
-                                       None, None))(
-        sub, _constrain(keys, self.mesh), idx, n, shared, aux, epochs_k, c_k, control,
-        lr_scale)
+    fit = functools.partial(self._fit_one, loss_fn=loss_fn, rule=rule)
+    new, loss = jax.vmap(fit, in_axes=(0, 0, None if idx_shared else 0, 0, None, 0, 0, 0, None,
+                                       None))(
+        sub, _constrain(keys, self.mesh), idx, n, shared, aux, local.epochs_k, local.client,
+        local.lr_scale, local.shared)
     write = jnp.where(valid, slots, jnp.iinfo(jnp.int32).max)
     return put_clients(state, write, new), loss
 
   def fit(self, state: ModelState, slots: Array, valid: Array, keys: Array,
-          idx: Array, n: Array, shared: dict, aux: dict, *, loss_fn: LossFn,
-          epochs: int, batch_size: int, opt_slot: str = 'train',
-          augment: Callable | None = None, epochs_k: Array | None = None,
-          control: Any = None, lr_scale: float | Array = 1.0, fresh_opt: bool = False,
-          prox_mu: float = 0.0) -> tuple[ModelState, Array]:
-    """Runs ``epochs`` epochs of minibatch training on the slotted clients.
+          idx: Array, n: Array, shared: dict, aux: dict, rule: LocalRule,
+          local: Local | None = None, *, loss_fn: LossFn) -> tuple[ModelState, Array]:
+    """Runs ``rule.epochs`` epochs of minibatch training on the slotted clients.
 
     Args:
       state: cohort state (donated: do not reuse the argument).
@@ -275,34 +258,23 @@ class CohortKernels:
         (must include ``'x'``); gathered per batch and passed to ``loss_fn``.
       aux: dict of per-slot arrays (leading axis ``S``) passed whole to
         ``loss_fn`` (e.g. per-client targets indexed by ``batch['_pos']``).
+      rule: the static training options and hooks (:class:`LocalRule`).
+      local: this call's epoch budgets, learning-rate factor and hook data, with
+        per-client leaves for the ``S`` slots (:class:`Local`).
       loss_fn: per-sample loss; a module-level function (it is a static arg).
-      epochs: passes over each client's data.
-      batch_size: minibatch size.
-      opt_slot: which optimizer (and optimizer state) to use.
-      augment: optional ``augment(key, x) -> x`` applied per batch.
-      epochs_k: ``[S]`` int, epochs each slot actually runs (<= ``epochs``; stragglers);
-        default ``epochs`` for all. Later steps are masked like padding steps.
-      control: SCAFFOLD's ``(c, c_k, lr)``: the server variate (leaves ``[1, ...]``),
-        the slots' variates (leaves ``[S, ...]``) and the round's learning rate;
-        ``lr * (c - c_k)`` is subtracted from the params after every real step.
-      lr_scale: scalar multiplying every optimizer update (a per-round learning-rate
-        decay; exact for SGD with or without momentum and coupled weight decay).
-      fresh_opt: start from a new optimizer state (default: continue the stored one).
-      prox_mu: FedProx's ``mu``; adds ``mu / 2 ||w - w_start||^2`` to the loss.
 
     Returns:
       The new cohort state and the mean training loss of each slot ``[S]``.
     """
+    local = local or Local()
     s = slots.shape[0]
+    epochs_k = local.epochs_k
     if epochs_k is None:
-      epochs_k = jnp.full((s,), epochs, jnp.int32)
-    return self._fit(state, slots, valid, keys, idx, n, shared, aux,
-                     jnp.asarray(epochs_k, jnp.int32),
-                     None if control is None else control[1],
-                     None if control is None else (control[0], jnp.float32(control[2])),
-                     jnp.asarray(lr_scale, jnp.float32), loss_fn=loss_fn, epochs=epochs,
-                     batch_size=batch_size, opt_slot=opt_slot, idx_shared=(idx.ndim == 1),
-                     augment=augment, fresh_opt=bool(fresh_opt), prox_mu=float(prox_mu))
+      epochs_k = jnp.full((s,), rule.epochs, jnp.int32)
+    local = local.replace(epochs_k=jnp.asarray(epochs_k, jnp.int32),
+                          lr_scale=jnp.asarray(local.lr_scale, jnp.float32))
+    return self._fit(state, slots, valid, keys, idx, n, shared, aux, local, loss_fn=loss_fn,
+                     rule=rule, idx_shared=(idx.ndim == 1))
 
   # --------------------------------------------------------------- predict
   def _logits_chunks(self, sub: ModelState, x: Array, chunk: int, keys: Array | None = None,
@@ -425,121 +397,36 @@ class CohortKernels:
     chunk = max(1, min(chunk, idx.shape[-1]))
     return self._class_sums(state, slots, x, y, idx, n, num_classes=num_classes, chunk=chunk)
 
-  # ------------------------------------------------- dataset distillation (KRR)
-  def _distill_inputs_impl(self, state, slots, keys, x_b, valid_b, y_b, idx, n, x, y, *,
-                           epochs, batch_size, lr, reg, bn_mode, augment, chunk, value_range):
+  # ------------------------------------------------------- any per-client map
+  def _map_impl(self, state, slots, keys, per_client, shared, *, fn, options):
     sub = _constrain(take_clients(state, slots), self.mesh)
-    one = functools.partial(_distill_inputs_one, self.module, epochs=epochs,
-                            batch_size=batch_size, lr=lr, reg=reg, bn_mode=bn_mode,
-                            augment=augment, chunk=chunk, value_range=value_range)
-    return jax.vmap(one, in_axes=(0, 0, 0, 0, None, 0, 0, None, None))(
-        sub, _constrain(keys, self.mesh), x_b, valid_b, y_b, idx, n, x, y)
+    one = lambda st, key, row: fn(self, st, key, row, shared, options=options)
+    return jax.vmap(one)(sub, _constrain(keys, self.mesh), per_client)
 
-  def distill_inputs(self, state: ModelState, slots: Array, keys: Array, x_b: Array,
-                     valid_b: Array, y_b: Array, idx: Array, n: Array, x: Array, y: Array, *,
-                     epochs: int, batch_size: int, lr: float, reg: float = 1e-6,
-                     bn_mode: str = 'eval', augment: Callable | None = None, chunk: int = 256,
-                     value_range: tuple[float, float] = (0.0, 1.0)):
-    """FedCache 2.0's on-device dataset distillation for the slotted clients.
-
-    Each slot's synthetic inputs ``x_b`` are optimised with Adam(``lr``) to
-    minimise the KRR loss (``fedjax_kd.ops.krr.krr_loss``) of predicting the
-    client's real data ``(x[idx[:n]], y[idx[:n]])`` from the synthetic set, with a
-    linear kernel on the client model's penultimate features; ``epochs`` passes
-    over the targets in minibatches of ``batch_size``. The model is not changed.
+  def map_clients(self, fn: Callable, state: ModelState, slots: Array, keys: Array,
+                  per_client: Any, shared: Any, options: Any = ()) -> Any:
+    """``fn`` of each slotted client's model, vmapped over the slots (the state is read only).
 
     Args:
-      state: cohort state (read only).
+      fn: ``fn(kernels, model_state, key, row, shared, options=options) -> outputs``
+        for one client; a module-level function (it is a static argument). It may
+        use ``kernels.module`` and ``kernels.apply``.
+      state: cohort state.
       slots: ``[S]`` cohort rows.
       keys: ``[S]`` PRNG keys.
-      x_b: ``[S, P, ...]`` initial synthetic inputs.
-      valid_b: ``[S, P]`` bool, real synthetic rows (a class the client lacks is masked).
-      y_b: ``[P, C]`` one-hot labels of the synthetic rows (fixed, not learned).
-      idx, n: ``[S, n_max]`` rows of ``x``/``y`` that each client owns, and their count.
-      x, y: the pooled private data.
-      bn_mode: ``'eval'`` (running statistics) or ``'train'`` (the synthetic batch's own
-        statistics, as the authors' code; running stats are not updated).
-      augment: optional augmentation of the target inputs (one pass).
-      value_range: ``(lo, hi)`` the inputs are clipped to after every step.
+      per_client: pytree with a leading axis ``S`` (each slot's ``row``).
+      shared: pytree every slot sees.
+      options: hashable static options of ``fn``.
 
     Returns:
-      New ``x_b``, the mean KRR loss per slot (NaN if no step ran) and the number
-      of steps skipped for a non-finite loss or gradient.
+      ``fn``'s outputs stacked over the slots.
     """
-    return self._distill_inputs(state, slots, keys, x_b, valid_b, y_b, idx, n, x, y,
-                                epochs=epochs, batch_size=batch_size, lr=float(lr),
-                                reg=float(reg), bn_mode=bn_mode, augment=augment,
-                                chunk=max(1, min(chunk, idx.shape[-1])),
-                                value_range=(float(value_range[0]), float(value_range[1])))
+    return self._map(state, slots, keys, per_client, shared, fn=fn, options=options)
+
+  def apply(self, params: Any, batch_stats: Any, x: Array, **kwargs) -> Any:
+    """``module.apply`` in float32 with the variables of one model."""
+    return self.module.apply(_variables(params, batch_stats), x, **kwargs)
 
 
 def sub_size(tree: Any) -> int:
   return jax.tree.leaves(tree)[0].shape[0]
-
-
-# ------------------------------------------------- dataset distillation (KRR)
-def _embed(module: nn.Module, st: ModelState, x: Array, train: bool = False,
-           mask: Array | None = None) -> Array:
-  """Penultimate features F_f(x) ``[B, d]`` (the input of the final Dense)."""
-  variables = _variables(st.params, st.batch_stats)
-  if train and st.batch_stats:
-    out, _ = module.apply(variables, x, train=True, mask=mask, embed=True,
-                          mutable=['batch_stats'])  # running stats are not written back
-    return out
-  return module.apply(variables, x, train=False, embed=True)
-
-
-def _target_features(module: nn.Module, st: ModelState, x: Array, idx: Array, key: Array,
-                     chunk: int, augment: Callable | None) -> Array:
-  """Inference-mode features of ``x[idx]`` ``[n_max, d]``, computed ``chunk`` rows at a time."""
-  m = idx.shape[0]
-  pad = (-m) % chunk
-  rows = jnp.pad(idx, (0, pad)).reshape(-1, chunk)
-
-  def body(inputs):
-    i, r = inputs
-    xb = x[r]
-    if augment is not None:
-      xb = augment(jax.random.fold_in(key, i), xb)
-    return _embed(module, st, xb)
-
-  feats = jax.lax.map(body, (jnp.arange(rows.shape[0], dtype=jnp.uint32), rows))
-  return feats.reshape(-1, feats.shape[-1])[:m]
-
-
-def _distill_inputs_one(module, st, key, x_b, valid_b, y_b, idx, n, x, y, *, epochs,
-                        batch_size, lr, reg, bn_mode, augment, chunk, value_range):
-  """Optimises one client's synthetic inputs ``x_b`` by KRR on its own features."""
-  n_max = idx.shape[0]
-  k_feat, k_pos = jax.random.split(key)
-  # Targets: the client's real data through its current (trained) extractor,
-  # detached -- only the synthetic inputs are learned (FedCache 2.0 A3, A5).
-  phi_all = jax.lax.stop_gradient(_target_features(module, st, x, idx, k_feat, chunk, augment))
-  y_all = jax.nn.one_hot(y[idx], y_b.shape[-1], dtype=jnp.float32)
-  positions, _ = epoch_positions(k_pos, n_max, n, epochs, batch_size)
-  vb = valid_b.astype(jnp.float32)
-  tx = optax.adam(lr)
-  lo, hi = value_range
-
-  def loss_fn(xb, pos):
-    phi_b = _embed(module, st, xb, train=(bn_mode == 'train'), mask=valid_b)
-    p = jnp.minimum(pos, n_max - 1)
-    return krr.krr_loss(phi_all[p], y_all[p], phi_b, y_b, vb, pos < n, reg)
-
-  def step(carry, pos):
-    xb, opt = carry
-    value, grads = jax.value_and_grad(loss_fn)(xb, pos)
-    updates, new_opt = tx.update(grads, opt, xb)
-    new_xb = jnp.clip(optax.apply_updates(xb, updates), lo, hi)
-    used = jnp.any(pos < n) & jnp.any(valid_b)
-    # A non-finite loss or gradient skips the step (counted), so NaNs never reach the cache.
-    ok = used & jnp.isfinite(value) & jnp.all(jnp.isfinite(grads))
-    xb = jnp.where(ok, new_xb, xb)
-    opt = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_opt, opt)
-    return (xb, opt), (value, ok, used)
-
-  (x_b, _), (values, ok, used) = jax.lax.scan(step, (x_b, tx.init(x_b)), positions)
-  okf = ok.astype(jnp.float32)
-  loss = jnp.sum(jnp.where(ok, values, 0.0)) / jnp.maximum(jnp.sum(okf), 1.0)
-  loss = jnp.where(jnp.any(ok), loss, jnp.nan)
-  return x_b, loss, jnp.sum(used & ~ok)

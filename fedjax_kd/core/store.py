@@ -3,7 +3,7 @@
 With K = 10,000 or 100,000 clients at 1% participation, most clients sit idle
 in a round. :class:`ClientStore` keeps every per-client array (the clients'
 parameters, BatchNorm statistics and optimizer states, and the per-client
-arrays an algorithm declares in ``client_state_keys()``: SCARLET's per-client
+arrays of the algorithm's client table ``AlgState.table``: SCARLET's per-client
 cache stamps, ACE-pFL's best past predictions, FedCache 2.0's synthetic sets,
 SCAFFOLD's control variates) in host memory, or in ``.npy`` memory maps on disk
 (``kind='disk'``). A round then runs on a
@@ -120,35 +120,30 @@ class ClientStore:
       return a
     return jax.tree.map(one, tree, values)
 
-  def gather(self, state: Any, view: Any, client_keys: Sequence[str]) -> Any:
-    """The device state of ``view``'s clients (an ``AlgState`` of the view).
+  def gather(self, state: Any, view: Any) -> Any:
+    """The device state of ``view``'s clients.
 
     Args:
-      state: the host state (``clients`` per cohort; ``extra[k]`` for ``k`` in
-        ``client_keys`` has a leading axis of K).
+      state: the host state: ``clients`` (one host pytree per cohort) and
+        ``table`` (the client table, leading axis K) are per client; ``server``
+        and ``extra`` are server-side and pass through as they are.
       view: the round's :class:`~fedjax_kd.core.federation.RoundView`.
-      client_keys: the per-client entries of ``state.extra``.
     """
-    clients = tuple(self.take(state.clients[c], rows) for c, rows in view.cohort_rows)
-    extra = dict(state.extra)
-    for k in client_keys:
-      extra[k] = self.take(extra[k], view.ids)
-    return state.replace(clients=clients, extra=extra)
+    clients = state.clients
+    if clients:   # () for an algorithm without client models (the centralized reference)
+      clients = tuple(self.take(clients[c], rows) for c, rows in view.cohort_rows)
+    return state.replace(clients=clients, table=self.take(state.table, view.ids))
 
-  def scatter(self, state: Any, view_state: Any, view: Any,
-              client_keys: Sequence[str]) -> Any:
+  def scatter(self, state: Any, view_state: Any, view: Any) -> Any:
     """Writes the view's participants back into the host ``state``.
 
-    Server-side entries (``server`` and the global ``extra``) are taken from
-    ``view_state`` as they are.
+    Server-side parts (``server``, ``extra``) are taken from ``view_state`` as they are.
     """
     clients = list(state.clients)
     for (c, rows), vc, cohort in zip(view.cohort_rows, view_state.clients, view.fed.cohorts):
       clients[c] = self.write(clients[c], rows, vc, view.active[cohort.client_ids])
-    extra = dict(view_state.extra)
-    for k in client_keys:
-      extra[k] = self.write(state.extra[k], view.ids, view_state.extra[k], view.active)
-    return state.replace(clients=tuple(clients), server=view_state.server, extra=extra)
+    table = self.write(state.table, view.ids, view_state.table, view.active)
+    return view_state.replace(clients=tuple(clients), table=table)
 
   def adopt(self, like: Any, restored: Any) -> Any:
     """A restored checkpoint placed like ``like``.

@@ -6,7 +6,7 @@ Each submodule names the paper it implements. They load on first use:
 
 from fedjax_kd import _lazy_submodules
 
-_SUBMODULES = ('aggregate', 'cache', 'cluster', 'codec', 'comm', 'density', 'knowledge_cache',
-               'krr', 'label_cluster', 'losses', 'param_aggregate', 'privacy', 'selection',
-               'temperature')
+_SUBMODULES = ('aggregate', 'cache', 'cluster', 'codec', 'comm', 'density', 'errors',
+               'knowledge_cache', 'krr', 'label_cluster', 'losses', 'param_aggregate',
+               'privacy', 'selection', 'temperature')
 __getattr__, __dir__ = _lazy_submodules(__name__, _SUBMODULES)

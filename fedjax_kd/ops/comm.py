@@ -37,7 +37,7 @@ import dataclasses
 import math
 from typing import Iterable, Sequence
 
-from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops.errors import ParamError
 
 UP = 'up'
 DOWN = 'down'
@@ -104,13 +104,12 @@ RULES: dict[str, CommRules] = {
 }
 
 
-def get_rules(name: str, paper_rules: str = 'dsfl',
-              field: str = 'comm.rules') -> CommRules:
+def get_rules(name: str, paper_rules: str = 'dsfl') -> CommRules:
   """Resolves ``name`` (``'paper'`` -> ``paper_rules``) to a rule set."""
   if name == 'paper':
     name = paper_rules
   if name not in RULES:
-    raise ConfigError(field, name, ('paper',) + tuple(RULES))
+    raise ParamError('name', name, ('paper',) + tuple(RULES))
   return RULES[name]
 
 

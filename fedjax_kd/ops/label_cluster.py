@@ -47,7 +47,7 @@ import numbers
 
 import numpy as np
 
-from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops.errors import ParamError
 
 METRICS = ('tv', 'l1', 'emd1d', 'sorted_literal')
 METHODS = ('vector', 'matrix')
@@ -75,7 +75,7 @@ def label_histograms(counts) -> np.ndarray:
 
 def _check_metric(metric: str) -> None:
   if metric not in METRICS:
-    raise ConfigError('acepfl.metric', metric, METRICS)
+    raise ParamError('metric', metric, METRICS)
 
 
 def _features(h: np.ndarray, metric: str) -> tuple[np.ndarray, float]:
@@ -346,13 +346,11 @@ def cluster_clients(counts, num_clusters: int, *, method: str = 'vector',
     seed: seeds the matrix method's k-means.
 
   Raises:
-    ConfigError: bad ``num_clusters`` (``acepfl.clusters``), ``method``
-      (``acepfl.cluster_method``), ``metric`` (``acepfl.metric``) or
-      ``reference`` (``acepfl.reference``).
+    ParamError: bad ``num_clusters``, ``method``, ``metric`` or ``reference``.
   """
   _check_metric(metric)
   if method not in METHODS:
-    raise ConfigError('acepfl.cluster_method', method, METHODS)
+    raise ParamError('method', method, METHODS)
   counts = np.asarray(counts, dtype=np.float64)
   if counts.ndim != 2:
     raise ValueError(f'counts must be [K, C], got shape {counts.shape}')
@@ -360,9 +358,8 @@ def cluster_clients(counts, num_clusters: int, *, method: str = 'vector',
   if (not isinstance(num_clusters, numbers.Integral)
       or isinstance(num_clusters, bool)
       or not 1 <= num_clusters <= num_clients):
-    raise ConfigError('acepfl.clusters', num_clusters,
-                      f'an integer in [1, {num_clients}] (the number of '
-                      'clients)')
+    raise ParamError('num_clusters', num_clusters,
+                     f'an integer in [1, {num_clients}] (the number of clients)')
   if hist is None:
     hists = label_histograms(counts)
   else:
@@ -377,7 +374,7 @@ def cluster_clients(counts, num_clusters: int, *, method: str = 'vector',
     if (not isinstance(reference, numbers.Integral)
         or isinstance(reference, bool)
         or not 0 <= reference < num_clients):
-      raise ConfigError('acepfl.reference', reference,
+      raise ParamError('reference', reference,
                         f'an integer in [0, {num_clients - 1}] (a client)')
     distances = distances_to(hists, hists[reference], metric)
     labels, centroids = kmeans_1d(distances, int(num_clusters))

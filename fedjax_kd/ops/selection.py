@@ -49,7 +49,6 @@ import numbers
 
 import numpy as np
 
-from fedjax_kd.core import rng as rng_lib
 from fedjax_kd.ops import privacy
 
 __all__ = [
@@ -247,15 +246,20 @@ def fedentopt_schedule(counts,
   return out
 
 
+# The stream of uniform client selection: ``fedjax_kd.core.rng.PHASES['select']`` (a test
+# keeps the two equal; ops import nothing from the engine).
+SELECT_STREAM = 4
+
+
 def uniform_round(num_clients: int, m: int, seed: int, t: int) -> np.ndarray:
   """Round ``t``'s uniform cohort: ``m`` distinct ids without replacement (A10).
 
-  ``host_rng(seed, t, 'select').choice(num_clients, m, replace=False)``: the
-  generator the experiment layer (``fedjax_kd.selection``) draws from, so a
-  schedule computed here is the one a run uses.
+  ``default_rng([seed, t, SELECT_STREAM]).choice(num_clients, m, replace=False)``:
+  the generator the experiment layer draws from (``fedjax_kd.core.rng.host_rng``
+  with phase ``'select'``), so a schedule computed here is the one a run uses.
   """
-  return np.asarray(rng_lib.host_rng(seed, t, 'select').choice(num_clients, size=m,
-                                                              replace=False), np.int64)
+  gen = np.random.default_rng([seed, t, SELECT_STREAM])
+  return np.asarray(gen.choice(num_clients, size=m, replace=False), np.int64)
 
 
 def uniform_schedule(num_clients: int, rounds: int, m: int,

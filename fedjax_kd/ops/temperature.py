@@ -33,7 +33,7 @@ Alternative curves (Fig. 5 / Table XIII):
     accelerating within each stage. ``stage_div`` and ``normalize_delta`` apply
     exactly as for f1; with the literal raw ``dr`` the exponential reaches
     ``e^{k1 (r0 - 1)}`` (``e^{495}`` with the defaults) and a
-    :class:`~fedjax_kd.errors.ConfigError` is raised if it overflows float64.
+    :class:`~fedjax_kd.ops.errors.ParamError` is raised if it overflows float64.
     With the defaults (normalised) it runs from 30.41 (r=1) through 58.43
     (r=99) and 60.28 (r=100) to 120.05 (r=300).
   * ``'f2'``, ``'f3'``, ``'f5'``: the paper gives no formula. These are **our
@@ -57,7 +57,7 @@ import numbers
 
 import numpy as np
 
-from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops.errors import ParamError
 
 CURVES = ('f1', 'f2', 'f3', 'f4', 'f5', 'fixed')
 STAGE_DIVS = ('r0', 'T0')
@@ -69,26 +69,26 @@ def _is_real(v) -> bool:
 
 def validate_temperature(t0: float, k1: float, k2: float, r0: int,
                          curve: str = 'f1', stage_div: str = 'r0') -> None:
-  """Checks the temperature hyperparameters; raises ``ConfigError`` if bad.
+  """Checks the temperature hyperparameters; raises ``ParamError`` naming the bad one.
 
-  Fields: ``acepfl.t0`` (finite, > 0), ``acepfl.k1`` and ``acepfl.k2``
-  (finite; ``k2 != 0`` for ``'f4'``, which divides by it), ``acepfl.r0``
+  Parameters: ``t0`` (finite, > 0), ``k1`` and ``k2``
+  (finite; ``k2 != 0`` for ``'f4'``, which divides by it), ``r0``
   (an integer >= 1), ``acepfl.curve`` (one of :data:`CURVES`) and
   ``acepfl.stage_div`` (one of :data:`STAGE_DIVS`).
   """
   if not _is_real(t0) or not math.isfinite(t0) or t0 <= 0:
-    raise ConfigError('acepfl.t0', t0, 'a finite number > 0')
-  for name, v in (('acepfl.k1', k1), ('acepfl.k2', k2)):
+    raise ParamError('t0', t0, 'a finite number > 0')
+  for name, v in (('k1', k1), ('k2', k2)):
     if not _is_real(v) or not math.isfinite(v):
-      raise ConfigError(name, v, 'a finite number')
+      raise ParamError(name, v, 'a finite number')
   if not isinstance(r0, numbers.Integral) or isinstance(r0, bool) or r0 < 1:
-    raise ConfigError('acepfl.r0', r0, 'an integer >= 1')
+    raise ParamError('r0', r0, 'an integer >= 1')
   if curve not in CURVES:
-    raise ConfigError('acepfl.curve', curve, CURVES)
+    raise ParamError('curve', curve, CURVES)
   if stage_div not in STAGE_DIVS:
-    raise ConfigError('acepfl.stage_div', stage_div, STAGE_DIVS)
+    raise ParamError('stage_div', stage_div, STAGE_DIVS)
   if curve == 'f4' and k2 == 0:
-    raise ConfigError('acepfl.k2', k2, "a non-zero number for curve 'f4'")
+    raise ParamError('k2', k2, "a non-zero number for curve 'f4'")
 
 
 def _sigmoid(u: float) -> float:
@@ -121,13 +121,13 @@ def _f4(r, t0, k1, k2, r0, stage_div, normalize_delta) -> float:
     rise = (1.0 + math.exp(k1 * x)) / k2
   except OverflowError:
     max_x = 1.0 if normalize_delta else float(r0 - 1)
-    raise ConfigError(
-        'acepfl.k1', k1,
+    raise ParamError(
+        'k1', k1,
         f"a value with exp(k1 * {max_x:g}) finite in float64 for curve 'f4' "
         f'(normalize_delta={normalize_delta})') from None
   out = t0 + seg + rise
   if not math.isfinite(out):
-    raise ConfigError('acepfl.k1', k1,
+    raise ParamError('k1', k1,
                       "a value giving a finite temperature for curve 'f4'")
   return out
 
@@ -171,7 +171,7 @@ def dynamic_temperature(r: int, t0: float = 30., k1: float = 5.,
     ``T_r`` as a Python float.
 
   Raises:
-    ConfigError: a hyperparameter is invalid (see :func:`validate_temperature`),
+    ParamError: a hyperparameter is invalid (see :func:`validate_temperature`),
       or f4's exponential overflows.
     ValueError: ``r`` or ``rounds`` is out of range.
   """
@@ -188,7 +188,7 @@ def dynamic_temperature(r: int, t0: float = 30., k1: float = 5.,
     return _f4(r, *args)
   if not isinstance(rounds, numbers.Integral) or isinstance(rounds, bool) \
       or rounds < 1:
-    raise ConfigError('rounds', rounds, 'an integer >= 1')
+    raise ParamError('rounds', rounds, 'an integer >= 1')
   if r > rounds:
     raise ValueError(f'round r={r} is beyond rounds={rounds} for curve '
                      f'{curve!r} (defined on [1, rounds])')
@@ -211,7 +211,7 @@ def temperature_schedule(rounds: int, t0: float = 30., k1: float = 5.,
   """``[T_1, ..., T_rounds]`` as a float64 array (see :func:`dynamic_temperature`)."""
   if not isinstance(rounds, numbers.Integral) or isinstance(rounds, bool) \
       or rounds < 1:
-    raise ConfigError('rounds', rounds, 'an integer >= 1')
+    raise ParamError('rounds', rounds, 'an integer >= 1')
   return np.array([
       dynamic_temperature(r, t0, k1, k2, r0, curve=curve, stage_div=stage_div,
                           normalize_delta=normalize_delta, rounds=rounds)

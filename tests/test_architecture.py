@@ -1,0 +1,145 @@
+"""The package's import structure: layers, no circles, ops as leaves.
+
+Read from the source (every ``import``, function-level ones included), so a
+circle hidden inside a function counts too.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import numpy as np
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'fedjax_kd'
+
+# Lowest first. A module may import its own layer and the layers below it, never above.
+LAYERS = (
+    ('errors', 'spec', 'ops'),                                  # leaves
+    ('fields', 'core', 'data', 'models'),                       # readers, engine, data, models
+    ('algorithms', 'selection'),                                # the papers
+    ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed'),
+    ('runner', 'sweep', 'main'),                                # the faces
+)
+
+
+def _module_name(path: pathlib.Path) -> str:
+  rel = path.relative_to(PACKAGE.parent).with_suffix('')
+  parts = list(rel.parts)
+  if parts[-1] == '__init__':
+    parts = parts[:-1]
+  return '.'.join(parts)
+
+
+def _modules() -> dict[str, pathlib.Path]:
+  return {_module_name(p): p for p in PACKAGE.rglob('*.py')}
+
+
+def imports() -> dict[str, set[str]]:
+  """``module -> fedjax_kd modules it imports`` (the package root excluded)."""
+  mods = _modules()
+  graph: dict[str, set[str]] = {}
+  for name, path in mods.items():
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        # ``from x import y`` imports module x.y if there is one, else names in x.
+        targets = [f'{node.module}.{a.name}' if f'{node.module}.{a.name}' in mods
+                   else node.module for a in node.names]
+      else:
+        continue
+      out.update(t for t in targets if t in mods and t != 'fedjax_kd')
+    graph[name] = out
+  return graph
+
+
+def _layer(module: str) -> int:
+  top = module.split('.')[1] if '.' in module else ''
+  for i, names in enumerate(LAYERS):
+    if top in names:
+      return i
+  raise AssertionError(f'{module} is in no layer: add it to LAYERS in {__file__}')
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components with more than one module (Tarjan)."""
+  index, low, stack, on, out = {}, {}, [], set(), []
+
+  def visit(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on.add(v)
+    for w in graph.get(v, ()):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      comp = []
+      while True:
+        w = stack.pop()
+        on.discard(w)
+        comp.append(w)
+        if w == v:
+          break
+      if len(comp) > 1:
+        out.append(sorted(comp))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return out
+
+
+def test_no_import_circle():
+  assert cycles(imports()) == []
+
+
+def test_cycles_finds_a_circle():
+  assert cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) == [['a', 'b', 'c']]
+  assert cycles({'a': {'b'}, 'b': set()}) == []
+
+
+def test_every_import_goes_down_or_sideways():
+  upward = [(m, t) for m, ts in imports().items() if m != 'fedjax_kd'
+            for t in ts if _layer(t) > _layer(m)]
+  assert upward == []
+
+
+def test_ops_are_leaves_and_know_no_config_field():
+  graph = imports()
+  ops = [m for m in graph if m.startswith('fedjax_kd.ops')]
+  assert len(ops) > 10
+  outside = [(m, t) for m in ops for t in graph[m] if not t.startswith('fedjax_kd.ops')]
+  assert outside == []
+  for m in ops:
+    text = _modules()[m].read_text()
+    assert 'ConfigError' not in text, m
+
+
+def test_the_graph_sees_function_level_imports():
+  graph = imports()
+  assert 'fedjax_kd.algorithms' in graph['fedjax_kd.config']       # inside validate()
+  assert 'fedjax_kd.fields' in graph['fedjax_kd.algorithms.acepfl']
+
+
+def test_uniform_selection_stream_is_the_engines():
+  from fedjax_kd.core import rng  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.ops import selection  # pylint: disable=g-import-not-at-top
+  assert rng.PHASES['select'] == selection.SELECT_STREAM
+  want = rng.host_rng(3, 7, 'select').choice(50, size=5, replace=False)
+  np.testing.assert_array_equal(selection.uniform_round(50, 5, 3, 7), want)
+
+
+def test_an_op_error_maps_to_the_config_field():
+  import pytest  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import fields  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.ops import temperature  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.ops.errors import ParamError  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ParamError, match=r"^t0=-1\.0 is not allowed: expected a finite") as e:
+    temperature.validate_temperature(-1.0, 0.1, 0.1, 10)
+  err = fields.field_error(e.value, {'t0': 'acepfl.t0'})
+  assert str(err) == 'acepfl.t0=-1.0 is not allowed: expected a finite number > 0.'
