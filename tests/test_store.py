@@ -184,8 +184,12 @@ def _rows_close(a_rows, b_rows):
 # SCARLET/COMET (per-client caches and sync stamps), ACE-pFL (best past models),
 # FedCache 2.0 (synthetic sets, global-id cache rows), SCAFFOLD (control variates),
 # Selective-FD (per-client selector masks), DS-FL and FedAvg.
-STORE_ALGOS = ('dsfl', 'scarlet', 'comet', 'fedcache2', 'acepfl', 'scaffold', 'selective_fd',
-               'fedavg')
+# The host store against the device store, run by run. The distillation algorithms' host runs
+# (DS-FL, SCARLET, COMET, Selective-FD, FD, FedCache 2.0, ACE-pFL, SCAFFOLD) are pinned to their
+# recorded metrics by tests/test_golden.py's CI cases (recorded when host and device were equal
+# here), so CI compares only FedAvg's here; FEDJAX_KD_GOLDEN=all compares them all.
+STORE_ALGOS = (('dsfl', 'scarlet', 'comet', 'fedcache2', 'acepfl', 'scaffold', 'selective_fd',
+                'fedavg') if os.environ.get('FEDJAX_KD_GOLDEN') == 'all' else ('fedavg',))
 
 
 @pytest.mark.parametrize('algo', STORE_ALGOS)
