@@ -26,6 +26,7 @@ import optax
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import Federation, SingleModel
 from fedjax_kd.core.local import Local, LocalRule
+from fedjax_kd.core.state import wrong_rows
 from fedjax_kd.data import augment as augment_lib
 from fedjax_kd.ops import comm
 
@@ -299,12 +300,12 @@ def rows_where(mask: Array, a: Array, b: Array) -> Array:
 # ------------------------------------------------------------ the engine
 def check_table(table: Any, num_clients: int) -> None:
   """Raises ValueError unless every leaf of a client table has a leading axis of K."""
-  for path, leaf in jax.tree_util.tree_flatten_with_path(table)[0]:
-    if np.ndim(leaf) < 1 or np.shape(leaf)[0] != num_clients:
-      raise ValueError(
-          f'client table field {jax.tree_util.keystr(path)} has shape {np.shape(leaf)}: '
-          f'every array of AlgState.table has one row per client (leading axis '
-          f'K={num_clients}); server-side arrays belong in AlgState.extra')
+  bad = wrong_rows(table, num_clients)
+  if bad is not None:
+    raise ValueError(
+        f'client table field {bad[0]} has shape {bad[1]}: every array of AlgState.table has '
+        f'one row per client (leading axis K={num_clients}); server-side arrays belong in '
+        'AlgState.extra')
 
 
 def init_state(algo: Algorithm) -> AlgState:

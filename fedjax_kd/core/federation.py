@@ -22,7 +22,7 @@ from fedjax_kd.core import rng
 from fedjax_kd.core import store as store_lib
 from fedjax_kd.core.kernels import CohortKernels, LossFn, client_mesh
 from fedjax_kd.core.local import Local, LocalRule, hook_rows
-from fedjax_kd.core.state import ModelState
+from fedjax_kd.core.state import ModelState, wrong_rows
 from fedjax_kd.ops import losses
 
 Array = jax.Array
@@ -343,13 +343,13 @@ class Federation:
     cause is a per-client array kept outside the algorithm's client table: a
     round with a client store sees only its participants' rows of the table.
     """
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-      if np.ndim(leaf) < 1 or np.shape(leaf)[0] != self.num_clients:
-        raise ValueError(
-            f'{name}{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}, but this round has '
-            f'{self.num_clients} clients (of {self.population}): per-client arrays must come '
-            'from the round (state.table, Round.active, fed.data), whose rows are the '
-            "round's clients; keep them in the algorithm's client table, not in server state")
+    bad = wrong_rows(tree, self.num_clients)
+    if bad is not None:
+      raise ValueError(
+          f'{name}{bad[0]} has shape {bad[1]}, but this round has '
+          f'{self.num_clients} clients (of {self.population}): per-client arrays must come '
+          'from the round (state.table, Round.active, fed.data), whose rows are the '
+          "round's clients; keep them in the algorithm's client table, not in server state")
 
   # -------------------------------------------------------- cohort loop
   def _each_cohort(self, states, active: np.ndarray | None, read_only: bool = False):

@@ -7,6 +7,7 @@ from typing import Any
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 @flax.struct.dataclass
@@ -31,6 +32,14 @@ def put_clients(tree: Any, idx: jax.Array, rows: Any) -> Any:
   """Writes ``rows`` into rows ``idx`` of every leaf; out-of-range ids are dropped."""
   return jax.tree.map(lambda a, r: a.at[idx].set(r.astype(a.dtype), mode='drop'),
                       tree, rows)
+
+
+def wrong_rows(tree: Any, num_rows: int) -> tuple[str, tuple[int, ...]] | None:
+  """``(path, shape)`` of the first leaf of ``tree`` without ``num_rows`` rows, or None."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    if np.ndim(leaf) < 1 or np.shape(leaf)[0] != num_rows:
+      return jax.tree_util.keystr(path), tuple(np.shape(leaf))
+  return None
 
 
 def num_elements(tree: Any) -> int:
