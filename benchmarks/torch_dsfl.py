@@ -127,10 +127,11 @@ def export_setting(cfg) -> Setting:
   tr, di = spec.train, spec.distill or spec.train
   draws = np.stack([exp.algorithm.sample_public(t)[0] for t in range(1, spec.rounds + 1)])
   return Setting(
-      x_private=np.asarray(d.x_private), y_private=np.asarray(d.y_private),
+      # Model inputs, as fedjax_kd's kernels see them (MNIST is stored as uint8 pixels).
+      x_private=d.normalize.host(np.asarray(d.x_private)), y_private=np.asarray(d.y_private),
       client_rows=tuple(idx[k, :n[k]] for k in range(len(n))),
-      x_public=np.asarray(d.x_public), y_public=np.asarray(d.y_public),
-      x_test=np.asarray(d.x_test), y_test=np.asarray(d.y_test), draws=draws,
+      x_public=d.normalize.host(np.asarray(d.x_public)), y_public=np.asarray(d.y_public),
+      x_test=d.normalize.host(np.asarray(d.x_test)), y_test=np.asarray(d.y_test), draws=draws,
       num_classes=d.num_classes,
       train=(tr.epochs, tr.batch_size, tr.learning_rate),
       distill=(spec.distill_epochs, spec.distill_batch_size, di.learning_rate),

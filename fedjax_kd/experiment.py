@@ -21,6 +21,7 @@ from fedjax_kd.algorithms.base import Algorithm, Context
 from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.core.store import ClientStore
 from fedjax_kd.data import partition as partition_lib
+from fedjax_kd.data import inputs as inputs_lib
 from fedjax_kd.data import sources, splits
 from fedjax_kd.errors import ConfigError, DataError
 from fedjax_kd.models import registry
@@ -85,11 +86,13 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
                                  field='data.public_source')
     sources.check_dataset(public, f'data.public_source={d.public_source!r}', labelled=False)
   # data.normalize: one per-channel affine map (from the private source's training set) for
-  # the private, public and test inputs alike.
+  # the private, public and test inputs alike. Float inputs are normalised here, once; uint8
+  # pixels stay pixels (one byte each) and the kernels map them where they gather a batch.
   stats = sources.input_stats(d.normalize, dataset.x_train, d.mean, d.std)
+  normalize = inputs_lib.Normalize.from_stats(stats)
   if stats is not None:
-    norm = lambda ds: dataclasses.replace(ds, x_train=sources.normalize(ds.x_train, stats),
-                                          x_test=sources.normalize(ds.x_test, stats))
+    norm = lambda ds: dataclasses.replace(ds, x_train=normalize.prepare(ds.x_train),
+                                          x_test=normalize.prepare(ds.x_test))
     dataset = norm(dataset)
     if public is not None:
       if public.x_train.shape[-1] != dataset.x_train.shape[-1]:
@@ -98,6 +101,9 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
       public = norm(public)
   split = splits.fd_split(dataset, num_public=d.num_public, num_private=d.num_private,
                           seed=spec.seed, public=public)
+  # The split holds its own rows now; the loaded training arrays go before anything is placed
+  # on the device, so at most two copies of the private images ever coexist (briefly).
+  del dataset, public
   kwargs = dict(num_classes=split.num_classes, seed=spec.seed, alpha=d.alpha,
                 shards_per_client=d.shards_per_client, classes_per_client=d.classes_per_client,
                 min_size=d.min_size)
@@ -116,16 +122,18 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
     test_indices = partition_lib.partition_test_like(
         d.partition, part, split.y_test, spec.num_clients, num_classes=split.num_classes,
         seed=spec.seed)
+  input_shape = tuple(split.x_private.shape[1:])
   data = build_federated_data(split.x_private, split.y_private, client_indices,
                               split.x_public, split.x_test, split.y_test, split.num_classes,
                               test_indices=test_indices, y_public=split.y_public,
-                              val_indices=val_indices)
-  input_shape = tuple(split.x_private.shape[1:])
+                              val_indices=val_indices, normalize=normalize)
+  num_classes = split.num_classes
+  del split, part, client_indices, val_indices, test_indices   # the device copy is the one copy
   specs = list(dict.fromkeys(spec.client_models + (spec.server_model,)))
   modules = {}
   for s in specs:
     field = 'server.model' if s not in spec.client_models else 'clients.models'
-    modules[s] = registry.get_model(s, num_classes=split.num_classes, input_shape=input_shape,
+    modules[s] = registry.get_model(s, num_classes=num_classes, input_shape=input_shape,
                                     field=field, init=spec.model.init,
                                     bn_momentum=spec.model.bn_momentum,
                                     bn_epsilon=spec.model.bn_epsilon)

@@ -7,6 +7,12 @@ r"""Command-line entry point.
 Any config field can be overridden with ``--config.<field>=value``. Rerunning
 the same command on the same ``--workdir`` resumes from its newest checkpoint.
 
+Compiled XLA programs are kept in JAX's persistent compilation cache, so a
+second run loads them instead of compiling again (docs/performance.md):
+``--compilation_cache=DIR``, else ``$FEDJAX_KD_COMPILATION_CACHE``, else
+``$JAX_COMPILATION_CACHE_DIR``, else ``~/.cache/fedjax_kd/jax_cache``
+(``$XDG_CACHE_HOME`` respected); ``''`` or ``none`` runs without one.
+
 Multi-host (see docs/multihost.md): run the same command on every host, adding
 ``--coordinator_address=HOST0:PORT --num_processes=N --process_id=I`` where JAX
 cannot detect them (it does on Cloud TPU pods, SLURM and mpirun). Process 0
@@ -52,6 +58,10 @@ def _define(fv: flags.FlagValues, argv: Sequence[str] = ()) -> None:
   flags.DEFINE_bool('resume', True, 'Resume from a checkpoint in --workdir if present.',
                     flag_values=fv)
   flags.DEFINE_bool('progress', True, 'Print one progress line per round.', flag_values=fv)
+  flags.DEFINE_string('compilation_cache', None,
+                      "JAX persistent compilation cache directory ('' or none: no cache; "
+                      'default: $FEDJAX_KD_COMPILATION_CACHE, else $JAX_COMPILATION_CACHE_DIR, '
+                      'else ~/.cache/fedjax_kd/jax_cache).', flag_values=fv)
   flags.DEFINE_string('coordinator_address', None,
                       'Multi-host: host:port of process 0 (jax.distributed).', flag_values=fv)
   flags.DEFINE_integer('num_processes', None, 'Multi-host: number of processes.',
@@ -158,9 +168,11 @@ def cli(argv: Sequence[str]) -> int:
   """
   previous = _exit_on_ctrl_c()
   try:
+    from fedjax_kd import compile_cache  # pylint: disable=g-import-not-at-top
     from fedjax_kd import distributed  # pylint: disable=g-import-not-at-top
     from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
     fv = parse(argv)
+    compile_cache.setup(fv.compilation_cache)   # before anything compiles
     distributed.initialize(fv.coordinator_address, fv.num_processes, fv.process_id,
                            fv.local_device_ids, fv.distributed)
     spec = config_lib.validate(fv.config)

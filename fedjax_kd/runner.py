@@ -20,6 +20,15 @@ Nothing is lost (docs/workdir.md):
   :class:`fedjax_kd.errors.DivergenceError` naming the round, the cohort and
   the arrays, before anything of that round is written, so the last good
   checkpoint stays the newest.
+
+Compilation (docs/performance.md): the models' initialisation and the first
+round of a call compile its XLA programs. With progress on, a line says so
+when it starts, another every :data:`PROGRESS_EVERY_S` seconds while the first
+round lasts, and one when it ends with the programs' count, the time spent
+compiling them and how many came from the persistent compilation cache
+(:mod:`fedjax_kd.compile_cache`). Every row carries ``compile_s``, its round's
+time spent compiling (part of ``round_time_s``), and the ETA leaves it out
+(:func:`eta_seconds`).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -39,9 +48,11 @@ import numpy as np
 
 from fedjax_kd import algorithms
 from fedjax_kd import checkpoint as checkpoint_lib
+from fedjax_kd import compile_cache
 from fedjax_kd import experiment as experiment_lib
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
+from fedjax_kd.core import compiles
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 from fedjax_kd.ops import comm
 from fedjax_kd.spec import ExperimentSpec
@@ -67,6 +78,108 @@ def _resumable(cfg: dict) -> dict:
 
 def _config_json(spec: ExperimentSpec) -> str:
   return spec.raw.to_json_best_effort(indent=2, sort_keys=True)
+
+
+# ------------------------------------------------------ compile progress
+PROGRESS_EVERY_S = 15.0   # at most one "compiling ..." line this often (log files stay short)
+
+
+def eta_seconds(round_s: Sequence[float], compile_s: Sequence[float], remaining: int) -> float:
+  """The seconds ``remaining`` rounds should take at this call's pace, compiling left out.
+
+  The pace is the mean time of this call's rounds after its first, each less the time it
+  spent compiling; with only one round done, that round's time less its compile time. The
+  first round is left out as soon as there are others because besides compiling it pays
+  for first executions (buffers, thread pools) that later rounds do not.
+
+  Args:
+    round_s: the wall time of each round run in this call, in order.
+    compile_s: the compile time measured in each of them (``compile_s`` of the rows).
+    remaining: rounds still to run.
+
+  Returns:
+    Seconds (0.0 with no round done or none left).
+  """
+  pairs = list(zip(round_s, compile_s))
+  if not pairs or remaining <= 0:
+    return 0.0
+  if len(pairs) > 1:
+    pairs = pairs[1:]
+  return remaining * sum(max(r - c, 0.0) for r, c in pairs) / len(pairs)
+
+
+def _programs(n: int) -> str:
+  return f'{n} program' + ('' if n == 1 else 's')
+
+
+class _CompileProgress(contextlib.AbstractContextManager):
+  """The "compiling ..." lines of a call's start, from the models' initialisation to the
+  end of its first round: one at once, at most one every ``every`` seconds while it lasts
+  (whole lines, no carriage returns: a log file stays readable) and one at :meth:`done`."""
+
+  def __init__(self, log: Callable[[str], None], t: int, every: float = PROGRESS_EVERY_S):
+    self._log, self._t, self._every = log, t, every
+    self._stack = contextlib.ExitStack()
+    self._stop = threading.Event()
+    self._thread: threading.Thread | None = None
+    self.stats = compiles.CompileTime()
+    self.cache = compile_cache.active()
+
+  def __enter__(self):
+    self._t0 = time.monotonic()
+    self.stats = self._stack.enter_context(compiles.time_compiles())
+    where = (f'persistent cache {compile_cache.shown(self.cache)}' if self.cache
+             else 'persistent compilation cache off')
+    self._log(f'round {self._t}: compiling ({where}) ...')
+    self._thread = threading.Thread(target=self._tick, daemon=True,
+                                    name='fedjax_kd-compile-progress')
+    self._thread.start()
+    return self
+
+  def _tick(self):
+    """A line per interval while programs are compiling; one when they have stopped (the
+    round is running what it compiled), then silence until compiling starts again."""
+    seen, quiet = 0.0, False
+    while not self._stop.wait(self._every):
+      now, st = time.monotonic(), self.stats
+      if st.last > seen:   # something compiled since the previous line
+        self._log(f'round {self._t}: compiling ... {now - self._t0:.0f} s '
+                  f'({_programs(st.programs)})')
+        quiet = False
+      elif not quiet:
+        self._log(f'round {self._t}: running ... {now - self._t0:.0f} s (compiled '
+                  f'{_programs(st.programs)} in {st.seconds:.1f} s)')
+        quiet = True
+      seen = st.last
+
+  def _halt(self):
+    self._stop.set()
+    if self._thread is not None:
+      self._thread.join()
+      self._thread = None
+
+  def done(self) -> None:
+    """Stops the lines and the timing; logs the closing line (programs, seconds, cache)."""
+    self._halt()
+    self._stack.close()
+    st = self.stats
+    if not st.programs:
+      return
+    if not self.cache:
+      cache = 'persistent compilation cache off'
+    elif st.cache_hits == st.programs:
+      cache = f'all from the cache {compile_cache.shown(self.cache)}'
+    elif st.cache_hits:
+      cache = f'{st.cache_hits} from the cache {compile_cache.shown(self.cache)}'
+    else:
+      cache = f'none from the cache {compile_cache.shown(self.cache)}'
+    self._log(f'round {self._t}: compiled {_programs(st.programs)} in {st.seconds:.1f} s '
+              f'({cache})')
+
+  def __exit__(self, *exc):
+    self._halt()
+    self._stack.close()
+    return False
 
 
 # ------------------------------------------------------------ NaN guard
@@ -188,7 +301,7 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
     if store_dir is not None:
       held.append(locks.enter_context(workdir_lib.DirLock(store_dir, 'clients.store_dir')))
     try:
-      return _run(spec, workdir, resume=resume, progress=progress, log=log)
+      return _run(spec, workdir, resume=resume, progress=progress, log=log, cleanup=locks)
     except (ConfigError, DataError):   # refused before writing: leave no new empty folder
       for lock in reversed(held):
         lock.discard()
@@ -196,8 +309,9 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
 
 
 def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
-         log: Callable[[str], None] | None) -> dict[str, Any]:
-  """:func:`run` with the workdir locked."""
+         log: Callable[[str], None] | None, cleanup: contextlib.ExitStack) -> dict[str, Any]:
+  """:func:`run` with the workdir locked; ``cleanup`` closes what is left open on the way
+  out (the compile progress lines, should the run fail before its first round ends)."""
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
   cfg_json = _config_json(spec)
   cfg_path = os.path.join(workdir, 'config.json')
@@ -218,6 +332,9 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
   latest = ckpt.latest_round() if resume else None
   if latest is not None:   # refuse a resume that cannot be right, before any compute
     _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
+  compiling = None   # the "compiling ..." lines: the models' initialisation and round 1
+  if progress and (latest or 0) < spec.rounds:
+    compiling = cleanup.enter_context(_CompileProgress(log, (latest or 0) + 1))
   state = init_state(algo)
   if latest is not None:
     like = state
@@ -247,42 +364,48 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
     last_saved = t
 
   n_done, t_last = 0, start - 1
-  t_loop = time.time()
+  round_s: list[float] = []     # this call's rounds: wall time and time spent compiling
+  compile_s: list[float] = []
   with _StopOnSignal(log) as stop:
     try:
       for t in range(start, spec.rounds + 1):
         t0 = time.time()
-        plan = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask))
-        active = plan.active
-        if active.any():
-          state, out = play_round(
-              algo, state, t, active,
-              check=lambda st, fed, o: _check_finite(st, o, t, active, fed, ckpt, last_saved))
-        else:   # everybody dropped out: the model is unchanged (FedEntOpt A7)
-          out = RoundOutput({}, [])
-        sent = comm.count_bytes(out.payloads, rules)
-        for k in cum:
-          cum[k] += sent[k]
-        row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
-        row.update(selector.round_metrics(plan))
-        row.update(out.metrics)
-        if t % spec.eval_every == 0 or t == spec.rounds:
-          row.update(algo.evaluate(state))
+        with compiles.time_compiles() as compiled:
+          plan = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask))
+          active = plan.active
+          if active.any():
+            state, out = play_round(
+                algo, state, t, active,
+                check=lambda st, fed, o: _check_finite(st, o, t, active, fed, ckpt, last_saved))
+          else:   # everybody dropped out: the model is unchanged (FedEntOpt A7)
+            out = RoundOutput({}, [])
+          sent = comm.count_bytes(out.payloads, rules)
+          for k in cum:
+            cum[k] += sent[k]
+          row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
+          row.update(selector.round_metrics(plan))
+          row.update(out.metrics)
+          if t % spec.eval_every == 0 or t == spec.rounds:
+            row.update(algo.evaluate(state))
         row.update({'up_bytes': sent['up'], 'down_bytes': sent['down'],
                     'round_bytes': sent['total'], 'cum_bytes': cum['total'],
                     'cum_up_bytes': cum['up'], 'cum_down_bytes': cum['down'],
-                    'round_time_s': time.time() - t0})
+                    'round_time_s': time.time() - t0, 'compile_s': compiled.seconds})
         row = writer.write(row)
         if scalars is not None:
           scalars.write(row)
         n_done, t_last = n_done + 1, t
+        round_s.append(row['round_time_s'])
+        compile_s.append(row['compile_s'])
+        if compiling is not None:
+          compiling.done()
+          compiling = None
         if progress:
-          per = (time.time() - t_loop) / n_done
           acc = row.get('test_acc')
           acc_s = f'acc {acc:.4f}' if acc is not None else 'acc   -   '
           log(f'round {t:>4}/{spec.rounds}  {acc_s}  sent {_fmt_bytes(sent["total"]):>10}  '
               f'cum {_fmt_bytes(cum["total"]):>10}  {row["round_time_s"]:.2f}s  '
-              f'eta {per * (spec.rounds - t):.0f}s')
+              f'eta {eta_seconds(round_s, compile_s, spec.rounds - t):.0f}s')
         due = spec.checkpoint_every and (t % spec.checkpoint_every == 0 or t == spec.rounds)
         if due or (stop.signum is not None and spec.checkpoint_every):
           save(t)

@@ -54,9 +54,12 @@ tracebacks) goes to ``<workdir>/sweep.log``; ``python -m fedjax_kd.sweep
 --_worker=<workdir>`` reruns (resumes) one run in the terminal, for debugging.
 
 Workers inherit the environment (``XLA_FLAGS``, ``CUDA_VISIBLE_DEVICES``,
-...). Compiled programs are shared between workers and reruns through JAX's
-persistent compilation cache: ``$JAX_COMPILATION_CACHE_DIR`` if set, else
-``<out>/jax_cache`` (``--compilation_cache=''`` turns it off). Thread use is
+...). Compiled programs are shared between workers, reruns and
+``fedjax_kd.main`` runs through JAX's persistent compilation cache, chosen as
+``fedjax_kd.main`` chooses it (:mod:`fedjax_kd.compile_cache`):
+``--compilation_cache=DIR``, else ``$FEDJAX_KD_COMPILATION_CACHE``, else
+``$JAX_COMPILATION_CACHE_DIR``, else ``~/.cache/fedjax_kd/jax_cache``
+(``''`` or ``none`` turns it off). Thread use is
 left to XLA: every worker may use all cores, so with ``--jobs > 1`` on a CPU
 the workers share the cores (their rounds are slower, the sweep is usually
 still faster); on one accelerator keep ``--jobs=1`` or split the devices with
@@ -114,6 +117,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import ml_collections
 import numpy as np
 
+from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
@@ -591,8 +595,9 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
     jobs: worker processes at once (>= 1).
     log: where the progress lines go (one per run started, finished,
       skipped or failed); None for silence.
-    compilation_cache: JAX persistent compilation cache for the workers,
-      used unless ``$JAX_COMPILATION_CACHE_DIR`` is set; None for none.
+    compilation_cache: the workers' JAX persistent compilation cache directory
+      (``''`` or ``'none'``: no cache); None lets each worker choose as
+      ``fedjax_kd.main`` does (:func:`fedjax_kd.compile_cache.resolve`).
 
   Returns:
     A :class:`RunResult` per run, in the order of ``runs``.
@@ -630,9 +635,9 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
     return [results[i] for i in range(n)]
 
   env = dict(os.environ)
-  if compilation_cache and not env.get('JAX_COMPILATION_CACHE_DIR'):
-    os.makedirs(compilation_cache, exist_ok=True)
-    env['JAX_COMPILATION_CACHE_DIR'] = os.path.abspath(compilation_cache)
+  if compilation_cache is not None:   # the workers' compile_cache.resolve() reads it first
+    off = compilation_cache.strip().lower() in compile_cache.OFF
+    env[compile_cache.ENV_VAR] = 'none' if off else os.path.abspath(compilation_cache)
   stop = threading.Event()
   events: queue.Queue = queue.Queue()
   lock = threading.Lock()
@@ -814,6 +819,8 @@ def worker_main(target: str) -> int:
     The exit status.
   """
   quiet_logs()
+  # Where the sweep chose the cache, $FEDJAX_KD_COMPILATION_CACHE says so (execute()).
+  compile_cache.enable(compile_cache.resolve()[0])
   if target != '-':
     def say(s):
       print(s, file=sys.stderr, flush=True)
@@ -1457,8 +1464,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--thresholds', default='', help="default: the config's comm.thresholds")
   p.add_argument('--metrics', default='', help='per-round metrics averaged over rounds')
   p.add_argument('--compilation_cache', default=None,
-                 help='JAX compilation cache for the workers (default <out>/jax_cache unless '
-                      "$JAX_COMPILATION_CACHE_DIR is set; '' = none)")
+                 help="JAX persistent compilation cache directory ('' or none: no cache; "
+                      'default: $FEDJAX_KD_COMPILATION_CACHE, else $JAX_COMPILATION_CACHE_DIR, '
+                      'else ~/.cache/fedjax_kd/jax_cache)')
   p.add_argument('--dry_run', action='store_true', help='print the plan and exit')
   p.add_argument('--_worker', default=None, help=argparse.SUPPRESS)
   return p
@@ -1496,6 +1504,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     thresholds = (_floats(args.thresholds, '--thresholds') if args.thresholds
                   else [float(x) for x in runs[0].config.comm.thresholds])
     metrics = [m.strip() for m in args.metrics.split(',') if m.strip()]
+    cache, source = compile_cache.resolve(args.compilation_cache)
+    compile_cache.check(cache, source)
   except (ConfigError, DataError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
@@ -1507,11 +1517,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
   write_plan(args.out, runs, config=args.config, overrides=overrides, thresholds=thresholds,
              metrics=metrics)
-  cache = (os.path.join(args.out, 'jax_cache') if args.compilation_cache is None
-           else args.compilation_cache or None)
+  if cache is not None and not compile_cache.writable(cache):   # one warning, here
+    cache = None
   t0 = time.time()
   results = execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
-                    compilation_cache=cache)
+                    compilation_cache=cache or 'none')
   counts = {k: sum(r.status == k for r in results) for k in ('done', 'skipped', 'diverged',
                                                              'failed', 'stopped')}
   cells_out = aggregate(args.out)

@@ -253,6 +253,27 @@ class MetricsWriter:
     return row
 
 
+def _summary_writer_class():
+  """tensorboardX's ``SummaryWriter``, imported without PyTorch.
+
+  tensorboardX imports ``torch`` at import time where it is installed (only to accept
+  torch tensors, which scalars written here never are): 2-4 s of a run's start. While
+  tensorboardX loads, ``torch`` is marked absent (``sys.modules['torch'] = None``, which
+  makes ``import torch`` raise ImportError, the case tensorboardX handles); the mark is
+  removed afterwards, so a later ``import torch`` elsewhere works as usual.
+  """
+  import sys  # pylint: disable=g-import-not-at-top
+  hide = 'torch' not in sys.modules and 'tensorboardX' not in sys.modules
+  if hide:
+    sys.modules['torch'] = None   # type: ignore[assignment]
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  finally:
+    if hide and sys.modules.get('torch', 0) is None:
+      del sys.modules['torch']
+  return SummaryWriter
+
+
 class ScalarWriter:
   """TensorBoard scalars in ``<workdir>/tensorboard`` (tensorboardX).
 
@@ -275,7 +296,7 @@ class ScalarWriter:
     self._w = None
     if not is_primary():
       return
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    SummaryWriter = _summary_writer_class()   # pylint: disable=invalid-name
     if os.path.isdir(self.logdir):
       for name in os.listdir(self.logdir):
         path = os.path.join(self.logdir, name)

@@ -23,7 +23,10 @@ def _share_compilations() -> None:
   same as in the previous test. JAX's persistent cache keys on the program
   itself, so identical programs compile once per session. The directory is
   new for every session (nothing carries over between CI runs) and the
-  environment variables hand it to subprocesses (CLI runs, notebook kernels).
+  environment variables hand it to subprocesses (CLI runs, sweep workers,
+  notebook kernels). ``$FEDJAX_KD_COMPILATION_CACHE`` names it too, so that the
+  command lines (whose cache is on by default, :mod:`fedjax_kd.compile_cache`)
+  never write into the user's ``~/.cache`` from a test.
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
@@ -35,6 +38,7 @@ def _share_compilations() -> None:
   for name, value in settings.items():
     jax.config.update(name, value)
     os.environ[name.upper()] = str(value)
+  os.environ['FEDJAX_KD_COMPILATION_CACHE'] = cache
 
 
 _share_compilations()

@@ -16,7 +16,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'fedjax_kd'
 # Lowest first. A module may import its own layer and the layers below it, never above.
 LAYERS = (
     ('errors', 'spec', 'ops'),                                  # leaves
-    ('fields', 'core', 'data', 'models'),                       # readers, engine, data, models
+    ('fields', 'core', 'data', 'models', 'compile_cache'),      # readers, engine, data, models
     ('algorithms', 'selection'),                                # the papers
     ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed'),
     ('runner', 'sweep', 'main'),                                # the faces

@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import mnist_path
 from fedjax_kd.data import sources
+from fedjax_kd.data.inputs import as_float
 from fedjax_kd.models import registry
 
 GAP = 0.05
@@ -72,7 +73,8 @@ def _mnist_iid(n):
     pytest.skip(f'{path} is absent (real MNIST for this test)')
   d = sources.load_source(f'npz:{path}')
   idx = np.random.default_rng(0).choice(len(d.y_train), n, replace=False)
-  return d.x_train[idx], d.y_train[idx], d.x_test[:2000], d.y_test[:2000]
+  return (as_float(d.x_train[idx]), d.y_train[idx], as_float(d.x_test[:2000]),
+          d.y_test[:2000])
 
 
 def test_dsfl_cnn_inference_mode_on_mnist():

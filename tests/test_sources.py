@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedjax_kd.data.inputs import as_float
 from fedjax_kd.data.sources import ArrayDataset, load_source
 from fedjax_kd.errors import ConfigError, DataError
 
@@ -114,9 +115,11 @@ def test_npz_round_trip(tmp_path):
   ds = load_source(f'npz:{path}')
   assert ds.x_train.shape == (50, 28, 28, 1)
   assert ds.x_test.shape == (20, 28, 28, 1)
-  assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
-  np.testing.assert_allclose(ds.x_train[..., 0],
-                             arrays['x_train'].astype(np.float32) / 255)
+  # uint8 pixels are stored as they are (one byte each); their model inputs are x / 255.
+  assert ds.x_train.dtype == np.uint8 and ds.y_train.dtype == np.int32
+  np.testing.assert_array_equal(ds.x_train[..., 0], arrays['x_train'])
+  np.testing.assert_array_equal(as_float(ds.x_train)[..., 0],
+                                arrays['x_train'].astype(np.float32) / np.float32(255))
   np.testing.assert_array_equal(ds.y_test, arrays['y_test'])
   expected_c = int(max(arrays['y_train'].max(), arrays['y_test'].max())) + 1
   assert ds.num_classes == expected_c
@@ -204,10 +207,10 @@ def test_real_mnist_npz():
     pytest.skip(f'{path} not present')
   ds = load_source(f'npz:{path}')
   assert ds.x_train.shape == (60000, 28, 28, 1)
-  assert ds.x_train.dtype == np.float32
+  assert ds.x_train.dtype == np.uint8   # 47 MB, not 188 MB of float32
   assert ds.x_test.shape == (10000, 28, 28, 1)
   assert ds.num_classes == 10
-  assert ds.x_train.min() == 0.0 and ds.x_train.max() == 1.0
+  assert ds.x_train.min() == 0 and ds.x_train.max() == 255
   np.testing.assert_array_equal(np.bincount(ds.y_train), MNIST_COUNTS)
 
 
@@ -223,8 +226,9 @@ def test_tfds_mock_mnist():
   assert ds.name == 'mnist' and ds.num_classes == 10
   assert ds.x_train.shape == (12, 28, 28, 1)
   assert ds.x_test.shape == (12, 28, 28, 1)
-  assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
-  assert 0.0 <= ds.x_train.min() and ds.x_train.max() <= 1.0
+  assert ds.x_train.dtype == np.uint8 and ds.y_train.dtype == np.int32
+  x = as_float(ds.x_train)
+  assert x.dtype == np.float32 and 0.0 <= x.min() and x.max() <= 1.0
   assert ds.y_train.min() >= 0 and ds.y_train.max() < 10
 
 

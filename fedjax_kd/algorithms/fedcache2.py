@@ -143,7 +143,8 @@ class FedCache2(base.Algorithm):
       raise ConfigError('fedcache2.encoding', o.encoding,
                         f"'raw' for inputs of shape {d.input_shape} ('png' and 'jpeg' need "
                         '(H, W, 1) or (H, W, 3) images; other inputs travel as float32)')
-    self.value_range = codec.value_range(d.x_private)   # quantisation and clipping range
+    # Quantisation and clipping range: that of the model inputs (pixels mapped, not copied).
+    self.value_range = codec.value_range(d.normalize.extremes(d.x_private))
     item = math.prod(d.input_shape)
     self.raw_item_bytes = item if self.image else 4 * item
     self.n_private = int(d.x_private.shape[0])
@@ -186,7 +187,8 @@ class FedCache2(base.Algorithm):
         rows[k, c * ipc:c * ipc + len(take)] = take
         valid[k, c * ipc:c * ipc + len(take)] = True
     valid = jnp.asarray(valid)
-    proto = base.rows_where(valid, jnp.take(d.x_private, jnp.asarray(rows), axis=0), 0.0)
+    proto = base.rows_where(valid, d.normalize(jnp.take(d.x_private, jnp.asarray(rows), axis=0)),
+                            0.0)
     return proto, valid
 
   # ---------------------------------------------------------------- round
@@ -261,11 +263,16 @@ class FedCache2(base.Algorithm):
 
   # -------------------------------------------------------------- helpers
   def _pool(self, cache: kc.KnowledgeCache) -> jax.Array:
-    """``x_private`` followed by every cache slot (the rows clients can download)."""
+    """``x_private`` followed by every cache slot (the rows clients can download).
+
+    The synthetic rows are float model inputs, so the pool holds the private rows as
+    model inputs too (built once, on the first round with downloads).
+    """
     tail = cache.x.reshape((-1,) + cache.x.shape[2:])
     pool = self._pool_x
     if pool is None:
-      pool = jnp.concatenate([self.ctx.data.x_private, jnp.zeros(tail.shape, jnp.float32)])
+      d = self.ctx.data
+      pool = jnp.concatenate([d.normalize(d.x_private), jnp.zeros(tail.shape, jnp.float32)])
     # The tail goes through _set_tail every time, the first included, so the kernel
     # compiles in the first round with downloads, not in the round after it.
     self._pool_x = _set_tail(pool, tail, start=self.n_private)
@@ -363,7 +370,7 @@ def _target_features(kernels, st, x: jax.Array, idx: jax.Array, key: jax.Array, 
 
   def body(inputs):
     i, r = inputs
-    xb = x[r]
+    xb = kernels.inputs(x[r])
     if augment is not None:
       xb = augment(jax.random.fold_in(key, i), xb)
     return _embed(kernels, st, xb)
@@ -391,7 +398,7 @@ def distill_synthetic(kernels, st, key, row, shared, *, options: DistillOptions)
       synthetic inputs, their real slots (a class the client lacks is masked), the
       client's rows of the pooled data and their count.
     shared: ``(y_b [P, C], x, y)``: the synthetic rows' one-hot labels (fixed) and
-      the pooled private data.
+      the pooled private data (stored inputs, mapped by ``kernels.inputs``).
     options: ``bn_mode='eval'`` uses running statistics, ``'train'`` the synthetic
       batch's own (as the authors' code; running stats are not updated);
       ``augment`` transforms the target inputs (one pass); inputs are clipped to

@@ -59,10 +59,12 @@ class SelectiveFD(protocol.Protocol):
     d = self.ctx.data
     idx = np.asarray(d.client_idx)
     o = self.options
+    # The selectors see model inputs (pixels mapped on the host, as the kernels map them).
     masks = density.inlier_masks(
-        np.asarray(d.x_private), [idx[k, :d.client_n[k]] for k in range(d.num_clients)],
-        np.asarray(d.x_public), self.spec.seed, tau=o.tau_client, sigma=o.sigma,
-        lambda_exponent=o.lambda_exponent)
+        d.normalize.host(np.asarray(d.x_private)),
+        [idx[k, :d.client_n[k]] for k in range(d.num_clients)],
+        d.normalize.host(np.asarray(d.x_public)), self.spec.seed, tau=o.tau_client,
+        sigma=o.sigma, lambda_exponent=o.lambda_exponent)
     return jnp.asarray(masks)
 
   def aggregate(self, probs, mask):

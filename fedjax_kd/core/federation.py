@@ -1,7 +1,10 @@
 """The federation: device-resident data, client cohorts and their kernels.
 
-Data lives on device once. Clients hold index tables into one shared private
-array (``client_idx[k, :client_n[k]]``), never copies. Clients are grouped into
+Data lives on device once, in its stored dtype: uint8 pixels for image
+sources (the kernels map them to float32 model inputs where they gather a
+batch, :class:`fedjax_kd.data.inputs.Normalize`), float32 otherwise. Clients
+hold index tables into one shared private array (``client_idx[k, :client_n[k]]``),
+never copies. Clients are grouped into
 cohorts by model spec (``'cnn@0.5'``, ``'resnet20@1.0'``, ...); each cohort's
 state is one stacked pytree and every phase is one compiled call per cohort.
 Results of all cohorts are put back in client order so that aggregation ops
@@ -23,6 +26,7 @@ from fedjax_kd.core import store as store_lib
 from fedjax_kd.core.kernels import CohortKernels, LossFn, client_mesh
 from fedjax_kd.core.local import Local, LocalRule, hook_rows
 from fedjax_kd.core.state import ModelState, wrong_rows
+from fedjax_kd.data.inputs import Normalize
 from fedjax_kd.ops import losses
 
 Array = jax.Array
@@ -57,7 +61,8 @@ class FederatedData:
   """All arrays of an FD experiment, placed on device once.
 
   Attributes:
-    x_private, y_private: the pooled private training data.
+    x_private, y_private: the pooled private training data (inputs in their
+      stored dtype: uint8 pixels or float32, see ``normalize``).
     client_idx: ``[K, n_max]`` int32 rows of ``x_private`` per client (padded).
     client_n: ``[K]`` host int array, real rows per client.
     x_public: ``[N_pub, ...]`` unlabelled open/public data.
@@ -66,6 +71,9 @@ class FederatedData:
     val_idx, val_n: optional per-client validation splits (rows of
       ``x_private`` held out of ``client_idx``; ``data.val_fraction``).
     num_classes: number of classes.
+    normalize: the map from stored inputs (``x_private``, ``x_public``,
+      ``x_test``) to model inputs; the kernels apply it to every gathered
+      batch, host code through ``normalize.host``.
   """
   x_private: Array
   y_private: Array
@@ -80,6 +88,7 @@ class FederatedData:
   y_public: np.ndarray | None = None  # diagnostics; only ACE-pFL trains on them
   val_idx: Array | None = None
   val_n: np.ndarray | None = None
+  normalize: Normalize = Normalize()
 
   @property
   def num_clients(self) -> int:
@@ -124,10 +133,22 @@ def pack_indices(index_lists: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndar
   return table, n
 
 
+def _device_inputs(x) -> Array:
+  """Inputs on the device in their stored dtype: uint8 pixels stay uint8, else float32."""
+  x = x if hasattr(x, 'dtype') else np.asarray(x)
+  return jnp.asarray(x, jnp.uint8 if x.dtype == np.uint8 else jnp.float32)
+
+
 def build_federated_data(x_private, y_private, client_indices, x_public, x_test,
                          y_test, num_classes: int, test_indices=None,
-                         y_public=None, val_indices=None) -> FederatedData:
-  """Places host arrays on device and packs the per-client index tables."""
+                         y_public=None, val_indices=None,
+                         normalize: Normalize | None = None) -> FederatedData:
+  """Places host arrays on device and packs the per-client index tables.
+
+  Inputs keep their dtype (uint8 pixels or float32, see
+  :func:`fedjax_kd.data.inputs.stored_inputs`); ``normalize`` maps them to
+  model inputs (default: pixels / 255).
+  """
   table, n = pack_indices(client_indices)
   test_idx = test_n = None
   if test_indices is not None:
@@ -138,14 +159,14 @@ def build_federated_data(x_private, y_private, client_indices, x_public, x_test,
     v, val_n = pack_indices(val_indices)
     val_idx = jnp.asarray(v)
   return FederatedData(
-      x_private=jnp.asarray(x_private, jnp.float32),
+      x_private=_device_inputs(x_private),
       y_private=jnp.asarray(y_private, jnp.int32),
       client_idx=jnp.asarray(table), client_n=n,
-      x_public=jnp.asarray(x_public, jnp.float32),
-      x_test=jnp.asarray(x_test, jnp.float32), y_test=jnp.asarray(y_test, jnp.int32),
+      x_public=_device_inputs(x_public),
+      x_test=_device_inputs(x_test), y_test=jnp.asarray(y_test, jnp.int32),
       num_classes=int(num_classes), test_idx=test_idx, test_n=test_n,
       y_public=None if y_public is None else np.asarray(y_public),
-      val_idx=val_idx, val_n=val_n)
+      val_idx=val_idx, val_n=val_n, normalize=normalize or Normalize())
 
 
 @jax.jit
@@ -233,7 +254,8 @@ class Federation:
                use_mesh: bool = True, store: Any = None, compute_dtype: str = 'float32'):
     mesh = client_mesh() if use_mesh else None
     specs = sorted(set(client_models), key=tuple(client_models).index)
-    kernels = {s: CohortKernels(modules[s], optimizers, mesh, compute_dtype) for s in specs}
+    kernels = {s: CohortKernels(modules[s], optimizers, mesh, compute_dtype,
+                                normalize=data.normalize) for s in specs}
     scatter = jax.jit(lambda full, ids, vals: full.at[ids].set(vals, mode='drop'))
     k = len(client_models)
     self._setup(data, client_models, kernels, optimizers, mesh, store, scatter,
@@ -623,8 +645,10 @@ class SingleModel:
   """A lone model (e.g. DS-FL's server model w_g) run with the same kernels."""
 
   def __init__(self, module, optimizers: dict[str, optax.GradientTransformation],
-               input_shape: tuple[int, ...], compute_dtype: str = 'float32'):
-    self.kernels = CohortKernels(module, optimizers, mesh=None, compute_dtype=compute_dtype)
+               input_shape: tuple[int, ...], compute_dtype: str = 'float32',
+               normalize: Normalize | None = None):
+    self.kernels = CohortKernels(module, optimizers, mesh=None, compute_dtype=compute_dtype,
+                                 normalize=normalize)
     self.input_shape = tuple(input_shape)
     self._slots = jnp.zeros((1,), jnp.int32)
     self._valid = jnp.ones((1,), bool)

@@ -20,6 +20,12 @@ ICLR 2018; JAX/Flax's bf16 practice): master parameters, optimizer state and
 BatchNorm statistics stay float32; every forward pass casts the parameters and
 inputs to bfloat16 and the logits back to float32 before the loss or softmax,
 so gradients, updates and the predictions handed to aggregation are float32.
+
+Inputs arrive in their stored dtype (uint8 pixels for image sources, float32
+otherwise) and become model inputs where a kernel gathers them: the training
+batch, each predict chunk, each evaluation chunk (``normalize``, a
+:class:`fedjax_kd.data.inputs.Normalize`; float arrays pass unchanged). Only
+the gathered rows are ever float32, never the pooled arrays.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_kd.core.local import Local, LocalRule
 from fedjax_kd.core.state import ModelState, put_clients, take_clients
+from fedjax_kd.data.inputs import Normalize
 from fedjax_kd.ops.losses import masked_mean
 
 Array = jax.Array
@@ -119,16 +126,20 @@ class CohortKernels:
       fit/predict/evaluate/class sums (mixed precision: params, optimizer state,
       BatchNorm statistics, losses and outputs stay float32). ``map_clients`` functions
       choose their own precision (``apply`` is float32).
+    normalize: the map from stored inputs to model inputs (default: uint8 pixels / 255,
+      float inputs unchanged); ``map_clients`` functions apply it with :meth:`inputs`.
   """
 
   def __init__(self, module: nn.Module, optimizers: dict[str, optax.GradientTransformation],
-               mesh: Mesh | None = None, compute_dtype: str = 'float32'):
+               mesh: Mesh | None = None, compute_dtype: str = 'float32',
+               normalize: Normalize | None = None):
     if compute_dtype not in COMPUTE_DTYPES:
       raise ValueError(f'compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}')
     self.module = module
     self.optimizers = dict(optimizers)
     self.mesh = mesh
     self.compute_dtype = compute_dtype
+    self.normalize = normalize or Normalize()
     self._dtype = jnp.dtype(compute_dtype)
     self._fit = jax.jit(self._fit_impl, donate_argnums=(0,),
                         static_argnames=('loss_fn', 'rule', 'idx_shared'))
@@ -139,6 +150,10 @@ class CohortKernels:
     self._map = jax.jit(self._map_impl, static_argnames=('fn', 'options'))
 
   # ------------------------------------------------------------ forward
+  def inputs(self, x: Array) -> Array:
+    """Float32 model inputs of gathered stored inputs ``x`` (inside a compiled step)."""
+    return self.normalize(x)
+
   def _apply(self, params: Any, batch_stats: Any, x: Array, **kwargs) -> Any:
     """``module.apply`` in the compute dtype; float32 logits (and batch stats).
 
@@ -194,6 +209,7 @@ class CohortKernels:
       valid = pos < n
       rows = idx[jnp.minimum(pos, n_max - 1)]
       batch = {name: arr[rows] for name, arr in shared.items()}
+      batch['x'] = self.inputs(batch['x'])
       batch['_pos'] = pos
       k_aug, k_drop = jax.random.split(k)
       if rule.augment is not None:
@@ -291,8 +307,10 @@ class CohortKernels:
     def one_chunk(inputs):
       xc, i = inputs
 
+      xf = self.inputs(xc)
+
       def one_slot(st, key):
-        xin = xc if augment is None else augment(jax.random.fold_in(key, i), xc)
+        xin = xf if augment is None else augment(jax.random.fold_in(key, i), xf)
         return self._apply(st.params, st.batch_stats, xin, train=False)
 
       slot_keys = keys if keys is not None else jnp.zeros((sub_size(sub), 2), jnp.uint32)
@@ -333,7 +351,7 @@ class CohortKernels:
     def one_client(st, cidx, cn):
       def body(carry, p):
         rows = cidx[p]
-        logits = self._apply(st.params, st.batch_stats, x[rows], train=False)
+        logits = self._apply(st.params, st.batch_stats, self.inputs(x[rows]), train=False)
         ok = (p < cn).astype(jnp.float32)
         correct = jnp.sum((jnp.argmax(logits, -1) == y[rows]) * ok)
         _, top = jax.lax.top_k(logits, min(5, logits.shape[-1]))
@@ -375,8 +393,8 @@ class CohortKernels:
     def one_client(st, cidx, cn):
       def body(carry, p):
         rows = cidx[p]
-        probs = jax.nn.softmax(self._apply(st.params, st.batch_stats, x[rows], train=False),
-                               -1)
+        probs = jax.nn.softmax(self._apply(st.params, st.batch_stats, self.inputs(x[rows]),
+                                           train=False), -1)
         onehot = jax.nn.one_hot(y[rows], num_classes) * (p < cn)[:, None]
         return (carry[0] + onehot.T @ probs, carry[1] + onehot.sum(0)), None
 
@@ -410,7 +428,8 @@ class CohortKernels:
     Args:
       fn: ``fn(kernels, model_state, key, row, shared, options=options) -> outputs``
         for one client; a module-level function (it is a static argument). It may
-        use ``kernels.module`` and ``kernels.apply``.
+        use ``kernels.module`` and ``kernels.apply``, and maps the stored inputs it
+        gathers with ``kernels.inputs``.
       state: cohort state.
       slots: ``[S]`` cohort rows.
       keys: ``[S]`` PRNG keys.

@@ -15,11 +15,17 @@ Sources (selected by a spec string, see `load_source`):
   of tensorflow-datasets >= 4.9). The data set must already be prepared in
   ``array_record`` format (``tfds build <name> --file_format=array_record``).
 
-Every source gives float32 inputs in [0, 1] (``x / 255`` for uint8, as DS-FL
-and FedCache 2.0 train); images are always ``[N, H, W, C]`` (a channel axis is
-added to ``[N, H, W]`` grayscale arrays). Labels are int32 ``[N]``.
-:func:`normalize` then rescales them as ``data.normalize`` asks (SCARLET's code
-trains on [-1, 1]; CIFAR training scripts standardise each channel).
+Integer image sources (MNIST/CIFAR npz files, tfds images) keep their uint8
+pixels: the model sees ``x / 255`` (as DS-FL and FedCache 2.0 train), computed
+where a batch is gathered (:mod:`fedjax_kd.data.inputs`, one byte per pixel in
+memory instead of four). Float sources give float32 inputs (digits and the
+synthetic source in [0, 1]). Images are always ``[N, H, W, C]`` (a channel axis
+is added to ``[N, H, W]`` grayscale arrays). Labels are int32 ``[N]``.
+``data.normalize`` then rescales the inputs (SCARLET's code trains on [-1, 1];
+CIFAR training scripts standardise each channel): :func:`input_stats` gives the
+per-channel statistics, applied to float inputs once on the host
+(:func:`normalize`) and to pixels inside the compiled step
+(:class:`fedjax_kd.data.inputs.Normalize`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from fedjax_kd.data import inputs as inputs_lib
 from fedjax_kd.errors import ConfigError, DataError
 
 __all__ = ['ArrayDataset', 'load_source', 'normalize', 'input_stats', 'SOURCES_ALLOWED']
@@ -55,10 +62,11 @@ class ArrayDataset:
   """A labelled train/test data set held in host memory.
 
   Attributes:
-    x_train: float32 inputs, images ``[N, H, W, C]`` in [0, 1] or features
-      ``[N, D]``.
+    x_train: stored inputs (:func:`fedjax_kd.data.inputs.stored_inputs`):
+      uint8 pixel images ``[N, H, W, C]`` for integer image sources, else
+      float32 images in [0, 1] or features ``[N, D]``.
     y_train: int32 labels ``[N]`` in ``[0, num_classes)``.
-    x_test: float32 test inputs, same trailing shape as ``x_train``.
+    x_test: test inputs, same dtype and trailing shape as ``x_train``.
     y_test: int32 test labels.
     num_classes: number of classes.
     name: the source's name (for logs).
@@ -138,6 +146,8 @@ def check_dataset(ds: ArrayDataset, what: str, labelled: bool = True,
   for split, x in (('train', ds.x_train), ('test', ds.x_test)):
     if len(x) == 0:
       raise DataError(f'{what}: the {split} split is empty (x_{split} has 0 rows).')
+    if inputs_lib.is_pixels(x):
+      continue   # integer pixels are always finite
     bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
     if bad.any():
       raise DataError(f'{what}: x_{split} has NaN or Inf inputs in {int(bad.sum())} rows '
@@ -201,7 +211,9 @@ def input_stats(mode: str, x_train: np.ndarray, mean: tuple[float, ...] = (),
     mode: ``'unit'`` (keep [0, 1]), ``'symmetric'`` (mean 0.5, std 0.5: [-1, 1])
       or ``'standardize'`` (``mean``/``std`` if given, else the per-channel
       statistics of ``x_train``).
-    x_train: the training inputs ``[N, ..., C]`` in [0, 1].
+    x_train: the training inputs ``[N, ..., C]``: float32 in [0, 1], or uint8
+      pixels (their statistics are those of ``x / 255``, from a histogram of the
+      pixel values rather than a float copy: :func:`fedjax_kd.data.inputs.pixel_stats`).
     mean: per-channel means for ``'standardize'`` (empty: from ``x_train``).
     std: per-channel standard deviations, same length as ``mean``.
 
@@ -221,17 +233,19 @@ def input_stats(mode: str, x_train: np.ndarray, mean: tuple[float, ...] = (),
       raise ConfigError('data.mean', tuple(mean), f'{c} numbers (the inputs have {c} '
                         'channels), or () to use the training set\'s statistics')
     return np.asarray(mean, np.float32), np.asarray(std, np.float32)
-  flat = np.asarray(x_train, np.float64).reshape(-1, c)
-  return (flat.mean(0).astype(np.float32),
-          np.maximum(flat.std(0), 1e-6).astype(np.float32))
+  if inputs_lib.is_pixels(x_train):
+    mean, std = inputs_lib.pixel_stats(np.asarray(x_train))
+  else:
+    flat = np.asarray(x_train, np.float64).reshape(-1, c)
+    mean, std = flat.mean(0), flat.std(0)
+  return mean.astype(np.float32), np.maximum(std, 1e-6).astype(np.float32)
 
 
 def normalize(x: np.ndarray, stats: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-  """``(x - mean) / std`` per channel (the last axis); ``x`` itself when stats is None."""
-  if stats is None:
-    return x
-  mean, std = stats
-  return ((x - mean) / std).astype(np.float32)
+  """``(x - mean) / std`` per channel (the last axis) of float inputs; ``x`` itself when
+  stats is None or ``x`` holds uint8 pixels (normalised where a batch is gathered,
+  :class:`fedjax_kd.data.inputs.Normalize`)."""
+  return inputs_lib.Normalize.from_stats(stats).prepare(x)
 
 
 # ----------------------------------------------------------------------------
@@ -239,8 +253,9 @@ def normalize(x: np.ndarray, stats: tuple[np.ndarray, np.ndarray] | None) -> np.
 # ----------------------------------------------------------------------------
 
 
-def _to_float_inputs(x: np.ndarray, what: str) -> np.ndarray:
-  """Integers -> float32 / 255, floats -> float32; [N,H,W] -> [N,H,W,1]."""
+def _to_inputs(x: np.ndarray, what: str) -> np.ndarray:
+  """Pixels -> uint8, floats -> float32 (:func:`~fedjax_kd.data.inputs.stored_inputs`);
+  [N,H,W] -> [N,H,W,1]."""
   x = np.asarray(x)
   if x.dtype == np.bool_ or not (np.issubdtype(x.dtype, np.integer) or
                                  np.issubdtype(x.dtype, np.floating)):
@@ -248,10 +263,7 @@ def _to_float_inputs(x: np.ndarray, what: str) -> np.ndarray:
   if x.ndim < 2:
     raise DataError(f'{what}: inputs must have shape [N, ...] with at least 2 '
                     f'axes, got shape {x.shape}.')
-  if np.issubdtype(x.dtype, np.integer):
-    x = x.astype(np.float32) / np.float32(255.0)
-  else:
-    x = x.astype(np.float32)
+  x = inputs_lib.stored_inputs(x)
   if x.ndim == 3:  # [N, H, W] grayscale images.
     x = x[..., None]
   return x
@@ -386,8 +398,8 @@ def _load_npz(path: str) -> ArrayDataset:
                       f'pickled object data): {e}') from e
 
   what = f'npz {path!r}'
-  x_train = _to_float_inputs(arrays['x_train'], f'{what} x_train')
-  x_test = _to_float_inputs(arrays['x_test'], f'{what} x_test')
+  x_train = _to_inputs(arrays['x_train'], f'{what} x_train')
+  x_test = _to_inputs(arrays['x_test'], f'{what} x_test')
   y_train = _to_labels(arrays['y_train'], f'{what} y_train')
   y_test = _to_labels(arrays['y_test'], f'{what} y_test')
   for split, x, y in (('train', x_train, y_train), ('test', x_test, y_test)):
@@ -531,7 +543,7 @@ def _load_tfds(name: str, data_dir: str | None,
   for split, source in splits.items():
     what = f'tfds:{name} {split}'
     x, y = _read_all(source, keys, what)
-    out[split] = (_to_float_inputs(x, what), _to_labels(y, what))
+    out[split] = (_to_inputs(x, what), _to_labels(y, what))
   y_max = _num_classes(out['train'][1], out['test'][1])
   if y_max > num_classes:
     raise DataError(f'tfds:{name}: labels reach {y_max - 1} but the data set '

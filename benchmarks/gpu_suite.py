@@ -1,0 +1,190 @@
+r"""The headline speed workloads at paper size: fedjax_kd and a PyTorch loop on the same device.
+
+  python benchmarks/gpu_suite.py --out=runs/gpu_suite.json            # paper size (a GPU)
+  python benchmarks/gpu_suite.py --tiny --workload=blazefl --repeats=1  # minutes on a CPU
+
+Workloads (paper size; ``--tiny`` shrinks clients, data and epochs so that a CPU runs them):
+
+* ``blazefl``: BlazeFL's FedAvg quickstart: CIFAR-10 shaped, 100 clients x 500 images, all of
+  them every round, 5 epochs of batch 50, McMahan et al.'s CNN (879k parameters).
+* ``dsfl``: DS-FL's MNIST round with K = 100 clients x 200 private images, the paper's CNN, 1,000
+  open samples, 5 + 5 epochs of batch 100, ERA, a server model.
+* ``resnet20``: SCARLET's CIFAR-10 round with K = 100 ResNet-20 clients x 500 images, |P^t| =
+  1,000, 5 + 5 epochs of batch 100, Enhanced ERA, a ResNet-20 server (cache and augmentation off,
+  so that both sides do the same work).
+
+Each is run by ``benchmarks/vs_torch.py``'s two sides (same data, partition, models, steps). The
+report gives, per workload, rounds per minute of each side, the ratio, the floating-point work
+of a round and the rate fedjax_kd achieves, against the chip's dense peak where it is known.
+
+A round's work is counted from the model, not measured: the forward FLOPs of one example (XLA's
+cost analysis of the model in inference mode) times the examples each phase processes, with a
+training example counted as 3 forward passes (forward, and a backward of twice its cost):
+FedAvg ``K * E * n``; DS-FL and SCARLET ``K * (3 E n + |P^t| + 3 E_d |P^t|)`` plus the server's
+``3 E_d |P^t|``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Sequence
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vs_torch  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+WORKLOADS = ('blazefl', 'dsfl', 'resnet20')
+# Dense (no sparsity) peaks in TFLOP/s, by substring of jax's device_kind: float32 on the CUDA
+# cores and TF32 on the tensor cores (what XLA and cuBLAS use for float32 matmuls by default).
+PEAKS = {'H100': {'fp32': 67.0, 'tf32': 494.7}, 'H200': {'fp32': 67.0, 'tf32': 494.7},
+         'A100': {'fp32': 19.5, 'tf32': 156.0}}
+
+
+def paper_args(tiny: bool) -> argparse.Namespace:
+  """``vs_torch`` workload arguments: paper size, or a tiny size that a CPU runs in seconds."""
+  return argparse.Namespace(clients=2 if tiny else 100, epochs=1 if tiny else 0,
+                            mnist='' if tiny else vs_torch.MNIST_DEFAULT)
+
+
+def forward_flops(model: str, num_classes: int, input_shape: Sequence[int]) -> float:
+  """FLOPs of one example's forward pass in inference mode (XLA's cost analysis)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
+  module = registry.get_model(model, num_classes=num_classes, input_shape=tuple(input_shape))
+  x = jnp.zeros((1,) + tuple(input_shape), jnp.float32)
+  variables = module.init(jax.random.PRNGKey(0), x, train=False)
+  compiled = jax.jit(lambda v, x: module.apply(v, x, train=False)).lower(variables, x).compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost['flops'])
+
+
+def round_examples(algorithm: str, client_n: Sequence[int], epochs: int, public: int = 0,
+                   distill_epochs: int = 0, server: bool = False) -> float:
+  """Forward-pass equivalents of one round (a training example counts 3).
+
+  Args:
+    algorithm: 'fedavg', or a public-set method ('dsfl', 'scarlet').
+    client_n: private examples of each participating client.
+    epochs: local epochs.
+    public: samples predicted and distilled a round (|P^t|).
+    distill_epochs: distillation epochs.
+    server: whether a server model distils too.
+
+  Returns:
+    The number of example forward passes a round costs.
+  """
+  n = float(np.sum(client_n))
+  if algorithm == 'fedavg':
+    return 3.0 * epochs * n
+  k = len(client_n)
+  per_public = public + 3.0 * distill_epochs * public
+  return 3.0 * epochs * n + k * per_public + (3.0 * distill_epochs * public if server else 0.0)
+
+
+def peak_tflops(device_kind: str) -> dict[str, float]:
+  """The dense float32/TF32 peaks of a device kind (empty when unknown, e.g. a CPU)."""
+  for key, peaks in PEAKS.items():
+    if key in device_kind:
+      return peaks
+  return {}
+
+
+def workload_flops(cfg) -> float:
+  """FLOPs of one round of ``cfg`` (see the module docstring)."""
+  spec, exp, _ = vs_torch.build(cfg)
+  d = exp.ctx.data
+  fwd = forward_flops(spec.client_models[0], d.num_classes, d.input_shape)
+  ex = round_examples(spec.algorithm, np.asarray(d.client_n), spec.train.epochs,
+                      spec.public_per_round if spec.algorithm != 'fedavg' else 0,
+                      spec.distill_epochs if spec.algorithm != 'fedavg' else 0,
+                      bool(spec.server_model) and spec.algorithm != 'fedavg')
+  return fwd * ex
+
+
+def run(names: Sequence[str], repeats: int, rounds: int, tiny: bool, log=print,
+        torch_side: bool = True) -> list[dict[str, Any]]:
+  """Runs the workloads on both sides (fedjax_kd only without ``torch_side``); returns
+  vs_torch's rows with the rates added."""
+  import jax  # pylint: disable=g-import-not-at-top
+  args = paper_args(tiny)
+  kind = jax.devices()[0].device_kind
+  peaks = peak_tflops(kind)
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    for name in names:
+      cfg, _ = vs_torch.CONFIGS[name](args, tmp)
+      flops = workload_flops(cfg)
+      row = vs_torch.run([name], repeats, rounds, 0, args, log=log, torch_side=torch_side)[0]
+      pt = row['torch_round_s']
+      row.update({
+          'device_kind': kind, 'round_tflop': flops / 1e12,
+          'fedjax_rounds_per_min': 60.0 / row['fedjax_round_s'],
+          'torch_rounds_per_min': 60.0 / pt if pt else None,
+          'fedjax_tflops': flops / row['fedjax_round_s'] / 1e12,
+          'torch_tflops': flops / pt / 1e12 if pt else None,
+      })
+      for p, v in peaks.items():
+        row[f'fedjax_{p}_peak_fraction'] = row['fedjax_tflops'] / v
+      rows.append(row)
+  return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+  """A markdown table of the suite's rows."""
+  out = ['| workload | clients | device | fedjax_kd rounds/min | PyTorch rounds/min | speed-up | '
+         'TFLOP/round | fedjax_kd TFLOP/s | of TF32 peak |',
+         '|---|---|---|---|---|---|---|---|---|']
+  for r in rows:
+    frac = r.get('fedjax_tf32_peak_fraction')
+    torch_rpm = '-' if r['ratio'] is None else f'{r["torch_rounds_per_min"]:.2f}'
+    ratio = '-' if r['ratio'] is None else f'{r["ratio"]:.2f}x'
+    out.append(f'| {r["workload"]} | {r["clients"]} | {r["device_kind"]} | '
+               f'{r["fedjax_rounds_per_min"]:.2f} | {torch_rpm} | '
+               f'{ratio} | {r["round_tflop"]:.3f} | {r["fedjax_tflops"]:.3f} | '
+               f'{"-" if frac is None else f"{100 * frac:.1f}%"} |')
+  return '\n'.join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument('--workload', default='all', help=f'one of {", ".join(WORKLOADS)} or all')
+  p.add_argument('--repeats', type=int, default=3)
+  p.add_argument('--rounds', type=int, default=2, help='timed rounds after the warm-up round')
+  p.add_argument('--tiny', action='store_true', help='CPU-sized workloads (tests, smoke runs)')
+  p.add_argument('--no_torch', action='store_true',
+                 help='fedjax_kd only (the PyTorch columns stay empty)')
+  p.add_argument('--out', default='', help='write the rows as JSON here')
+  a = p.parse_args(argv)
+  names = WORKLOADS if a.workload == 'all' else tuple(a.workload.split(','))
+  bad = [w for w in names if w not in WORKLOADS]
+  if bad:
+    print(f'error: --workload: {bad[0]!r}; allowed: {", ".join(WORKLOADS)}, all', file=sys.stderr)
+    return 2
+  for flag in ('repeats', 'rounds'):
+    if getattr(a, flag) < 1:
+      print(f'error: --{flag} must be >= 1', file=sys.stderr)
+      return 2
+  if not a.no_torch and importlib.util.find_spec('torch') is None:
+    print('error: PyTorch is not installed (pip install -e .[bench], or --no_torch): it is a '
+          'benchmark extra', file=sys.stderr)
+    return 2
+  rows = run(names, a.repeats, a.rounds, a.tiny, torch_side=not a.no_torch)
+  print(table(rows))
+  if a.out:
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, 'w') as f:
+      json.dump(rows, f, indent=1)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

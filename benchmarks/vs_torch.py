@@ -1,0 +1,411 @@
+r"""fedjax_kd against a plain PyTorch loop over clients, side by side, on the same workload.
+
+  python benchmarks/vs_torch.py --workload=all --repeats=3 --out=runs/vs_torch.json
+  python benchmarks/vs_torch.py --workload=dsfl --repeats=3 --threads=2
+
+One process runs each workload with fedjax_kd and then with PyTorch, ``--repeats`` times,
+alternating, so that both see the same machine state. Both sides get the same data (fedjax_kd's
+split and partition, exported to numpy), the same models (layer for layer, parameter for
+parameter), the same optimiser (plain SGD), batch sizes, epochs and number of samples per phase,
+so that they execute the same number of minibatch steps of the same shapes. The PyTorch side is
+written the way the peer FD code bases run: a Python loop over clients, ``torch.nn`` modules,
+``torch.optim.SGD``, a random permutation of each client's data every epoch.
+
+Workloads (CPU sizes by default; ``--clients``/``--epochs`` change them):
+
+* ``dsfl``: the DS-FL paper round (Itahara et al., IEEE TMC 2021) as ``configs/dsfl_mnist_cpu.py``
+  runs it: 20 clients x 200 private MNIST images in 2 label-sorted shards, the paper's CNN
+  (``dsfl_cnn``, 583k parameters) for every client and the server, 1,000 open samples a round,
+  5 private + 5 distillation epochs in batches of 100, ERA (T = 0.1). Real MNIST from ``--mnist``
+  when present, else MNIST-shaped random images.
+* ``resnet20``: SCARLET's round (Azuma et al., arXiv 2504.19602) with its CIFAR-10 client model,
+  ResNet-20 (option-A shortcuts, 270k parameters), on CIFAR-shaped random images: ``--clients``
+  clients x 500 private images, |P^t| = 1,000 public samples, 5 + 5 epochs in batches of 100,
+  Enhanced ERA, a ResNet-20 server model. The soft-label cache is off on both sides (with it,
+  fedjax_kd would request fewer samples than the loop computes) and so is augmentation.
+* ``blazefl``: BlazeFL's FedAvg quickstart (CIFAR-10 shaped, McMahan et al.'s CNN with 879k
+  parameters, 500 images a client, 5 epochs of batch 50, SGD 0.1); ``--clients`` clients take
+  part each round (100 at paper size).
+
+Timing: each side runs ``--rounds`` + 1 rounds; the first is a warm-up (fedjax_kd compiles in it)
+and is reported separately; the others are timed one by one, each ending when its results are
+on the host. Evaluation is excluded on both sides. The table gives, per workload, the median
+over repeats of each side's mean round time and the ratio PyTorch / fedjax_kd (> 1: fedjax_kd
+is faster). PyTorch is a benchmark extra, never a dependency: ``pip install -e '.[bench]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
+MNIST_DEFAULT = os.path.join(os.path.dirname(REPO), 'shared', 'data', 'mnist.npz')
+WORKLOADS = ('dsfl', 'resnet20', 'blazefl')
+
+
+# ------------------------------------------------------------ configs
+def random_npz(path: str, shape: tuple[int, ...], n_train: int, n_test: int) -> str:
+  """A Keras-layout npz of uniform random uint8 images with 10 labels (timing only)."""
+  rs = np.random.RandomState(0)
+  np.savez(path, x_train=rs.randint(0, 256, (n_train,) + shape, dtype=np.uint8),
+           y_train=rs.randint(0, 10, n_train).astype(np.uint8),
+           x_test=rs.randint(0, 256, (n_test,) + shape, dtype=np.uint8),
+           y_test=rs.randint(0, 10, n_test).astype(np.uint8))
+  return f'npz:{path}'
+
+
+def _quiet(c) -> Any:
+  c.eval.every = 10**9
+  c.eval.clients = False
+  c.checkpoint.every = 0
+  c.log.tensorboard = False
+  return c
+
+
+def dsfl_config(args, tmp: str):
+  """configs/dsfl_mnist_cpu.py, with ``--clients`` clients of 200 private images."""
+  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  if args.mnist and os.path.isfile(args.mnist):
+    source, desc = f'npz:{os.path.abspath(args.mnist)}', 'real MNIST'
+  else:
+    source, desc = random_npz(os.path.join(tmp, 'mnist.npz'), (28, 28), 60_000, 1_000), \
+        'MNIST-shaped random images'
+  c = presets.dsfl_paper_cpu(source)
+  k = args.clients or 20
+  c.clients.num_clients = k
+  c.data.num_private = 200 * k
+  if args.epochs:
+    c.train.epochs = c.distill.epochs = args.epochs
+  return _quiet(c), desc
+
+
+def resnet20_config(args, tmp: str):
+  """SCARLET's CIFAR-10 round (ResNet-20 clients and server) at ``--clients`` clients."""
+  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  k = args.clients or 4
+  c = presets.scarlet_paper('cifar10', 0.05)
+  c.data.source = random_npz(os.path.join(tmp, 'cifar.npz'), (32, 32, 3), 500 * k + 2_000, 500)
+  c.data.public_source = ''
+  c.data.num_public = 2_000
+  c.data.num_private = 500 * k
+  c.data.partition = 'shards'
+  c.data.shards_per_client = 2
+  c.data.per_client_test = False
+  c.data.augment = 'none'
+  c.clients.num_clients = k
+  c.cache.mode = 'off'
+  c.comm.thresholds = []
+  if args.epochs:
+    c.train.epochs = c.distill.epochs = args.epochs
+  return _quiet(c), 'CIFAR-shaped random images'
+
+
+def blazefl_config(args, tmp: str):
+  """BlazeFL quickstart-fedavg with ``--clients`` clients, all of them every round."""
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  k = args.clients or 10
+  c = config_lib.default_config()
+  c.algorithm = 'fedavg'
+  c.data.source = random_npz(os.path.join(tmp, 'cifar.npz'), (32, 32, 3), 500 * k, 500)
+  c.data.num_public = 0
+  c.data.num_private = 500 * k
+  c.data.partition = 'shards'
+  c.data.shards_per_client = 2
+  c.clients.num_clients = k
+  c.clients.models = ('blazefl_cnn',)
+  c.server.model = ''
+  c.train.optimizer = 'sgd'
+  c.train.learning_rate = 0.1
+  c.train.momentum = 0.0
+  c.train.batch_size = 50
+  c.train.epochs = args.epochs or 5
+  return _quiet(c), 'CIFAR-shaped random images'
+
+
+CONFIGS: dict[str, Callable[..., Any]] = {
+    'dsfl': dsfl_config, 'resnet20': resnet20_config, 'blazefl': blazefl_config}
+
+
+# ------------------------------------------------------------ fedjax_kd side
+def build(cfg):
+  """(spec, experiment, initial state) of a config."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import experiment  # pylint: disable=g-import-not-at-top
+  spec = config_lib.validate(cfg)
+  exp = experiment.build(spec)
+  state = exp.algorithm.init()
+  jax.block_until_ready(state)
+  return spec, exp, state
+
+
+def time_fedjax(cfg, rounds: int) -> dict[str, Any]:
+  """Round times of fedjax_kd: a warm-up round (compilation) and ``rounds`` timed rounds."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
+  t0 = time.perf_counter()
+  spec, exp, state = build(cfg)
+  build_s = time.perf_counter() - t0
+  algo, selector = exp.algorithm, exp.ctx.selector
+  times = []
+  for t in range(1, rounds + 2):
+    t0 = time.perf_counter()
+    active = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask)).active
+    state, _ = base.play_round(algo, state, t, active)
+    jax.block_until_ready(state)
+    times.append(time.perf_counter() - t0)
+  return {'build_s': build_s, 'first_round_s': times[0], 'round_times_s': times[1:],
+          'round_s': float(np.mean(times[1:]))}
+
+
+# ------------------------------------------------------------ PyTorch side
+def torch_model(name: str, num_classes: int, in_channels: int):
+  """The PyTorch twin of a fedjax_kd model spec (same layers and parameter counts)."""
+  import torch.nn as nn  # pylint: disable=g-import-not-at-top
+  import torch.nn.functional as F  # pylint: disable=g-import-not-at-top
+  name = name.split('@')[0]
+  if name == 'dsfl_cnn':
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 32, 5), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(4 * 4 * 64, 512), nn.BatchNorm1d(512), nn.ReLU(),
+        nn.Linear(512, num_classes))
+  if name == 'blazefl_cnn':
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(5 * 5 * 64, 512), nn.ReLU(), nn.Linear(512, num_classes))
+  if name == 'resnet20':
+
+    class Block(nn.Module):
+
+      def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.pad = cout - cin
+        self.stride = stride
+
+      def forward(self, x):
+        y = self.b2(self.c2(F.relu(self.b1(self.c1(x)))))
+        s = x
+        if self.stride != 1 or self.pad:   # option A: subsample, zero-pad the channels
+          s = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, 0, self.pad))
+        return F.relu(y + s)
+
+    layers: list[Any] = [nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
+                         nn.ReLU()]
+    cin = 16
+    for i, cout in enumerate((16, 32, 64)):
+      for j in range(3):
+        layers.append(Block(cin, cout, 2 if (i and not j) else 1))
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes)]
+    return nn.Sequential(*layers)
+  raise ValueError(f'no PyTorch twin for model {name!r}')
+
+
+def _fit(model, x, targets, epochs: int, batch_size: int, lr: float, gen, soft: bool) -> None:
+  import torch  # pylint: disable=g-import-not-at-top
+  import torch.nn.functional as F  # pylint: disable=g-import-not-at-top
+  model.train()
+  opt = torch.optim.SGD(model.parameters(), lr=lr)
+  n = x.shape[0]
+  for _ in range(epochs):
+    perm = torch.randperm(n, generator=gen).to(x.device)
+    for i in range(0, n, batch_size):
+      j = perm[i:i + batch_size]
+      logits = model(x[j])
+      if soft:
+        loss = -(targets[j] * F.log_softmax(logits, 1)).sum(1).mean()
+      else:
+        loss = F.cross_entropy(logits, targets[j])
+      opt.zero_grad(set_to_none=True)
+      loss.backward()
+      opt.step()
+
+
+def _predict(model, x, chunk: int = 1000):
+  import torch  # pylint: disable=g-import-not-at-top
+  model.eval()
+  with torch.no_grad():
+    return torch.cat([torch.softmax(model(x[i:i + chunk]), 1)
+                      for i in range(0, x.shape[0], chunk)])
+
+
+def time_torch(cfg, rounds: int, threads: int) -> dict[str, Any]:
+  """Round times of the PyTorch loop on the data and step counts of ``cfg``.
+
+  It runs on the GPU when PyTorch sees one (data and models live there; each round ends with
+  a synchronisation), else on the CPU with ``threads`` threads (0: PyTorch's default).
+  """
+  import torch  # pylint: disable=g-import-not-at-top
+  if threads:
+    torch.set_num_threads(threads)
+  dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+  sync = torch.cuda.synchronize if dev.type == 'cuda' else (lambda: None)
+  torch.manual_seed(0)
+  gen = torch.Generator().manual_seed(0)
+  spec, exp, _ = build(cfg)
+  d = exp.ctx.data
+
+  def images(a):
+    a = np.asarray(a)
+    a = a.astype(np.float32) / 255.0 if a.dtype == np.uint8 else a.astype(np.float32)
+    if a.ndim == 3:
+      a = a[..., None]
+    return torch.from_numpy(np.ascontiguousarray(np.moveaxis(a, -1, 1))).to(dev)
+
+  xp = images(d.x_private)
+  yp = torch.from_numpy(np.asarray(d.y_private).astype(np.int64)).to(dev)
+  idx, n = np.asarray(d.client_idx), np.asarray(d.client_n)
+  rows = [torch.from_numpy(idx[k, :n[k]].astype(np.int64)).to(dev) for k in range(len(n))]
+  data = [(xp[r], yp[r]) for r in rows]
+  c, ch = d.num_classes, xp.shape[1]
+  model_name = spec.client_models[0]
+  tr = spec.train
+  times = []
+  if spec.algorithm == 'fedavg':
+    glob = torch_model(model_name, c, ch).to(dev)
+    local = torch_model(model_name, c, ch).to(dev)
+    weights = torch.tensor(n / n.sum(), dtype=torch.float32, device=dev)
+    for _ in range(rounds + 1):
+      t0 = time.perf_counter()
+      start = {k: v.clone() for k, v in glob.state_dict().items()}
+      acc = None
+      for k, (x, y) in enumerate(data):
+        local.load_state_dict(start)
+        _fit(local, x, y, tr.epochs, tr.batch_size, tr.learning_rate, gen, soft=False)
+        sd = local.state_dict()
+        if acc is None:
+          acc = {name: v.float() * weights[k] for name, v in sd.items()}
+        else:
+          for name, v in sd.items():
+            acc[name] += v.float() * weights[k]
+      glob.load_state_dict({name: v.to(start[name].dtype) for name, v in acc.items()})
+      sync()
+      times.append(time.perf_counter() - t0)
+  else:   # public-set distillation: DS-FL / SCARLET (ERA or Enhanced ERA)
+    x_pub = images(d.x_public)
+    clients = [torch_model(model_name, c, ch).to(dev) for _ in range(len(n))]
+    server = torch_model(spec.server_model, c, ch).to(dev) if spec.server_model else None
+    de, db, dlr = spec.distill_epochs, spec.distill_batch_size, (spec.distill or tr).learning_rate
+    beta = getattr(spec.options, 'beta', None)   # SCARLET's Enhanced ERA, else ERA's T
+    temperature = getattr(spec.options, 'temperature', 1.0)
+    for t in range(1, rounds + 2):
+      t0 = time.perf_counter()
+      for m, (x, y) in zip(clients, data):
+        _fit(m, x, y, tr.epochs, tr.batch_size, tr.learning_rate, gen, soft=False)
+      draw = torch.from_numpy(np.asarray(exp.algorithm.sample_public(t)[0]).astype(np.int64)
+                              ).to(dev)
+      x_or = x_pub[draw]
+      probs = torch.stack([_predict(m, x_or) for m in clients])
+      mean = probs.mean(0)
+      labels = (torch.softmax(beta * torch.log(mean), 1) if beta is not None
+                else torch.softmax(mean / temperature, 1))
+      for m in clients:
+        _fit(m, x_or, labels, de, db, dlr, gen, soft=True)
+      if server is not None:
+        _fit(server, x_or, labels, de, db, dlr, gen, soft=True)
+      sync()
+      times.append(time.perf_counter() - t0)
+  return {'first_round_s': times[0], 'round_times_s': times[1:],
+          'round_s': float(np.mean(times[1:])), 'torch': torch.__version__,
+          'threads': torch.get_num_threads(), 'device': str(dev)}
+
+
+# ------------------------------------------------------------ driver
+def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
+        log=print, torch_side: bool = True) -> list[dict[str, Any]]:
+  """Runs every workload ``repeats`` times on each side; returns one row per workload.
+
+  With ``torch_side=False`` only fedjax_kd runs (the PyTorch columns are None).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    for name in workloads:
+      cfg, desc = CONFIGS[name](args, tmp)
+      jx, pt = [], []
+      for rep in range(repeats):
+        jx.append(time_fedjax(cfg, rounds))
+        log(f'{name} run {rep + 1}: fedjax_kd {jx[-1]["round_s"]:.2f} s/round '
+            f'(first {jx[-1]["first_round_s"]:.1f} s)')
+        if torch_side:
+          pt.append(time_torch(cfg, rounds, threads))
+          log(f'{name} run {rep + 1}: pytorch   {pt[-1]["round_s"]:.2f} s/round')
+      j = float(np.median([r['round_s'] for r in jx]))
+      p = float(np.median([r['round_s'] for r in pt])) if pt else None
+      rows.append({'workload': name, 'data': desc, 'clients': int(cfg.clients.num_clients),
+                   'model': list(cfg.clients.models)[0], 'repeats': repeats,
+                   'timed_rounds': rounds, 'fedjax_round_s': j, 'torch_round_s': p,
+                   'ratio': p / j if p else None, 'fedjax_first_round_s': float(np.median(
+                       [r['first_round_s'] for r in jx])),
+                   'fedjax_runs': jx, 'torch_runs': pt,
+                   'jax': jax.__version__, 'backend': jax.default_backend(),
+                   'torch': pt[0]['torch'] if pt else None,
+                   'torch_threads': pt[0]['threads'] if pt else None,
+                   'torch_device': pt[0]['device'] if pt else None})
+  return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+  """A markdown table of the rows (median over repeats)."""
+  out = ['| workload | clients | model | fedjax_kd s/round | PyTorch loop s/round | speed-up |'
+         ' fedjax_kd round 1 (compile) |', '|---|---|---|---|---|---|---|']
+  for r in rows:
+    out.append(f'| {r["workload"]} | {r["clients"]} | {r["model"]} | {r["fedjax_round_s"]:.2f} '
+               f'| {r["torch_round_s"]:.2f} | {r["ratio"]:.2f}x | '
+               f'{r["fedjax_first_round_s"]:.1f} s |')
+  return '\n'.join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument('--workload', default='all', help=f'one of {", ".join(WORKLOADS)} or all')
+  p.add_argument('--repeats', type=int, default=3)
+  p.add_argument('--rounds', type=int, default=1, help='timed rounds after the warm-up round')
+  p.add_argument('--clients', type=int, default=0, help="0: the workload's CPU default")
+  p.add_argument('--epochs', type=int, default=0, help="0: the workload's epochs")
+  p.add_argument('--threads', type=int, default=0, help='torch threads (0: its default)')
+  p.add_argument('--mnist', default=MNIST_DEFAULT, help='MNIST .npz (Keras layout)')
+  p.add_argument('--out', default='', help='write the rows as JSON here')
+  a = p.parse_args(argv)
+  names = WORKLOADS if a.workload == 'all' else tuple(a.workload.split(','))
+  bad = [w for w in names if w not in WORKLOADS]
+  if bad:
+    print(f'error: --workload: {bad[0]!r}; allowed: {", ".join(WORKLOADS)}, all', file=sys.stderr)
+    return 2
+  for flag in ('repeats', 'rounds'):
+    if getattr(a, flag) < 1:
+      print(f'error: --{flag} must be >= 1', file=sys.stderr)
+      return 2
+  if importlib.util.find_spec('torch') is None:
+    print('error: PyTorch is not installed (pip install -e .[bench]): it is a benchmark extra',
+          file=sys.stderr)
+    return 2
+  rows = run(names, a.repeats, a.rounds, a.threads, a)
+  print(table(rows))
+  if a.out:
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, 'w') as f:
+      json.dump(rows, f, indent=1)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
