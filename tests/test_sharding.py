@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent('''
     import jax, numpy as np, optax
     assert len(jax.devices()) == 8, jax.devices()
@@ -127,8 +129,12 @@ ROUND_TOLERANCE = 0.03     # the server accuracy of any round
 def test_a_full_default_run_on_four_devices_is_within_the_documented_tolerance(tmp_path):
   """`configs/default.py` end to end on 4 forced CPU devices against the archived one-device
   run of the same command (seed 0): identical bytes, round-1 losses equal to float32
-  rounding, accuracy within the tolerances above at every round."""
+  rounding, accuracy within the tolerances above at every round. Two minutes on 2 cores:
+  outside CI's time budget, ``FEDJAX_KD_GOLDEN=all`` runs it (the three tests above cover the
+  sharded engine in CI)."""
   import json
+  if os.environ.get('FEDJAX_KD_GOLDEN') != 'all':
+    pytest.skip('outside the CI subset; FEDJAX_KD_GOLDEN=all runs it')
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   ref_dir = os.path.join(repo, 'docs', 'reproduction_runs', 'dsfl_digits', 'runs', 'ds-fl-era',
                          'seed0')
