@@ -16,6 +16,7 @@ import pytest
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, presets
 from fedjax_kd.algorithms import ALGORITHMS, base
+from fedjax_kd.core import compiles
 from fedjax_kd.core.compiles import count_compiles
 
 # Algorithms that average parameters need one architecture.
@@ -150,3 +151,16 @@ def test_no_recompilation_after_first_round(name, hetero, participation, store):
   with count_compiles() as log:
     run_rounds(algo, selector, state, range(warm + 1, warm + 4), masks)
   assert log.count == 0, f'{name} ({store}): recompiled {log.names}'
+
+
+def test_compile_seconds_are_the_union_of_nested_events():
+  # JAX's trace events nest (an inner jit traced inside an outer trace): the wall time
+  # spent is the union of the intervals, not the sum of the durations.
+  t = compiles.CompileTime()
+  t.add(0.0, 1.0)
+  t.add(0.2, 0.5)        # nested: no time added
+  assert t.seconds == pytest.approx(1.0)
+  t.add(2.0, 3.0)        # disjoint
+  assert t.seconds == pytest.approx(2.0)
+  t.add(0.5, 2.5)        # bridges both
+  assert t.seconds == pytest.approx(3.0) and len(t.spans) == 1

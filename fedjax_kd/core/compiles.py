@@ -93,13 +93,28 @@ class CompileTime:
   Attributes:
     programs: compilations requested (backend compiles, persistent-cache hits included).
     cache_hits: of those, the programs loaded from the persistent compilation cache.
-    seconds: time spent tracing, lowering and compiling (or loading) them.
+    seconds: wall time spent tracing, lowering and compiling (or loading) them: the length
+      of the union of those steps' intervals, since JAX's events nest (a jit traced inside
+      another's trace) and their durations do not add up.
     last: ``time.monotonic()`` at the end of the latest of those steps (0.0: none yet).
   """
   programs: int = 0
   cache_hits: int = 0
   seconds: float = 0.0
   last: float = 0.0
+  spans: list = dataclasses.field(default_factory=list, repr=False)
+
+  def add(self, start: float, end: float) -> None:
+    """Adds the interval ``[start, end]`` and updates ``seconds`` to the union's length."""
+    kept = []
+    for a, b in self.spans:
+      if b < start or a > end:
+        kept.append((a, b))
+      else:
+        start, end = min(a, start), max(b, end)
+    kept.append((start, end))
+    self.spans = kept
+    self.seconds = float(sum(b - a for a, b in kept))
 
 
 @contextlib.contextmanager
@@ -116,8 +131,9 @@ def time_compiles() -> Iterator[CompileTime]:
   def on_duration(event: str, duration: float, **kwargs) -> None:
     del kwargs
     if event in timed and threading.get_ident() == thread:
-      out.seconds += float(duration)
-      out.last = time.monotonic()
+      now = time.monotonic()
+      out.add(now - float(duration), now)
+      out.last = now
       out.programs += event == BACKEND_COMPILE_EVENT
 
   def on_event(event: str, **kwargs) -> None:
