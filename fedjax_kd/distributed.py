@@ -13,10 +13,15 @@ flags, or JAX detects them itself on managed clusters (Cloud TPU pods, SLURM,
 Open MPI, Kubernetes). A single-process run calls nothing here and stays as it
 was.
 
-The rest of the module holds the small helpers the engine and the runner use
-to stay correct across processes: :func:`replicate` turns a host array (the
-same on every process) into a global array, :func:`to_host` reads a global
-array on every process, :func:`is_primary` says which process writes files.
+The rest of the module holds the small helpers the runner and the checkpoints
+use to stay correct across processes: :func:`is_primary` says which process
+writes files; :func:`globalize`, :func:`abstract_global` and :func:`localize`
+move small server-side values between process-local and global arrays for
+orbax. The data arrays need no such step: every process loads the same data,
+and a kernel receives them as replicated inputs (placing them as global arrays
+once was measured and changed nothing). Each device runs its own slice of the
+client slots under ``jax.shard_map`` (:func:`fedjax_kd.core.kernels.over_slots`),
+so the only cross-process traffic of a kernel is gathering its results.
 """
 
 from __future__ import annotations
