@@ -34,7 +34,7 @@ def _write_keras_npz(path, n_train=50, n_test=20, seed=0, **overrides):
 
 
 def test_digits():
-  from sklearn import datasets as sk_datasets
+  sk_datasets = pytest.importorskip('sklearn.datasets')
   ds = load_source('digits')
   assert isinstance(ds, ArrayDataset)
   assert ds.name == 'digits' and ds.num_classes == 10
@@ -57,6 +57,23 @@ def test_digits():
   ours = np.concatenate([ds.x_train, ds.x_test])[..., 0].reshape(1797, -1)
   order = lambda a: a[np.lexsort(a.T[::-1])]
   np.testing.assert_array_equal(order(ours), order(images.reshape(1797, -1)))
+
+
+def test_shipped_digits_equal_scikit_learns_load_and_split():
+  """digits.npz holds exactly scikit-learn's images and the stratified split its
+  train_test_split(test_size=360, random_state=0) gives, in the same order."""
+  sk_datasets = pytest.importorskip('sklearn.datasets')
+  model_selection = pytest.importorskip('sklearn.model_selection')
+  bunch = sk_datasets.load_digits()
+  x = (np.asarray(bunch.images, np.float32) / np.float32(16.0))[..., None]
+  y = np.asarray(bunch.target, np.int32)
+  train_idx, test_idx = model_selection.train_test_split(
+      np.arange(len(y)), test_size=360, stratify=y, random_state=0, shuffle=True)
+  ds = load_source('digits')
+  np.testing.assert_array_equal(ds.x_train, x[train_idx])
+  np.testing.assert_array_equal(ds.y_train, y[train_idx])
+  np.testing.assert_array_equal(ds.x_test, x[test_idx])
+  np.testing.assert_array_equal(ds.y_test, y[test_idx])
 
 
 def test_digits_split_fixed_regardless_of_seed():

@@ -2,8 +2,9 @@
 
 Sources (selected by a spec string, see `load_source`):
 
-* ``digits``: scikit-learn's embedded 8x8 handwritten digits (UCI ML
-  hand-written digits, Alpaydin & Kaynak 1998), no download. A fixed stratified
+* ``digits``: the 8x8 handwritten digits (UCI ML hand-written digits,
+  Alpaydin & Kaynak 1998) as scikit-learn embeds them, shipped with the
+  package (``digits.npz``), no download. A fixed stratified
   1437 / 360 train/test split that never depends on the experiment seed.
 * ``synthetic`` / ``synthetic:N``: a small learnable image task for tests
   (per-class random prototype plus Gaussian noise), seeded.
@@ -46,8 +47,6 @@ SOURCES_ALLOWED = "'digits', 'synthetic[:N]', 'npz:<path>' or 'tfds:<name>'"
 
 # The digits split is part of the benchmark definition, not of the experiment:
 # it uses this fixed seed so that the test set never changes across seeds.
-_DIGITS_SPLIT_SEED = 0
-_DIGITS_NUM_TEST = 360
 
 _SYNTHETIC_DEFAULT_N = 600
 _SYNTHETIC_NUM_CLASSES = 10
@@ -303,23 +302,26 @@ def _num_classes(y_train: np.ndarray, y_test: np.ndarray) -> int:
 # ----------------------------------------------------------------------------
 
 
-def _load_digits() -> ArrayDataset:
-  """scikit-learn digits: 1797 8x8 images, values 0..16 -> /16, fixed split."""
-  # pylint: disable=g-import-not-at-top
-  from sklearn import datasets as sk_datasets
-  from sklearn import model_selection
-  # pylint: enable=g-import-not-at-top
+DIGITS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'digits.npz')
 
-  bunch = sk_datasets.load_digits()
-  x = (np.asarray(bunch.images, np.float32) / np.float32(16.0))[..., None]
-  y = np.asarray(bunch.target, np.int32)
-  idx = np.arange(len(y))
-  train_idx, test_idx = model_selection.train_test_split(
-      idx,
-      test_size=_DIGITS_NUM_TEST,
-      stratify=y,
-      random_state=_DIGITS_SPLIT_SEED,
-      shuffle=True)
+
+def _load_digits() -> ArrayDataset:
+  """The 8x8 digits: 1797 images, values 0..16 -> /16, fixed split.
+
+  Read from ``digits.npz`` beside this module (49 KB): scikit-learn's copy of
+  the UCI data set (``sklearn.datasets.load_digits``: ``images`` as uint8
+  0..16, ``labels``) and the split that
+  ``train_test_split(arange(1797), test_size=360, stratify=labels,
+  random_state=0)`` gives (``train_index``, ``test_index``). Shipping the file
+  saves scikit-learn as a dependency and its 1.3 s import at start-up;
+  ``tests/test_sources.py`` checks it against scikit-learn where that is
+  installed.
+  """
+  with np.load(DIGITS_FILE, allow_pickle=False) as f:
+    images, labels = f['images'], f['labels']
+    train_idx, test_idx = f['train_index'].astype(np.int64), f['test_index'].astype(np.int64)
+  x = (images.astype(np.float32) / np.float32(16.0))[..., None]
+  y = labels.astype(np.int32)
   return ArrayDataset(
       x_train=x[train_idx],
       y_train=y[train_idx],
