@@ -38,12 +38,12 @@ def default_config() -> ml_collections.ConfigDict:
   c.rounds = 30
 
   c.data = ml_collections.ConfigDict()
-  c.data.source = 'digits'          # digits | synthetic[:N] | npz:<path> | tfds:<name>
+  c.data.source = 'digits'          # digits | synthetic[:N] | npz:<path> | tfds:<name> | registered
   c.data.public_source = ''         # '' = carve public from the training set (DS-FL)
   c.data.data_dir = ''              # tfds data_dir
   c.data.num_public = 400
   c.data.num_private = -1           # -1: all remaining training samples
-  c.data.partition = 'shards'
+  c.data.partition = 'shards'       # see fedjax_kd.data.partition.SCHEMES ('natural': client ids)
   c.data.alpha = 0.5                # Dirichlet concentration
   c.data.shards_per_client = 2
   c.data.classes_per_client = 2
@@ -502,7 +502,7 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       data_dir=str(_get(config, 'data.data_dir') or ''),
       num_public=_int(config, 'data.num_public', 0),
       num_private=None if num_private < 0 else num_private,
-      partition=_choice(config, 'data.partition', partition_lib.PARTITIONERS),
+      partition=_choice(config, 'data.partition', partition_lib.SCHEMES),
       alpha=_float(config, 'data.alpha', 0.0, lo_open=True),
       shards_per_client=_int(config, 'data.shards_per_client', 1),
       classes_per_client=_int(config, 'data.classes_per_client', 1),

@@ -107,7 +107,8 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   kwargs = dict(num_classes=split.num_classes, seed=spec.seed, alpha=d.alpha,
                 shards_per_client=d.shards_per_client, classes_per_client=d.classes_per_client,
                 min_size=d.min_size)
-  part = partition_lib.partition(d.partition, split.y_private, spec.num_clients, **kwargs)
+  part = partition_lib.partition(d.partition, split.y_private, spec.num_clients,
+                                 client_ids=split.client_ids_private, **kwargs)
   client_indices, val_indices = part.client_indices, None
   if d.val_fraction > 0:
     client_indices, val_indices = splits.client_validation_split(

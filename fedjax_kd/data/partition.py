@@ -32,6 +32,10 @@ follows a published procedure:
   labels drawn uniformly; each label's samples are split equally among its
   holders.
 
+* ``natural``: the data's own clients (LEAF's per-writer/per-speaker split):
+  one client per distinct id of the rows' ``client_ids``, in increasing id
+  order; nothing is drawn.
+
 `partition_test_like` builds per-client test splits with the same class priors
 (SCARLET §4.2 for ``client_dirichlet``; FedCache 2.0 A18 for the others).
 """
@@ -50,13 +54,16 @@ import numpy as np
 from fedjax_kd.errors import ConfigError, DataError
 
 __all__ = [
-    'PARTITIONERS', 'Partition', 'partition', 'partition_test_like', 'iid',
+    'PARTITIONERS', 'SCHEMES', 'Partition', 'partition', 'partition_test_like', 'iid',
     'shards', 'client_dirichlet', 'dirichlet', 'niid_labeldir', 'classes',
-    'label_histogram'
+    'natural', 'label_histogram'
 ]
 
+# The schemes that partition by label alone (seeded draws).
 PARTITIONERS = ('iid', 'shards', 'client_dirichlet', 'dirichlet',
                 'niid_labeldir', 'classes')
+# Every value of data.partition: the label schemes and the data's own clients.
+SCHEMES = PARTITIONERS + ('natural',)
 
 # Retries of the per-class Dirichlet split before the repair step fires.
 DEFAULT_MAX_RETRIES = 1000
@@ -692,6 +699,41 @@ def classes(labels: np.ndarray, num_clients: int, *, num_classes: int,
 # ----------------------------------------------------------------------------
 
 
+def natural(labels: np.ndarray, client_ids: np.ndarray | None, num_clients: int, *,
+            num_classes: int) -> Partition:
+  """One client per distinct id of ``client_ids`` (increasing id order).
+
+  Args:
+    labels: int labels ``[N]``.
+    client_ids: int ``[N]``, the client each row comes from (None: refused).
+    num_clients: K; must equal the number of distinct ids.
+    num_classes: C.
+
+  Returns:
+    The `Partition`; its class priors are the realised ``[C, K]`` shares.
+
+  Raises:
+    ConfigError: no client ids, or ``num_clients`` not their number.
+  """
+  y = _check_labels(labels, num_classes, 'labels')
+  if client_ids is None:
+    raise ConfigError('data.partition', 'natural',
+                      "a source with client ids (an npz 'client_id' array or "
+                      'ArraySource(client_ids=...)), or another scheme')
+  ids = np.asarray(client_ids)
+  if ids.shape != y.shape:
+    raise DataError(f'client ids have shape {ids.shape}, labels {y.shape}')
+  uniq, inverse = np.unique(ids, return_inverse=True)
+  if not _is_int(num_clients) or num_clients != len(uniq):
+    raise ConfigError('clients.num_clients', num_clients,
+                      f'{len(uniq)}, the number of distinct client ids among the private '
+                      "rows (data.partition='natural')")
+  order = np.argsort(inverse, kind='stable')
+  cuts = np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1]
+  parts = tuple(p.astype(np.int64) for p in np.split(order, cuts))
+  return Partition(parts, _class_shares(y, parts, num_classes))
+
+
 def partition(name: str,
               labels: np.ndarray,
               num_clients: int,
@@ -701,7 +743,8 @@ def partition(name: str,
               alpha: float = 0.5,
               shards_per_client: int = 2,
               classes_per_client: int = 2,
-              min_size: int = 10) -> Partition:
+              min_size: int = 10,
+              client_ids: np.ndarray | None = None) -> Partition:
   """Partitions ``labels`` over ``num_clients`` clients by scheme ``name``.
 
   The schemes that mirror code built on numpy's global RNG (``iid``,
@@ -712,7 +755,7 @@ def partition(name: str,
   ``dirichlet``/``niid_labeldir``, ...).
 
   Args:
-    name: one of `PARTITIONERS`.
+    name: one of `SCHEMES`.
     labels: int labels ``[N]`` in ``[0, num_classes)``.
     num_clients: K, in ``[1, N]``.
     num_classes: C.
@@ -722,13 +765,16 @@ def partition(name: str,
     shards_per_client: shards per client (shards).
     classes_per_client: labels per client (classes).
     min_size: minimum client size (dirichlet, niid_labeldir).
+    client_ids: the client id of each row (natural).
 
   Returns:
     The `Partition`.
   """
-  if name not in PARTITIONERS:
-    raise ConfigError('data.partition', name, PARTITIONERS)
+  if name not in SCHEMES:
+    raise ConfigError('data.partition', name, SCHEMES)
   seed = _check_seed(seed)
+  if name == 'natural':
+    return natural(labels, client_ids, num_clients, num_classes=num_classes)
   if name == 'iid':
     return iid(labels, num_clients, num_classes=num_classes,
                rng=np.random.RandomState(seed))
@@ -791,8 +837,8 @@ def partition_test_like(
   Returns:
     One int64 index array into ``test_labels`` per client.
   """
-  if name not in PARTITIONERS:
-    raise ConfigError('data.partition', name, PARTITIONERS)
+  if name not in SCHEMES:
+    raise ConfigError('data.partition', name, SCHEMES)
   seed = _check_seed(seed)
   y = _check_labels(test_labels, num_classes, 'test labels')
   if not _is_int(num_clients) or num_clients != partition.num_clients:

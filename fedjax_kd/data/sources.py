@@ -11,6 +11,10 @@ Sources (selected by a spec string, see `load_source`):
 * ``npz:<path>``: the Keras ``*.npz`` layout (keys ``x_train``, ``y_train``,
   ``x_test``, ``y_test``), e.g. ``keras.datasets.mnist``'s ``mnist.npz``. Read
   with ``np.load(path, allow_pickle=False)``; never unpickles anything.
+  An optional ``client_id`` array (one integer per training row) gives
+  ``data.partition='natural'``: one client per distinct id.
+* a registered name: arrays in memory, :class:`ArraySource` and
+  :func:`register_source`.
 * ``tfds:<name>``: a TensorFlow Datasets data set read WITHOUT TensorFlow via
   ``tfds.data_source`` (random-access ``array_record`` files, the TF-free path
   of tensorflow-datasets >= 4.9). The data set must already be prepared in
@@ -69,6 +73,8 @@ class ArrayDataset:
     y_test: int32 test labels.
     num_classes: number of classes.
     name: the source's name (for logs).
+    client_ids: optional int64 ``[N]``: the client (writer, speaker, device...)
+      each training row comes from, for ``data.partition='natural'``.
   """
   x_train: np.ndarray
   y_train: np.ndarray
@@ -76,11 +82,81 @@ class ArrayDataset:
   y_test: np.ndarray
   num_classes: int
   name: str
+  client_ids: np.ndarray | None = None
 
   @property
   def input_shape(self) -> tuple[int, ...]:
     """Shape of one input (without the batch axis)."""
     return tuple(self.x_train.shape[1:])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ArraySource:
+  """A data source from arrays in memory: your own data, without writing a file.
+
+  Register it under a name and use the name as ``data.source`` (or
+  ``data.public_source``)::
+
+    from fedjax_kd.data import sources
+    sources.register_source('mine', sources.ArraySource(x_train, y_train, x_test, y_test,
+                                                        client_ids=writer_of_each_row))
+    config.data.source = 'mine'
+    config.data.partition = 'natural'   # one client per distinct client id
+
+  Arrays get the checks and conversions of an ``npz:`` file: uint8 images
+  (``[N, H, W]`` or ``[N, H, W, C]``) stay pixels and are scaled to [0, 1] in
+  the compiled step; float inputs are used as they are; labels must be integers
+  ``0 .. C-1``. ``client_ids`` (one integer per training row) gives the natural
+  partition.
+  """
+  x_train: Any
+  y_train: Any
+  x_test: Any
+  y_test: Any
+  client_ids: Any = None
+  name: str = 'arrays'
+
+  def load(self) -> ArrayDataset:
+    """The checked :class:`ArrayDataset` of the arrays."""
+    return _dataset_of(dict(x_train=np.asarray(self.x_train), y_train=np.asarray(self.y_train),
+                            x_test=np.asarray(self.x_test), y_test=np.asarray(self.y_test)),
+                       None if self.client_ids is None else np.asarray(self.client_ids),
+                       f'data source {self.name!r}', self.name)
+
+
+_REGISTERED: dict[str, ArraySource] = {}
+
+
+def register_source(name: str, source: ArraySource, *, replace: bool = False) -> None:
+  """Makes ``source`` loadable as ``data.source=name`` in this process.
+
+  Args:
+    name: letters, digits, ``_`` and ``-``; not a built-in source name.
+    source: the :class:`ArraySource`.
+    replace: allow replacing a source registered earlier under ``name``.
+
+  Raises:
+    ValueError: a bad or taken name, or a source that is not an ``ArraySource``.
+  """
+  ok = isinstance(name, str) and name and all(c.isalnum() or c in '_-' for c in name)
+  if not ok or name in ('digits', 'synthetic'):
+    raise ValueError(f'register_source: name {name!r}: letters, digits, _ and - only, '
+                     "not 'digits' or 'synthetic'")
+  if not isinstance(source, ArraySource):
+    raise ValueError(f'register_source: {name!r}: an ArraySource, got {type(source).__name__}')
+  if name in _REGISTERED and not replace:
+    raise ValueError(f'register_source: {name!r} is already registered (pass replace=True)')
+  _REGISTERED[name] = source
+
+
+def unregister_source(name: str) -> None:
+  """Removes a source added with :func:`register_source` (no-op when absent)."""
+  _REGISTERED.pop(name, None)
+
+
+def _allowed() -> str:
+  extra = ''.join(f", {n!r}" for n in sorted(_REGISTERED))
+  return SOURCES_ALLOWED + (f' or a registered source ({extra[2:]})' if extra else '')
 
 
 def load_source(spec: str,
@@ -111,7 +187,7 @@ def load_source(spec: str,
     DataError: the file or data set is missing, corrupt or has a wrong layout.
   """
   if not isinstance(spec, str):
-    raise ConfigError(field, spec, SOURCES_ALLOWED)
+    raise ConfigError(field, spec, _allowed())
   if label_key and not spec.startswith('tfds:'):
     raise ConfigError('data.label_key', label_key,
                       "'' (only tfds: sources have several label features)")
@@ -174,6 +250,8 @@ def check_dataset(ds: ArrayDataset, what: str, labelled: bool = True,
 def _load(spec: str, data_dir: str | None, seed: int, field: str,
           label_key: str | None) -> ArrayDataset:
   """:func:`load_source` without the checks."""
+  if spec in _REGISTERED:
+    return _REGISTERED[spec].load()
   if spec == 'digits':
     return _load_digits()
   if spec == 'synthetic' or spec.startswith('synthetic:'):
@@ -199,7 +277,7 @@ def _load(spec: str, data_dir: str | None, seed: int, field: str,
     if not name:
       raise ConfigError(field, spec, SOURCES_ALLOWED)
     return _load_tfds(name, data_dir, label_key=label_key or None)
-  raise ConfigError(field, spec, SOURCES_ALLOWED)
+  raise ConfigError(field, spec, _allowed())
 
 
 def input_stats(mode: str, x_train: np.ndarray, mean: tuple[float, ...] = (),
@@ -393,13 +471,18 @@ def _load_npz(path: str) -> ArrayDataset:
       raise DataError(f'{path!r} is missing keys {missing}: found {found}, '
                       f'required {list(_NPZ_KEYS)}.')
     try:
-      for k in _NPZ_KEYS:
+      for k in _NPZ_KEYS + (('client_id',) if 'client_id' in loaded.files else ()):
         arrays[k] = loaded[k]
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
       raise DataError(f'cannot read arrays from {path!r} (corrupt member or '
                       f'pickled object data): {e}') from e
+  return _dataset_of(arrays, arrays.get('client_id'), f'npz {path!r}',
+                     os.path.splitext(os.path.basename(path))[0])
 
-  what = f'npz {path!r}'
+
+def _dataset_of(arrays: dict[str, np.ndarray], client_ids: np.ndarray | None, what: str,
+                name: str) -> ArrayDataset:
+  """Checks and converts Keras-layout arrays (and optional per-row client ids)."""
   x_train = _to_inputs(arrays['x_train'], f'{what} x_train')
   x_test = _to_inputs(arrays['x_test'], f'{what} x_test')
   y_train = _to_labels(arrays['y_train'], f'{what} y_train')
@@ -411,9 +494,15 @@ def _load_npz(path: str) -> ArrayDataset:
   if x_train.shape[1:] != x_test.shape[1:]:
     raise DataError(f'{what}: x_train rows have shape {x_train.shape[1:]} but '
                     f'x_test rows have shape {x_test.shape[1:]}.')
-  name = os.path.splitext(os.path.basename(path))[0]
+  if client_ids is not None:
+    client_ids = np.asarray(client_ids)
+    if (client_ids.ndim != 1 or len(client_ids) != len(y_train)
+        or not np.issubdtype(client_ids.dtype, np.integer)):
+      raise DataError(f'{what}: client_id must be one integer per training row ({len(y_train)}'
+                      f'), got dtype {client_ids.dtype} and shape {client_ids.shape}.')
+    client_ids = client_ids.astype(np.int64)
   return ArrayDataset(x_train, y_train, x_test, y_test,
-                      _num_classes(y_train, y_test), name)
+                      _num_classes(y_train, y_test), name, client_ids=client_ids)
 
 
 # ----------------------------------------------------------------------------

@@ -43,6 +43,8 @@ class FDSplit:
     x_test: server test inputs (the private data set's test split).
     y_test: test labels.
     num_classes: number of classes of the private task.
+    client_ids_private: the client id of each private row, when the data set has
+      them (``data.partition='natural'``), else None.
   """
   x_private: np.ndarray
   y_private: np.ndarray
@@ -51,6 +53,7 @@ class FDSplit:
   x_test: np.ndarray
   y_test: np.ndarray
   num_classes: int
+  client_ids_private: np.ndarray | None = None
 
   @property
   def input_shape(self) -> tuple[int, ...]:
@@ -151,7 +154,9 @@ def fd_split(dataset: ArrayDataset,
       y_public=y_pub,
       x_test=dataset.x_test,
       y_test=dataset.y_test,
-      num_classes=dataset.num_classes)
+      num_classes=dataset.num_classes,
+      client_ids_private=(None if dataset.client_ids is None
+                          else dataset.client_ids[priv_idx]))
 
 
 def client_validation_split(client_indices, fraction: float,

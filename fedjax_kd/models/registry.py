@@ -69,8 +69,79 @@ MODELS: tuple[str, ...] = ('mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet2
 # Models that flatten their input and accept any input shape.
 _FLAT_MODELS: tuple[str, ...] = ('mlp', 'fcn')
 
-_SPEC_HELP = ("'name' or 'name@width' with name one of " + ', '.join(MODELS) +
-              ' and width a number > 0')
+# A builder makes a module from the spec's width and the data: it is called as
+# ``builder(num_classes=..., width=..., input_shape=...)``.
+Builder = Callable[..., nn.Module]
+_REGISTERED: dict[str, Builder] = {}
+_NAME_CHARS = frozenset('abcdefghijklmnopqrstuvwxyz0123456789_')
+
+
+def register(name: str, builder: Builder | None = None, *, replace: bool = False):
+  """Adds a model of your own under ``name``, usable in every model field of a config.
+
+  ``builder(num_classes=C, width=w, input_shape=shape)`` returns an unbound
+  ``flax.linen.Module`` whose ``__call__(x, train=False, mask=None, embed=False)``
+  follows the engine's contract: ``x`` is a batch ``[B, *input_shape]`` of model
+  inputs (pixels already scaled to [0, 1]); it returns logits ``[B, C]``; ``mask``
+  (``[B]`` bool, or None) marks the real rows of a padded training batch and is
+  only needed by BatchNorm (pass it to :class:`fedjax_kd.models.BatchNorm`, or
+  ignore it); ``embed=True`` returns the input of the final Dense layer (only
+  FedCache 2.0 asks for it); dropout draws from the ``'dropout'`` rng when
+  ``train=True``. ``width`` is the number after ``@`` in the spec (1.0 when
+  absent), to scale hidden sizes or to ignore.
+
+  Register in the config file (it is Python) or before building an experiment;
+  a sweep's workers run the config file, so they see it too::
+
+    from fedjax_kd import models
+
+    @models.register('tiny_mlp')
+    def tiny_mlp(num_classes, width, input_shape):
+      return models.MLP(num_classes=num_classes, width=0.25 * width)
+
+    config.clients.models = ['tiny_mlp', 'tiny_mlp@2']
+
+  Args:
+    name: lower-case letters, digits and ``_``, not a built-in model name.
+    builder: the builder; omitted, ``register`` returns a decorator.
+    replace: allow replacing a model registered earlier under ``name``.
+
+  Returns:
+    ``builder`` (or the decorator).
+
+  Raises:
+    ValueError: a bad name, a built-in name, a name taken (without ``replace``),
+      or a builder that is not callable.
+  """
+  if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
+    raise ValueError(f'models.register: name {name!r}: lower-case letters, digits and _ only')
+  if name in MODELS:
+    raise ValueError(f'models.register: {name!r} is a built-in model; choose another name')
+  if name in _REGISTERED and not replace:
+    raise ValueError(f'models.register: {name!r} is already registered (pass replace=True)')
+
+  def add(fn: Builder) -> Builder:
+    if not callable(fn):
+      raise ValueError(f'models.register: the builder of {name!r} is not callable')
+    _REGISTERED[name] = fn
+    return fn
+
+  return add if builder is None else add(builder)
+
+
+def unregister(name: str) -> None:
+  """Removes a model added with :func:`register` (no-op when absent)."""
+  _REGISTERED.pop(name, None)
+
+
+def available() -> tuple[str, ...]:
+  """Every model name a spec may use: the built-in ones, then the registered ones."""
+  return MODELS + tuple(sorted(_REGISTERED))
+
+
+def _spec_help() -> str:
+  return ("'name' or 'name@width' with name one of " + ', '.join(available()) +
+          ' and width a number > 0')
 
 
 def _min_side(name: str) -> int:
@@ -98,25 +169,25 @@ def parse_spec(spec: str, field: str = 'clients.models') -> tuple[str, float]:
     field: the config field the spec came from (named in errors).
 
   Returns:
-    (name, width) with name in MODELS and width a finite float > 0.
+    (name, width) with name in :func:`available` and width a finite float > 0.
 
   Raises:
     ConfigError: unknown name, or a width that is not a number > 0.
   """
   if not isinstance(spec, str):
-    raise ConfigError(field, spec, _SPEC_HELP)
+    raise ConfigError(field, spec, _spec_help())
   name, sep, w = spec.strip().partition('@')
   name = name.strip().lower()
-  if name not in MODELS:
-    raise ConfigError(field, spec, _SPEC_HELP)
+  if name not in MODELS and name not in _REGISTERED:
+    raise ConfigError(field, spec, _spec_help())
   width = 1.0
   if sep:
     try:
       width = float(w.strip())
     except ValueError:
-      raise ConfigError(field, spec, _SPEC_HELP) from None
+      raise ConfigError(field, spec, _spec_help()) from None
     if not math.isfinite(width) or width <= 0:
-      raise ConfigError(field, spec, _SPEC_HELP)
+      raise ConfigError(field, spec, _spec_help())
   return name, width
 
 
@@ -182,6 +253,9 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
                           for d in shape):
     raise ConfigError('input_shape', input_shape, 'a non-empty tuple of positive ints')
   layers.resolve_lowering(lowering)
+  if name in _REGISTERED:
+    return _build_registered(name, width, num_classes, shape, field, spec, init, bn_momentum,
+                             bn_epsilon)
   if name not in _FLAT_MODELS:
     if len(shape) not in (2, 3):
       raise ConfigError(field, spec, f"an input of shape (H, W) or (H, W, C) for '{name}'; "
@@ -212,8 +286,12 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       'blazefl_cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering,
                                      features=(32, 64), hidden=512, padding='VALID'),
   }
-  module = builders[name]()
-  family = init_family(spec, init)
+  return _with_options(builders[name](), init_family(spec, init), bn_momentum, bn_epsilon)
+
+
+def _with_options(module: nn.Module, family: str, bn_momentum: float | None,
+                  bn_epsilon: float | None) -> nn.Module:
+  """``module``, wrapped in ``layers.WithOptions`` when an option differs from its own."""
   for what, v in (('model.bn_momentum', bn_momentum), ('model.bn_epsilon', bn_epsilon)):
     if v is not None and not (isinstance(v, (int, float)) and 0 < v < 1):
       raise ConfigError(what, v, 'a number in (0, 1)')
@@ -221,6 +299,21 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
     module = layers.WithOptions(module, init_family=family, bn_momentum=bn_momentum,
                                 bn_epsilon=bn_epsilon)
   return module
+
+
+def _build_registered(name, width, num_classes, shape, field, spec, init, bn_momentum,
+                      bn_epsilon) -> nn.Module:
+  """A registered model: its builder's module, with the same init/BatchNorm options."""
+  try:
+    module = _REGISTERED[name](num_classes=num_classes, width=width, input_shape=shape)
+  except (ConfigError, TypeError, ValueError) as e:
+    raise ConfigError(field, spec, f"a model its builder can make for input_shape={shape} "
+                      f"and num_classes={num_classes} (the builder of '{name}' raised "
+                      f'{type(e).__name__}: {e})') from None
+  if not isinstance(module, nn.Module):
+    raise ConfigError(field, spec, f"a builder returning a flax.linen.Module (the builder of "
+                      f"'{name}' returned {type(module).__name__})")
+  return _with_options(module, init_family(spec, init), bn_momentum, bn_epsilon)
 
 
 def init_variables(module: nn.Module, key: jax.Array,
