@@ -88,8 +88,9 @@ def test_register_adds_a_model_to_every_model_field(registered):
 def test_register_refuses_builtin_taken_and_bad_names(registered):
   with pytest.raises(ValueError, match='built-in'):
     models.register('cnn', build_two_layer)
-  with pytest.raises(ValueError, match='already registered'):
-    models.register('two_layer', build_two_layer)
+  models.register('two_layer', build_two_layer)   # the same builder again: a no-op
+  with pytest.raises(ValueError, match='already registered to build_two_layer'):
+    models.register('two_layer', lambda num_classes, width, input_shape: None)
   with pytest.raises(ValueError, match='lower-case'):
     models.register('Two Layer', build_two_layer)
   models.register('two_layer', build_two_layer, replace=True)   # explicit replacement is fine
@@ -174,3 +175,10 @@ def test_bad_client_ids_are_one_data_error(tmp_path):
     sources.register_source('bad', (x, y))
   with pytest.raises(ValueError, match="not 'digits'"):
     sources.register_source('digits', sources.ArraySource(x, y, x_test, y_test))
+  # A name registered again (a config file executed twice) takes the newer arrays.
+  try:
+    sources.register_source('twice', sources.ArraySource(x, y, x_test, y_test))
+    sources.register_source('twice', sources.ArraySource(x[:50], y[:50], x_test, y_test))
+    assert len(sources.load_source('twice').y_train) == 50
+  finally:
+    sources.unregister_source('twice')

@@ -22,3 +22,38 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
                               FedNova)
 }
 ALGORITHMS['individual'] = Single   # SCARLET's name for the same baseline
+_BUILT_IN = frozenset(ALGORITHMS)
+
+
+def register(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
+  """Adds an algorithm of your own under ``cls.name`` (usable as a class decorator).
+
+  ``config.algorithm = cls.name`` then runs it like a built-in one: the command
+  line, the sweep (register in the config file), checkpoints and byte
+  accounting. ``docs/custom_algorithm.md`` walks through one.
+
+  Raises:
+    ValueError: not an ``Algorithm`` subclass, an empty ``name``, a built-in
+      name, or a name taken by another class (without ``replace``; the same class
+      defined again, as when a config file is executed twice, replaces itself).
+  """
+  if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+    raise ValueError(f'algorithms.register: {cls!r} is not a subclass of Algorithm')
+  name = cls.name
+  if not isinstance(name, str) or not name:
+    raise ValueError(f'algorithms.register: {cls.__name__}.name must be a non-empty string')
+  if name in _BUILT_IN:
+    raise ValueError(f'algorithms.register: {name!r} is a built-in algorithm')
+  old = ALGORITHMS.get(name)
+  # The same class defined again (a config file is executed more than once) replaces itself.
+  if old is not None and old.__qualname__ != cls.__qualname__ and not replace:
+    raise ValueError(f'algorithms.register: {name!r} is already registered to '
+                     f'{old.__qualname__} (pass replace=True)')
+  ALGORITHMS[name] = cls
+  return cls
+
+
+def unregister(name: str) -> None:
+  """Removes an algorithm added with :func:`register` (built-in ones stay)."""
+  if name not in _BUILT_IN:
+    ALGORITHMS.pop(name, None)

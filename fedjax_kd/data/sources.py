@@ -127,16 +127,19 @@ class ArraySource:
 _REGISTERED: dict[str, ArraySource] = {}
 
 
-def register_source(name: str, source: ArraySource, *, replace: bool = False) -> None:
+def register_source(name: str, source: ArraySource) -> None:
   """Makes ``source`` loadable as ``data.source=name`` in this process.
+
+  Registering a name again replaces its source: a config file that registers
+  its data is executed more than once (the command line parses it, a sweep's
+  workers run it again), and each run builds the arrays anew.
 
   Args:
     name: letters, digits, ``_`` and ``-``; not a built-in source name.
     source: the :class:`ArraySource`.
-    replace: allow replacing a source registered earlier under ``name``.
 
   Raises:
-    ValueError: a bad or taken name, or a source that is not an ``ArraySource``.
+    ValueError: a bad name, or a source that is not an ``ArraySource``.
   """
   ok = isinstance(name, str) and name and all(c.isalnum() or c in '_-' for c in name)
   if not ok or name in ('digits', 'synthetic'):
@@ -144,8 +147,6 @@ def register_source(name: str, source: ArraySource, *, replace: bool = False) ->
                      "not 'digits' or 'synthetic'")
   if not isinstance(source, ArraySource):
     raise ValueError(f'register_source: {name!r}: an ArraySource, got {type(source).__name__}')
-  if name in _REGISTERED and not replace:
-    raise ValueError(f'register_source: {name!r} is already registered (pass replace=True)')
   _REGISTERED[name] = source
 
 

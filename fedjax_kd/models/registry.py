@@ -104,29 +104,38 @@ def register(name: str, builder: Builder | None = None, *, replace: bool = False
   Args:
     name: lower-case letters, digits and ``_``, not a built-in model name.
     builder: the builder; omitted, ``register`` returns a decorator.
-    replace: allow replacing a model registered earlier under ``name``.
+    replace: allow replacing another model registered earlier under ``name`` (the
+      same builder defined again, as when a config file is executed twice, always
+      replaces itself).
 
   Returns:
     ``builder`` (or the decorator).
 
   Raises:
-    ValueError: a bad name, a built-in name, a name taken (without ``replace``),
-      or a builder that is not callable.
+    ValueError: a bad name, a built-in name, a name taken by another builder
+      (without ``replace``), or a builder that is not callable.
   """
   if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
     raise ValueError(f'models.register: name {name!r}: lower-case letters, digits and _ only')
   if name in MODELS:
     raise ValueError(f'models.register: {name!r} is a built-in model; choose another name')
-  if name in _REGISTERED and not replace:
-    raise ValueError(f'models.register: {name!r} is already registered (pass replace=True)')
 
   def add(fn: Builder) -> Builder:
     if not callable(fn):
       raise ValueError(f'models.register: the builder of {name!r} is not callable')
+    old = _REGISTERED.get(name)
+    # The same builder defined again (a config file is executed more than once) replaces itself.
+    if old is not None and _qualname(old) != _qualname(fn) and not replace:
+      raise ValueError(f'models.register: {name!r} is already registered to {_qualname(old)} '
+                       '(pass replace=True)')
     _REGISTERED[name] = fn
     return fn
 
   return add if builder is None else add(builder)
+
+
+def _qualname(fn: Any) -> str:
+  return getattr(fn, '__qualname__', type(fn).__qualname__)
 
 
 def unregister(name: str) -> None:
