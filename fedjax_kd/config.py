@@ -265,11 +265,40 @@ def _same_kind(v: Any, default: Any) -> bool:
   return True
 
 
+def shipped_configs() -> dict[str, str]:
+  """The configs installed with the package (``fedjax_kd.configs``): name -> file path."""
+  import importlib.resources  # pylint: disable=g-import-not-at-top
+  try:
+    folder = importlib.resources.files('fedjax_kd.configs')
+  except ModuleNotFoundError:
+    return {}
+  return {f.name[:-3]: str(f) for f in sorted(folder.iterdir(), key=lambda f: f.name)
+          if f.name.endswith('.py') and not f.name.startswith('_')}
+
+
+def resolve_path(path: str) -> str:
+  """A ``--config`` value as a file path: an existing file as given, else ``NAME[:ARG]``
+  of a shipped config (``default``, ``dsfl_mnist``, ...) as its installed file."""
+  import os  # pylint: disable=g-import-not-at-top
+  if not isinstance(path, str) or not path:
+    return path
+  file, sep, _ = path.partition('.py:')
+  if os.path.exists(file + '.py' if sep else file):
+    return path
+  name, colon, arg = path.partition(':')
+  if name and not name.endswith('.py') and '/' not in name and os.sep not in name:
+    shipped = shipped_configs()
+    if name in shipped:
+      return shipped[name] + (f':{arg}' if colon else '')
+  return path
+
+
 def load_file(path: str) -> ml_collections.ConfigDict:
   """A config file's ``get_config()``, as ``ml_collections.config_flags`` loads it.
 
   Args:
-    path: ``file.py`` or ``file.py:ARG`` (``ARG`` is passed to ``get_config``).
+    path: ``file.py`` or ``file.py:ARG`` (``ARG`` is passed to ``get_config``), or
+      ``NAME[:ARG]`` of a shipped config (:func:`shipped_configs`).
 
   Raises:
     ConfigError: (field ``--config``) the file is missing or not a file, does not import
@@ -278,11 +307,14 @@ def load_file(path: str) -> ml_collections.ConfigDict:
   """
   import importlib.util  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
+  given, path = path, resolve_path(path)
   file, sep, arg = path.partition('.py:')
   file = file + '.py' if sep else file
   if not os.path.isfile(file):
-    raise ConfigError('--config', path, 'an existing config file' + (
-        f' ({file} is a directory)' if os.path.isdir(file) else f' ({file} does not exist)'))
+    bare = '/' not in given and os.sep not in given and not given.endswith('.py')
+    raise ConfigError('--config', given, 'an existing config file' + (
+        f' ({file} is a directory)' if os.path.isdir(file) else f' ({file} does not exist)')
+        + (f' or a shipped config name: {", ".join(shipped_configs())}' if bare else ''))
   name = f'_fedjax_kd_config_{abs(hash(os.path.abspath(file)))}'
   try:
     spec = importlib.util.spec_from_file_location(name, file)

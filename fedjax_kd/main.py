@@ -1,8 +1,12 @@
-r"""Command-line entry point.
+r"""Command-line entry point (also installed as the ``fedjax-kd`` command).
 
-  python -m fedjax_kd.main --config=configs/default.py --workdir=/tmp/run
+  fedjax-kd --config=default --workdir=/tmp/run
   python -m fedjax_kd.main --config=configs/default.py --config.rounds=5 \
       --config.clients.num_clients=20
+
+``--config`` takes a config file (``PATH[:ARG]``) or the name of a config shipped
+with the package (``default``, ``dsfl_mnist``, ``scarlet_cifar10``, ...; the files of
+the repository's ``configs/``, installed as ``fedjax_kd.configs``).
 
 Any config field can be overridden with ``--config.<field>=value``. Rerunning
 the same command on the same ``--workdir`` resumes from its newest checkpoint.
@@ -93,6 +97,23 @@ def _config_args(args: Sequence[str]) -> tuple[str | None, list[tuple[str, str]]
   return path, fields
 
 
+def _with_config_file(argv: Sequence[str], file: str) -> list[str]:
+  """``argv`` with its ``--config`` value replaced by ``file`` (a shipped name resolved)."""
+  out, skip = [], False
+  for i, a in enumerate(argv):
+    if skip:
+      skip = False
+      continue
+    if i > 0 and a == '--config':
+      out.append(f'--config={file}')
+      skip = True
+    elif i > 0 and a.startswith('--config='):
+      out.append(f'--config={file}')
+    else:
+      out.append(a)
+  return out
+
+
 def parse(argv: Sequence[str]) -> flags.FlagValues:
   """Parses the command line (``argv[0]`` is the program) into fresh flag values.
 
@@ -107,8 +128,10 @@ def parse(argv: Sequence[str]) -> flags.FlagValues:
   """
   path, fields = _config_args(argv[1:])
   if not path:
-    raise ConfigError('--config', path or '', 'a config file, e.g. --config=configs/default.py')
+    raise ConfigError('--config', path or '', 'a config file or a shipped config name, e.g. '
+                      '--config=default or --config=configs/default.py')
   base = config_lib.load_file(path)
+  argv = _with_config_file(argv, config_lib.resolve_path(path))
   for field, value in fields:
     config_lib.check_field_name(base, field, value)
   fv = flags.FlagValues()
@@ -222,9 +245,14 @@ def main(argv: list[str]) -> None:
   sys.exit(cli(argv))
 
 
-if __name__ == '__main__':
+def entry() -> None:
+  """The ``fedjax-kd`` console script (``python -m fedjax_kd.main`` does the same)."""
   try:
     app.run(main, flags_parser=_absl_flags)
   except KeyboardInterrupt:   # before the command started
     print('error: interrupted (Ctrl-C)', file=sys.stderr)
     sys.exit(128 + signal.SIGINT.value)
+
+
+if __name__ == '__main__':
+  entry()

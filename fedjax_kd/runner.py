@@ -353,7 +353,13 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
                          workdir_lib.partition_record(exp.ctx.data, spec.client_models,
                                                       selector.true_counts))
   writer = workdir_lib.MetricsWriter(workdir, keep_until=start - 1)
-  scalars = workdir_lib.ScalarWriter(workdir, writer.rows) if spec.tensorboard else None
+  scalars = None
+  if spec.tensorboard and workdir_lib.tensorboard_available():
+    scalars = workdir_lib.ScalarWriter(workdir, writer.rows)
+  elif spec.tensorboard:
+    log("note: log.tensorboard: tensorboardX is not installed, so no TensorBoard scalars "
+        "(metrics.jsonl/csv hold every value); pip install 'fedjax_kd[tensorboard]' or set "
+        "--config.log.tensorboard=false")
   if setup_bytes is None:
     setup_bytes = comm.count_bytes(algo.setup_payloads() + selector.setup_payloads(), rules)
     cum = dict(setup_bytes)

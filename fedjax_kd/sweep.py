@@ -98,6 +98,7 @@ import ast
 import copy
 import csv
 import dataclasses
+import importlib.util
 import io
 import itertools
 import json
@@ -1288,9 +1289,11 @@ def write_figures(prefix: str, cells: Sequence[dict[str, Any]], title: str = '')
   """``<prefix>test_acc.png`` and, where any cell has client accuracy, ``<prefix>client_acc.png``.
 
   Returns:
-    ``{metric: path}`` of the files written.
+    ``{metric: path}`` of the files written; ``{}`` without matplotlib (the ``plot`` extra).
   """
   out = {}
+  if importlib.util.find_spec('matplotlib') is None:
+    return out
   for metric in ('test_acc', 'client_acc'):
     if metric == 'client_acc' and not any(
         _finite(r) for c in cells for cv in c['curves'].values()
@@ -1341,6 +1344,8 @@ def write_outputs(out_dir: str, cells: Sequence[dict[str, Any]],
   figs = write_figures(os.path.join(out_dir, 'accuracy_'), cells, title)
   for metric, path in figs.items():
     lines.append(f'![{metric}]({os.path.basename(path)})')
+  if not figs and importlib.util.find_spec('matplotlib') is None:
+    lines.append("(No figures: matplotlib is not installed; pip install 'fedjax_kd[plot]'.)")
   paths.update(figs)
   workdir_lib.write_text(paths['md'], '\n'.join(lines).rstrip() + '\n')
   return paths
@@ -1549,5 +1554,10 @@ def stopped_status(results: Sequence[RunResult]) -> int:
   return 128 + (signal.SIGTERM if term else signal.SIGINT).value
 
 
-if __name__ == '__main__':
+def entry() -> None:
+  """The ``fedjax-kd-sweep`` console script (``python -m fedjax_kd.sweep`` does the same)."""
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  entry()

@@ -274,6 +274,12 @@ def _summary_writer_class():
   return SummaryWriter
 
 
+def tensorboard_available() -> bool:
+  """Whether tensorboardX (the ``tensorboard`` extra) is installed."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  return importlib.util.find_spec('tensorboardX') is not None
+
+
 class ScalarWriter:
   """TensorBoard scalars in ``<workdir>/tensorboard`` (tensorboardX).
 

@@ -117,3 +117,31 @@ def test_import_fedjax_kd_reaches_every_op_module():
     getattr(fedjax_kd, name)
   with pytest.raises(AttributeError):
     fedjax_kd.nope
+
+
+def test_config_names_resolve_to_the_shipped_configs(tmp_path, monkeypatch):
+  """--config=NAME finds configs/NAME.py (installed as fedjax_kd.configs) from any folder;
+  a path is taken as given; an unknown name lists the shipped ones."""
+  from fedjax_kd import config as config_lib
+  from fedjax_kd import main as main_lib
+  from fedjax_kd.errors import ConfigError
+  shipped = config_lib.shipped_configs()
+  on_disk = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, 'configs'))
+                   if f.endswith('.py') and not f.startswith('_'))
+  assert sorted(shipped) == on_disk and 'default' in shipped
+  monkeypatch.chdir(tmp_path)   # not the repository: configs/default.py is not a relative path
+  assert os.path.samefile(config_lib.resolve_path('default'),
+                          os.path.join(REPO, 'configs', 'default.py'))
+  assert config_lib.resolve_path('dsfl_mnist:x').endswith(os.path.join('dsfl_mnist.py') + ':x')
+  fv = main_lib.parse(['prog', '--config=default', '--config.rounds=3'])
+  assert fv.config.rounds == 3 and fv.config.algorithm == 'dsfl'
+  fv = main_lib.parse(['prog', '--config', 'default'])   # the two-argument form
+  assert fv.config.algorithm == 'dsfl'
+  with pytest.raises(ConfigError, match=r"--config='nosuch'.*shipped config name: .*default"):
+    main_lib.parse(['prog', '--config=nosuch'])
+  # A path is a path: ./default.py is the local file, 'default' the shipped config.
+  (tmp_path / 'default.py').write_text('from tests.test_main import tiny\n\n'
+                                       'def get_config():\n  return tiny(algorithm="fd")\n')
+  monkeypatch.syspath_prepend(REPO)
+  assert main_lib.parse(['prog', '--config=default.py']).config.algorithm == 'fd'
+  assert main_lib.parse(['prog', '--config=default']).config.algorithm == 'dsfl'

@@ -589,8 +589,8 @@ def _load_tfds(name: str, data_dir: str | None,
   try:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    raise DataError(f"'tfds:{name}' needs tensorflow-datasets installed; or "
-                    f"use 'npz:<path>'.") from e
+    raise DataError(f"'tfds:{name}' needs tensorflow-datasets: pip install "
+                    f"'fedjax_kd[tfds]'; or use 'npz:<path>'.") from e
 
   splits = {}
   for split in ('train', 'test'):
