@@ -319,6 +319,9 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
   algo = exp.algorithm
   rules = comm.get_rules(spec.comm_rules, algo.paper_rules)
   t_start = time.time()
+  env = workdir_lib.environment()
+  if progress:
+    log(header_line(spec, exp, env))
 
   if not resume and workdir_lib.is_primary():
     # Starting over: an old run's checkpoints and results must not survive it (only files
@@ -409,6 +412,8 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
         if progress:
           acc = row.get('test_acc')
           acc_s = f'acc {acc:.4f}' if acc is not None else 'acc   -   '
+          if row.get('client_acc') is not None:   # the server's and the clients' accuracy
+            acc_s += f'  clients {row["client_acc"]:.4f}'
           log(f'round {t:>4}/{spec.rounds}  {acc_s}  sent {_fmt_bytes(sent["total"]):>10}  '
               f'cum {_fmt_bytes(cum["total"]):>10}  {row["round_time_s"]:.2f}s  '
               f'eta {eta_seconds(round_s, compile_s, spec.rounds - t):.0f}s')
@@ -429,6 +434,7 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
     workdir_lib.write_json(os.path.join(workdir, 'clients.json'),
                            client_record(algo, state, t_last))
   summary = summarize(writer.rows, spec, setup_bytes, rules.name)
+  summary.update(seed=spec.seed, **env)
   summary['wall_time_s'] = time.time() - t_start
   summary['rounds_run_this_call'] = n_done
   if stop.signum is not None:
@@ -556,6 +562,19 @@ def summary_table(summary: dict[str, Any], workdir: str) -> str:
   width = max(len(k) for k, _ in lines)
   rule = '-' * (width + 2 + max(len(str(v)) for _, v in lines))
   return '\n'.join([rule] + [f'{k:<{width}}  {v}' for k, v in lines] + [rule])
+
+
+def header_line(spec: ExperimentSpec, exp: Any, env: dict[str, Any]) -> str:
+  """What runs, in one line: algorithm, clients, data, models, device."""
+  d = exp.ctx.data
+  share = f'{spec.participation:.0%} a round' if spec.participation < 1 else 'all every round'
+  models = ', '.join(dict.fromkeys(spec.client_models))
+  server = f' | server {spec.server_model}' if exp.algorithm.server_model is not None else ''
+  dev = env['device']
+  return (f'fedjax_kd {env["versions"]["fedjax_kd"]} | {spec.algorithm} | {spec.num_clients} '
+          f'clients ({share}) | data {spec.data.source}: {int(np.sum(d.client_n)):,} private, '
+          f'{int(d.x_public.shape[0]):,} public, {int(d.x_test.shape[0]):,} test | clients '
+          f'{models}{server} | seed {spec.seed} | {dev["platform"]} x{dev["count"]}')
 
 
 def summarize(rows, spec: ExperimentSpec, setup_bytes, rules_name: str) -> dict[str, Any]:

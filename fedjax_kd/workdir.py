@@ -274,6 +274,44 @@ def _summary_writer_class():
   return SummaryWriter
 
 
+def environment() -> dict[str, Any]:
+  """What produced a run, for ``summary.json``: package versions, the devices and, when the
+  package runs from a git checkout, its commit (``+dirty`` with uncommitted changes)."""
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+  import platform  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  versions = {}
+  for name in ('fedjax_kd', 'jax', 'jaxlib', 'flax', 'optax', 'numpy', 'orbax-checkpoint'):
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
+  versions['python'] = platform.python_version()
+  devices = jax.devices()
+  device = {'platform': devices[0].platform, 'kind': devices[0].device_kind,
+            'count': len(devices), 'processes': jax.process_count()}
+  return {'versions': versions, 'device': device, 'git_commit': _git_commit()}
+
+
+def _git_commit() -> str | None:
+  import subprocess  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  if not os.path.exists(os.path.join(root, '.git')):
+    return None   # an installed package, not a checkout
+
+  def git(*args):
+    return subprocess.run(['git', '-C', root, *args], capture_output=True, text=True,
+                          timeout=10, check=False)
+  try:
+    head = git('rev-parse', 'HEAD')
+    if head.returncode:
+      return None
+    dirty = git('status', '--porcelain', '--untracked-files=no').stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return head.stdout.strip() + ('+dirty' if dirty else '')
+
+
 def tensorboard_available() -> bool:
   """Whether tensorboardX (the ``tensorboard`` extra) is installed."""
   import importlib.util  # pylint: disable=g-import-not-at-top

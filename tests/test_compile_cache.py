@@ -297,7 +297,8 @@ def test_compile_progress_prints_whole_lines_at_most_every_interval():
 def test_the_runner_logs_the_compile_and_writes_compile_s(tmp_path):
   lines = []
   runner.run(config_lib.validate(tiny('single', rounds=2)), str(tmp_path), log=lines.append)
-  assert lines[0].startswith('round 1: compiling (persistent cache ')
+  assert lines[0].startswith('fedjax_kd ') and ' | single | 4 clients ' in lines[0], lines[0]
+  assert lines[1].startswith('round 1: compiling (persistent cache ')
   assert sum(s.startswith('round 1: compiled ') for s in lines) <= 1   # none if nothing new
   rounds = [s for s in lines if s.startswith('round    ')]
   assert len(rounds) == 2 and all(' eta ' in s for s in rounds)

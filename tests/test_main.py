@@ -1,6 +1,7 @@
 """End to end through the CLI and the runner: files, progress, resume, baselines."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -54,6 +55,18 @@ def test_cli_writes_config_metrics_and_summary(tmp_path):
   assert rows[0]['round_bytes'] == per_round
   assert summary['setup_bytes'] == comu_i
   assert summary['cum_bytes'] == comu_i + 2 * per_round
+  # What produced it: the seed, the versions, the devices, the commit of a git checkout.
+  import jax
+  assert summary['seed'] == 0
+  assert summary['versions']['jax'] == jax.__version__ and summary['versions']['python']
+  assert summary['device'] == {'platform': 'cpu', 'kind': 'cpu', 'count': 1, 'processes': 1}
+  commit = summary['git_commit']
+  assert commit is None or len(commit.split('+')[0]) == 40
+  # The header line names the run before anything compiles; round lines carry both accuracies.
+  err = r.stderr.splitlines()
+  assert err[0].startswith('fedjax_kd ') and ' | dsfl | 4 clients (all every round) | ' in err[0]
+  assert 'data synthetic:600: ' in err[0] and ' public, ' in err[0] and err[0].endswith('cpu x1')
+  assert re.search(r'round    1/2  acc \d\.\d{4}  clients \d\.\d{4}  sent', r.stderr), r.stderr
 
 
 def test_cli_bad_input_exits_with_message(tmp_path):

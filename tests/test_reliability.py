@@ -87,8 +87,10 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path):
   logs = []
   summary = runner.run(config_lib.validate(_kill_config()), str(work), progress=True,
                        log=logs.append)
-  # The first line that is not round 1's compile progress says where it resumed.
-  assert [m for m in logs if ': compil' not in m][0] == (
+  # The header says what runs; the first line after it that is not round 1's compile
+  # progress says where it resumed.
+  assert logs[0].startswith('fedjax_kd ') and ' | dsfl | ' in logs[0], logs[0]
+  assert [m for m in logs[1:] if ': compil' not in m][0] == (
       f'resumed from {work}/checkpoints after round {killed_at}')
   assert summary['rounds_run_this_call'] == ROUNDS - killed_at
   a = workdir_lib.read_metrics(str(reference))
