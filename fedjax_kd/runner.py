@@ -320,8 +320,6 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
   rules = comm.get_rules(spec.comm_rules, algo.paper_rules)
   t_start = time.time()
   env = workdir_lib.environment()
-  if progress:
-    log(header_line(spec, exp, env))
 
   if not resume and workdir_lib.is_primary():
     # Starting over: an old run's checkpoints and results must not survive it (only files
@@ -335,6 +333,8 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
   latest = ckpt.latest_round() if resume else None
   if latest is not None:   # refuse a resume that cannot be right, before any compute
     _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
+  if progress:   # what runs, once nothing can refuse it any more
+    log(header_line(spec, exp, env))
   compiling = None   # the "compiling ..." lines: the models' initialisation and round 1
   if progress and (latest or 0) < spec.rounds:
     compiling = cleanup.enter_context(_CompileProgress(log, (latest or 0) + 1))
