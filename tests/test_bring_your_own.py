@@ -10,7 +10,6 @@ import pytest
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment
 from fedjax_kd import models
-from fedjax_kd import presets
 from fedjax_kd import runner
 from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources
@@ -58,17 +57,16 @@ def writers_data(num_writers=5, seed=0):
 
 
 def small_config(source, num_clients, model='two_layer@1'):
-  c = presets.digits('dsfl')
-  c.rounds = 2
+  """tests.test_main's tiny DS-FL run on ``source`` with the natural partition."""
+  from tests.test_main import tiny
+  c = tiny(rounds=2)
   c.data.source = source
   c.data.partition = 'natural'
   c.data.num_public = 40
   c.clients.num_clients = num_clients
   c.clients.models = [model]
   c.server.model = model
-  c.train.epochs = 1
   c.train.batch_size = 10
-  c.distill.epochs = 1
   c.distill.public_per_round = 20
   c.distill.batch_size = 10
   c.log.tensorboard = False
