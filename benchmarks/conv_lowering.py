@@ -1,15 +1,15 @@
 """Client-steps per second of the `cnn` model under each convolution lowering (XLA:CPU).
 
-Workload (the calibration of /work/shared/perf/jax_cnn_clients.py, with the real model):
+Workload (the CPU calibration this project started from, now with the real model):
 K clients, each with its own `cnn` parameters (28x28x1 inputs, 10 classes), 10 SGD steps
 (lr 0.1, batch 50) under `lax.scan`, run as `jit(vmap(train))` over clients. Reported:
 K * 10 / seconds per call (median and best of the repeats, after one warm-up call).
 
-    /work/venv/bin/python benchmarks/conv_lowering.py --k 10 50 --lowerings im2col xla
+    python benchmarks/conv_lowering.py --k 10 50 --lowerings im2col xla
 
 Lowerings: 'im2col' (layers.conv_im2col, the 'auto' choice on CPU), 'xla'
 (lax.conv_general_dilated), and 'shift' (the plain-autodiff shifted-slice im2col of the
-calibration script, for reference).
+calibration, for reference).
 
 Results on the 2-core AMD EPYC VM (32 MiB L3; jax 0.10.2, XLA:CPU with YNNPACK dots), in
 client-steps/s (wall clock; median of 8 calls, best in brackets). The host is noisy: the same
@@ -23,7 +23,7 @@ Final (this script, the real `cnn` module):
 | 'im2col' (final) | 105-133 (115-139) | 119-120 (126-128) |
 | 'shift' (calibration lowering, plain autodiff) | 72-74 (74-80) | 65-69 (69-72) |
 | 'xla' (lax.conv_general_dilated) | 4.2 (4.4) | - |
-| PyTorch 2.13 loop (from /work/shared/perf/README.md) | 103 | 105 |
+| PyTorch 2.13 loop over clients (the same workload, same VM) | 103 | 105 |
 
 ResNet-20 (32x32x3, batch 32, K=4, BatchNorm with mask): 'im2col' 8.6 client-steps/s,
 'xla' 0.4.
@@ -75,7 +75,7 @@ from fedjax_kd.models import cnn, layers
 
 
 def _shift_conv(x, kernel, strides=1, padding='SAME'):
-  """The calibration script's lowering: shifted slices + concat + einsum, plain autodiff."""
+  """The calibration's lowering: shifted slices + concat + einsum, plain autodiff."""
   st = layers._pair(strides, 'strides')  # pylint: disable=protected-access
   kh, kw, c, o = kernel.shape
   (ph0, ph1), (pw0, pw1) = layers.resolve_padding(padding, x.shape[1:3], (kh, kw), st)

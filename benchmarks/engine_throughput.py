@@ -1,7 +1,7 @@
 r"""Client-steps/s and GFLOP/s of local training: the engine vs a one-client loop.
 
-Trains K clients of one model (default the calibration CNN of
-``shared/perf``: conv5x5x16, conv5x5x32, dense128, batch 50, SGD 0.1) for
+Trains K clients of one model (default the small ``cnn``: conv5x5x16,
+conv5x5x32, dense128, batch 50, SGD 0.1) for
 ``--steps`` steps each:
 
   * ``engine``: one ``Federation.train_private`` call (jit(vmap over clients of

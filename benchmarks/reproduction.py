@@ -1,7 +1,7 @@
 r"""The reproduction report: fixed multi-seed sweeps per paper and a report from their outputs.
 
   python benchmarks/reproduction.py run --runs=runs/repro --jobs=2 \
-      [--only=dsfl,scarlet] [--data=all|digits|mnist] [--mnist=../shared/data/mnist.npz] \
+      [--only=dsfl,scarlet] [--data=all|digits|mnist] [--mnist=/path/to/mnist.npz] \
       [--tiny] [--dry_run]
   python benchmarks/reproduction.py archive --runs=runs/repro --out=docs/reproduction_runs
   python benchmarks/reproduction.py report --runs=docs/reproduction_runs \
@@ -12,8 +12,8 @@ every run's config before anything trains, and runs them with
 :mod:`fedjax_kd.sweep` (worker processes, ``--jobs`` at once): rerunning it
 skips finished runs and resumes interrupted ones. Each sweep's outputs
 (``sweep.json``, ``compare.csv``, ``compare.md``, figures, one workdir per
-run) go to ``<runs>/<sweep name>``. A sweep on MNIST needs ``--mnist`` (default
-``../shared/data/mnist.npz`` beside the repository); without the file it is
+run) go to ``<runs>/<sweep name>``. A sweep on MNIST needs ``--mnist``, a
+Keras-layout ``mnist.npz`` (default ``$FEDJAX_KD_MNIST``); without the file it is
 skipped and the report says so.
 
 ``report`` reads those outputs only (re-aggregating each sweep from its
@@ -47,6 +47,7 @@ import datetime
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -69,7 +70,7 @@ SKIPPED = 'skipped.json'    # in <runs>/<sweep>: why a sweep was not run
 # ----------------------------------------------------------------- the tables
 SEEDS = (0, 1, 2)
 TINY_SEEDS = (0,)         # --tiny checks the pipeline, not the numbers
-MNIST_DEFAULT = os.path.join(os.path.dirname(REPO), 'shared', 'data', 'mnist.npz')
+MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')
 
 # (label, algorithm, config fields of the variant)
 DSFL_VARIANTS = (             # digits: clients of two widths (configs/default.py)
@@ -771,6 +772,9 @@ def plan_sweep(section: Section, d: SweepDef, runs_dir: str, mnist: str,
   if d.data == 'mnist':
     if tiny:
       return 'not part of --tiny (MNIST sweeps are skipped)'
+    if not mnist:
+      return ('no MNIST file was given; run with --mnist=PATH to a Keras mnist.npz (or set '
+              '$FEDJAX_KD_MNIST)')
     if not os.path.exists(mnist):
       return (f'the MNIST file {mnist} was not found; run with --mnist=PATH to a Keras '
               'mnist.npz')
@@ -876,7 +880,13 @@ def _select(only: str) -> list[Section]:
 
 def _command(argv: Sequence[str]) -> str:
   shown = [a for a in argv if not a.startswith('--jobs')]
-  return 'python benchmarks/reproduction.py ' + ' '.join(shlex.quote(a) for a in shown)
+  return _placeholder_paths(
+      'python benchmarks/reproduction.py ' + ' '.join(shlex.quote(a) for a in shown))
+
+
+def _placeholder_paths(command: str) -> str:
+  """``command`` with the MNIST file's path (a machine's own) shown as a placeholder."""
+  return re.sub(r'--mnist=\S+', '--mnist=/path/to/mnist.npz', command)
 
 
 # ------------------------------------------------------------ run
@@ -1244,7 +1254,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       body += [f'**Notes.** {section.notes}', '']
   commits = sorted({m.get('commit', '?') for m in metas})
   dates = sorted({m.get('date', '?') for m in metas})
-  commands = sorted({m.get('command', '') for m in metas if m.get('command')})
+  commands = sorted({_placeholder_paths(m['command']) for m in metas if m.get('command')})
   made = (f'The runs were made at commit {", ".join(f"`{c}`" for c in commits)} on '
           f'{", ".join(dates)} by ' + ', '.join(f'`{c}`' for c in commands) + '.'
           if metas else 'No sweep has been run yet.')
@@ -1403,7 +1413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   r.add_argument('--only', default='', help='comma-separated section keys: '
                  + ','.join(s.key for s in SECTIONS))
   r.add_argument('--jobs', type=int, default=1, help='worker processes at once')
-  r.add_argument('--mnist', default='', help=f'Keras mnist.npz (default {MNIST_DEFAULT})')
+  r.add_argument('--mnist', default='', help='Keras mnist.npz (default $FEDJAX_KD_MNIST)')
   r.add_argument('--tiny', action='store_true', help='a smoke test of the pipeline')
   r.add_argument('--data', default='all', choices=('all', 'digits', 'mnist'),
                  help='run only the sweeps on this data set (the others are marked not run)')

@@ -1,4 +1,4 @@
-r"""FedEntOpt selection study without training (spec fedentopt.md §2.4 E0, §4.2).
+r"""FedEntOpt selection study without training: cohort entropies and label coverage.
 
   python benchmarks/selection_entropy.py
   python benchmarks/selection_entropy.py --rounds=100 --seeds=3 --fig4_rounds=500
@@ -8,16 +8,20 @@ FedEntOpt", arXiv 2411.01240v2. Counts only: balanced CIFAR-10-like labels
 (5000 per class) or CIFAR-100-20-like labels (20 superclasses, 2500 per class),
 K = 100 clients, NIID-Bench partitions (``classes`` = #C=k, ``niid_labeldir`` =
 Dir(beta) with the balance trick and min size 10). Each seed draws a new
-partition, schedule and DP noise (A15).
+partition, schedule and DP noise (the seed controls all three).
 
-Table 1 (spec §2.4 reference-entropy table): per setting, the mean over seeds
+The "reference" columns are the numbers of an earlier, independent numpy
+simulation of the same settings (and, for Table 2, the paper's Fig. 4 text), to
+compare against.
+
+Table 1: per setting, the mean over seeds
 of the per-seed mean cohort label entropy (bits of the summed true counts) and
 of its std over rounds, with the range of the per-seed means, and the fraction
 of rounds whose cohort covers every class, for FedEntOpt, FedEntOpt on
 Laplace-noised counts (epsilon = 0.5; statistics on the true counts) and
 uniform selection.
 
-Table 2 (spec §4.2 / Fig. 4): the probability that a uniformly random cohort
+Table 2 (Fig. 4): the probability that a uniformly random cohort
 covers all labels, CIFAR-10 Dir(0.1), K in {150, 200}, M in 3..7.
 """
 
@@ -32,7 +36,7 @@ from fedjax_kd.data.partition import label_histogram, partition
 from fedjax_kd.ops import selection
 
 # name: (num_classes, labels per class, partition, partition kwargs, M, Q,
-#        spec row: FedEntOpt H, FedEntOpt coverage, random H, random coverage)
+#        reference: FedEntOpt H, FedEntOpt coverage, random H, random coverage)
 SETTINGS = {
     'CIFAR-10 #C=2, M=10, Q=70': (10, 5000, 'classes',
                                   dict(classes_per_client=2), 10, 70,
@@ -59,9 +63,9 @@ SETTINGS = {
                                       '3.56-3.58 ± 0.18 / 0 %'),
 }
 
-# Spec §4.2: paper (Fig. 4 text) and the spec author's simulation, M = 3 / 7.
-FIG4_REFERENCE = {150: 'paper 7 % … 65 %; spec sim 7.6 % … 70.8 %',
-                  200: 'paper 5 % … 59 %; spec sim 8.2 % … 69.6 %'}
+# The paper (Fig. 4 text) and the earlier independent simulation, M = 3 / 7.
+FIG4_REFERENCE = {150: 'paper 7 % … 65 %; simulation 7.6 % … 70.8 %',
+                  200: 'paper 5 % … 59 %; simulation 8.2 % … 69.6 %'}
 
 
 def _counts(num_classes: int, per_class: int, name: str, kw: dict, k: int,
@@ -83,10 +87,10 @@ def entropy_table(rounds: int, seeds: int, epsilon: float) -> str:
   lines = [
       '| setting | FedEntOpt H̄ ± std (seed range) | full coverage | '
       f'FedEntOpt (DP ε={epsilon}) H̄ | random H̄ ± std (seed range) | '
-      'random coverage | spec (FedEntOpt H / cov / random H / cov) |',
+      'random coverage | reference (FedEntOpt H / cov / random H / cov) |',
       '|---|---|---|---|---|---|---|'
   ]
-  for name, (c, per_class, part, kw, m, q, spec) in SETTINGS.items():
+  for name, (c, per_class, part, kw, m, q, reference) in SETTINGS.items():
     fe, dp, rnd = [], [], []
     for seed in range(seeds):
       counts = _counts(c, per_class, part, kw, 100, seed)
@@ -101,13 +105,13 @@ def entropy_table(rounds: int, seeds: int, epsilon: float) -> str:
     dp_h, dp_cov = _summary(dp)
     rnd_h, rnd_cov = _summary(rnd)
     lines.append(f'| {name} | {fe_h} | {fe_cov} | {dp_h.split(" (")[0]}, '
-                 f'{dp_cov} | {rnd_h} | {rnd_cov} | {spec} |')
+                 f'{dp_cov} | {rnd_h} | {rnd_cov} | {reference} |')
   return '\n'.join(lines)
 
 
 def coverage_table(rounds: int, seeds: int) -> str:
   ms = range(3, 8)
-  lines = ['| K | ' + ' | '.join(f'M={m}' for m in ms) + ' | spec |',
+  lines = ['| K | ' + ' | '.join(f'M={m}' for m in ms) + ' | reference |',
            '|---|' + '---|' * len(ms) + '---|']
   for k in (150, 200):
     row = []

@@ -14,7 +14,7 @@ Workloads (built through the normal config -> ``experiment.build`` path):
 Data: real CIFAR-10 if tensorflow-datasets has it prepared locally, else a synthetic
 CIFAR-shaped stand-in (uniform random uint8 32x32x3, 10 labels, 50,000 train / 10,000 test,
 written to a temporary Keras-layout npz); real MNIST from ``--mnist`` (default
-``../shared/data/mnist.npz``) when present, else MNIST-shaped random data. Timing does not
+``$FEDJAX_KD_MNIST``) when present, else MNIST-shaped random data. Timing does not
 depend on pixel values. The output says which data was used.
 
 Timing: round 1 is run and timed separately (it includes compilation); then ``--rounds``
@@ -52,7 +52,7 @@ from fedjax_kd.models import layers, registry  # pylint: disable=g-import-not-at
 BLAZEFL_ROUNDS_PER_MIN = 3.7        # BlazeFL README, CNN, best parallelism, one A100
 BLAZEFL_ROUNDS_PER_MIN_SERIAL = 1.4  # ... at parallelism 1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_MNIST = os.path.join(REPO, '..', 'shared', 'data', 'mnist.npz')
+DEFAULT_MNIST = os.environ.get('FEDJAX_KD_MNIST', '')
 
 
 def _write_npz(path: str, shape: tuple[int, ...], n_train: int, n_test: int,

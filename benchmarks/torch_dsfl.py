@@ -1,6 +1,6 @@
 r"""An independent DS-FL in plain PyTorch, on fedjax_kd's exact data, partition and open-set draws.
 
-  python benchmarks/torch_dsfl.py --mnist=../shared/data/mnist.npz --seeds=0,1,2 \
+  python benchmarks/torch_dsfl.py --mnist=/path/to/mnist.npz --seeds=0,1,2 \
       --aggregations=era,sa --out=runs/torch_dsfl [--rounds=15] [--threads=2]
 
 DS-FL (S. Itahara, T. Nishio, Y. Koda, M. Morikura, K. Yamamoto, "Distillation-Based
@@ -63,7 +63,7 @@ from fedjax_kd import sweep  # pylint: disable=g-import-not-at-top
 from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
 CONFIG = 'configs/dsfl_mnist_cpu.py'
-MNIST_DEFAULT = os.path.join(os.path.dirname(REPO), 'shared', 'data', 'mnist.npz')
+MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')
 LABELS = {'era': 'PyTorch DS-FL ERA', 'sa': 'PyTorch DS-FL SA'}
 METRICS = ('label_acc', 'upload_acc', 'entropy')
 
@@ -281,7 +281,8 @@ def execute(runs: Sequence[sweep.Run], threads: int = 0, log=print) -> list[dict
 def main(argv: Sequence[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument('--mnist', default=MNIST_DEFAULT, help='MNIST .npz (Keras layout)')
+  p.add_argument('--mnist', default=MNIST_DEFAULT,
+                 help='MNIST .npz (Keras layout; default $FEDJAX_KD_MNIST)')
   p.add_argument('--config', default=CONFIG, help='a DS-FL config file (default %(default)s)')
   p.add_argument('--seeds', default='0,1,2')
   p.add_argument('--aggregations', default='era,sa')
@@ -291,6 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--set', action='append', default=[], metavar='FIELD=VALUE',
                  help='an override of the fedjax_kd config (e.g. clients.num_clients=4)')
   a = p.parse_args(argv)
+  if not a.mnist:
+    print('error: --mnist: give a Keras-layout mnist.npz (or set $FEDJAX_KD_MNIST)',
+          file=sys.stderr)
+    return 2
   if not os.path.exists(a.mnist):
     print(f'error: --mnist: {a.mnist} does not exist', file=sys.stderr)
     return 2

@@ -50,7 +50,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
   sys.path.insert(0, REPO)
-MNIST_DEFAULT = os.path.join(os.path.dirname(REPO), 'shared', 'data', 'mnist.npz')
+MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')   # else MNIST-shaped random data
 WORKLOADS = ('dsfl', 'resnet20', 'blazefl')
 
 
@@ -382,7 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--clients', type=int, default=0, help="0: the workload's CPU default")
   p.add_argument('--epochs', type=int, default=0, help="0: the workload's epochs")
   p.add_argument('--threads', type=int, default=0, help='torch threads (0: its default)')
-  p.add_argument('--mnist', default=MNIST_DEFAULT, help='MNIST .npz (Keras layout)')
+  p.add_argument('--mnist', default=MNIST_DEFAULT,
+                 help='MNIST .npz (Keras layout; default $FEDJAX_KD_MNIST)')
   p.add_argument('--out', default='', help='write the rows as JSON here')
   a = p.parse_args(argv)
   names = WORKLOADS if a.workload == 'all' else tuple(a.workload.split(','))

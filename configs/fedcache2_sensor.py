@@ -1,6 +1,6 @@
 """FedCache 2.0 on feature vectors (the paper's audio/sensor tasks): FCN clients, K=100.
 
-The paper's UrbanSound8K and TMD settings (spec fedcache2.md §4, Tables VI-X):
+The paper's UrbanSound8K and TMD settings (its Tables VI-X):
 every client an FCN (Dense 512-256, dropout 0.5), FedML Dirichlet alpha, 15
 rounds, distilled feature vectors sent as float32. The data set is a Keras-layout
 npz of features you prepare (x_train [N, D] float32 already scaled, y_train [N],

@@ -1,6 +1,6 @@
 """SCARLET on CIFAR-100 (private) with Tiny ImageNet (public), ResNet-32, K=100.
 
-Spec scarlet.md §3-4: alpha=0.05, beta=1.25, D=50, 3000 rounds; DS-FL's T=0.01.
+The paper's setting: alpha=0.05, beta=1.25, D=50, 3000 rounds; DS-FL's T=0.01.
 CIFAR-100 comes from tensorflow-datasets. Tiny ImageNet is not in the TFDS
 catalog: give its training images downscaled to 32x32 as a Keras-layout npz
 (``x_train`` uint8 [100000, 32, 32, 3], ``y_train``; labels are never used)

@@ -47,6 +47,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.data.alpha = 0.5                # Dirichlet concentration
   c.data.shards_per_client = 2
   c.data.classes_per_client = 2
+  c.data.dominant_fraction = 0.9    # 'dominant': each client's share of its main class
   c.data.min_size = 10              # per-class Dirichlet: min samples per client
   c.data.per_client_test = False    # per-client test splits with the same priors
   c.data.val_fraction = 0.0         # per-client validation rows held out of each shard
@@ -66,7 +67,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.clients.models = ('cnn@1.0',)    # tuples, so --config.x="('a','b')" can override
   c.clients.assignment = 'round_robin'   # 'round_robin', 'blocks' or model indices '0,1,1,0'
   c.clients.participation = 1.0          # fraction of clients selected per round, in (0, 1]
-  c.clients.shared_init = False          # DS-FL A2: independent init by default
+  c.clients.shared_init = False          # False: each client its own init (DS-FL shares no weights)
   # Where client states live between rounds: 'device' (stacked on the accelerator),
   # 'host' (host memory; only a round's participants go to the device) or 'disk'
   # (.npy memory maps in store_dir, default <workdir>/client_store). For K >> clients per round.
@@ -94,20 +95,20 @@ def default_config() -> ml_collections.ConfigDict:
   c.train.batch_size = 100
   c.train.epochs = 5
   c.train.lr_decay = 1.0                 # lr of round r = learning_rate * lr_decay ** (r - 1)
-  c.train.fresh_optimizer = False        # new optimizer state every round (NIID-Bench, FedEntOpt A18)
+  c.train.fresh_optimizer = False        # new optimizer state every round (NIID-Bench, FedEntOpt)
   # Forward-pass dtype: 'float32' | 'bfloat16' (mixed precision: params, optimizer state,
   # BatchNorm statistics, losses and the predictions sent to aggregation stay float32).
   # bfloat16 is meant for GPU/TPU; on XLA:CPU it is slower: a 2-core CPU ran the DS-FL MNIST
   # round (benchmarks/speed.py, 10 clients) at 5.6 vs 13.9 client-steps/s, 0.4x float32.
   c.train.compute_dtype = 'float32'
 
-  # Client selection for every algorithm (spec fedentopt.md); M = round(participation * K).
+  # Client selection for every algorithm (FedEntOpt's layer); M = round(participation * K).
   c.selection = ml_collections.ConfigDict()
   c.selection.method = 'uniform'         # 'uniform' | 'fedentopt' | 'power_of_choice'
   c.selection.buffer = 0.5               # FedEntOpt FIFO size Q = floor(buffer * K) <= K - M
   c.selection.dp = False                 # FedEntOpt: Laplace noise on the uploaded label counts
   c.selection.epsilon = 0.5              # ... its epsilon (> 0)
-  c.selection.tie_tol = 1e-5             # FedEntOpt: entropies within this many bits tie (A1)
+  c.selection.tie_tol = 1e-5             # FedEntOpt: entropies within this many bits tie
   c.selection.tie_break = 'lowest'       # ... 'lowest' client index | 'random'
   c.selection.candidates = 0             # Power-of-Choice d (M <= d <= K); 0 = min(K, 2M)
   c.selection.dropout = 0.0              # fraction of the selected clients that drop out
@@ -116,7 +117,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.selection.straggler_min_epochs = 1   # a selected straggler runs U{min, train.epochs} epochs
 
   c.distill = ml_collections.ConfigDict()
-  c.distill.optimizer = 'same'           # 'same' shares the train optimizer state (A3)
+  c.distill.optimizer = 'same'           # 'same' shares the train optimizer state (as Keras)
   c.distill.learning_rate = 0.1
   c.distill.momentum = 0.0
   c.distill.weight_decay = 0.0
@@ -146,9 +147,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.selective_fd.sigma = 5.0             # Gaussian kernel width
   c.selective_fd.lambda_exponent = 0.5   # lambda = n_private ** exponent
 
-  c.fedcache2 = ml_collections.ConfigDict()  # FedCache 2.0 (spec fedcache2.md §8)
+  c.fedcache2 = ml_collections.ConfigDict()  # FedCache 2.0 (choices: docs/papers.md)
   c.fedcache2.tau = 0.5                  # eq. 17: draw tau + (1 - tau) p_c^k of class c, in [0, 1]
-  c.fedcache2.sampling = 'count'         # 'count' (A9) | 'bernoulli' | 'repo' (authors' max-norm)
+  c.fedcache2.sampling = 'count'         # 'count' (q_c |S_c|) | 'bernoulli' | 'repo' (max-norm)
   c.fedcache2.max_download = 0           # cap on downloaded samples per client; 0 = none
   c.fedcache2.exclude_own = False        # leave a client's own uploads out of its download
   c.fedcache2.ipc = 1                    # synthetic samples per class per client (App. D: 1)
@@ -158,33 +159,33 @@ def default_config() -> ml_collections.ConfigDict:
   c.fedcache2.dd_batch_size = 64
   c.fedcache2.dd_lr = 1e-3               # paper's distillation learning rate (code: 3e-4)
   c.fedcache2.dd_reg = 1e-6              # KRR ridge = dd_reg * tr(K_bb) / n
-  c.fedcache2.dd_bn_mode = 'eval'        # 'eval' (A4) | 'train' (authors' code)
+  c.fedcache2.dd_bn_mode = 'eval'        # 'eval' (running statistics) | 'train' (authors' code)
   c.fedcache2.encoding = 'raw'           # counted as 'raw' uint8 | 'png' (code) | 'jpeg' (paper)
   c.fedcache2.jpeg_quality = 75
 
-  c.acepfl = ml_collections.ConfigDict()   # ACE-pFL (spec acepfl.md §10)
+  c.acepfl = ml_collections.ConfigDict()   # ACE-pFL (choices: docs/papers.md)
   c.acepfl.clusters = 3                  # |V|, <= clients.num_clients
   c.acepfl.clustering = True             # ablation switch: False = one cluster (Table XI w/o)
-  c.acepfl.cluster_method = 'vector'     # 'vector' (Algorithm 2) | 'matrix' (Table V, A4)
-  c.acepfl.distance = 'tv'               # 'tv' (A1) | 'l1' | 'emd1d' | 'sorted_literal'
+  c.acepfl.cluster_method = 'vector'     # 'vector' (Algorithm 2) | 'matrix' (Table V)
+  c.acepfl.distance = 'tv'               # 'tv' (0/1 ground EMD) | 'l1' | 'emd1d' | 'sorted_literal'
   c.acepfl.reference = -1                # reference client z; -1 = uniform from the seed
-  c.acepfl.aggregation = 'eq3_global'    # 'eq3_global' (A9) | 'per_cluster' | 'mean' (Eq. 1)
+  c.acepfl.aggregation = 'eq3_global'    # 'eq3_global' | 'per_cluster' | 'mean' (Eq. 1)
   c.acepfl.top_k = 5                     # K kept per uploaded row; 0 = all classes
-  c.acepfl.renormalize = 'fill'          # top-K rows: 'fill' | 'client' (A8) | 'server' | 'none'
+  c.acepfl.renormalize = 'fill'          # top-K rows: 'fill' | 'client' | 'server' | 'none'
   c.acepfl.t0 = 30.0                     # Eq. 2: initial temperature (> 0)
   c.acepfl.k1 = 5.0
   c.acepfl.k2 = 5.0
   c.acepfl.r0 = 100
   c.acepfl.curve = 'f1'                  # 'f1' (Eq. 2) | 'f2'..'f5' (Table XIII) | 'fixed'
   c.acepfl.dynamic_temperature = True    # ablation switch: False = T0 every round (Table XII)
-  c.acepfl.stage_div = 'r0'              # 'r0' (A6) | 'T0' (as printed)
-  c.acepfl.normalize_delta = True        # A7: sigmoid of (r mod r0) / r0
+  c.acepfl.stage_div = 'r0'              # 'r0' (as the text) | 'T0' (as printed)
+  c.acepfl.normalize_delta = True        # sigmoid of (r mod r0) / r0, not of the raw r mod r0
   c.acepfl.weights = (0.4, 0.3, 0.2, 0.1)  # alpha1..4: CE, KD, SD, GD (Eq. 4)
   c.acepfl.distillation = 'triple'       # ablation switch: 'triple' | 'double' | 'single'
-  c.acepfl.kl_direction = 'teacher_student'  # A2 | 'student_teacher' (as printed)
-  c.acepfl.gd_mode = 'student'           # A11 | 'literal' (logged, no gradient)
-  c.acepfl.best_metric = 'val'           # best past model by 'val' (A10) or 'public' accuracy
-  c.acepfl.hist_epsilon = 0.0            # Laplace epsilon on label counts; 0 = off (A19)
+  c.acepfl.kl_direction = 'teacher_student'  # standard KD | 'student_teacher' (as printed)
+  c.acepfl.gd_mode = 'student'           # KL(M || student) | 'literal' (logged, no gradient)
+  c.acepfl.best_metric = 'val'           # best past model by 'val' or 'public' accuracy
+  c.acepfl.hist_epsilon = 0.0            # Laplace epsilon on label counts; 0 = off
   c.acepfl.noise = 'none'                # noise on uploads: 'none' | 'gaussian' | 'laplace'
   c.acepfl.noise_scale = 0.0             # its sigma / b (no formal epsilon accounting)
 
@@ -407,6 +408,13 @@ def _val_fraction(c) -> float:
   return v
 
 
+def _dominant_fraction(c) -> float:
+  # Configs written before the field existed (a resumed run's config.json) lack it.
+  if 'dominant_fraction' not in c.data:
+    return 0.9
+  return _float(c, 'data.dominant_fraction', 0.0, lo_open=True, hi=1.0)
+
+
 def _label_key(c, source: str) -> str:
   v = _get(c, 'data.label_key') or ''
   if not isinstance(v, str):
@@ -473,7 +481,7 @@ def _optim(c, group: str, with_epochs: bool = True) -> OptimSpec:
 
 
 def cohort_size(participation: float, num_clients: int) -> int:
-  """M = round(participation * K), at least 1 (FedEntOpt A9)."""
+  """M = round(participation * K), at least 1 (FedEntOpt's cohort size)."""
   return max(1, min(num_clients, int(round(participation * num_clients))))
 
 
@@ -538,6 +546,7 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
       alpha=_float(config, 'data.alpha', 0.0, lo_open=True),
       shards_per_client=_int(config, 'data.shards_per_client', 1),
       classes_per_client=_int(config, 'data.classes_per_client', 1),
+      dominant_fraction=_dominant_fraction(config),
       min_size=_int(config, 'data.min_size', 0),
       per_client_test=_bool(config, 'data.per_client_test'),
       val_fraction=_val_fraction(config),

@@ -79,12 +79,17 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed, field='data.source',
                                 label_key=d.label_key or None)
   sources.check_dataset(dataset, f'data.source={d.source!r}',
-                        declared_classes=d.source.startswith('tfds:'))
+                        declared_classes=dataset.declared_classes)
   public = None
   if d.public_source:
     public = sources.load_source(d.public_source, data_dir=data_dir, seed=spec.seed,
                                  field='data.public_source')
     sources.check_dataset(public, f'data.public_source={d.public_source!r}', labelled=False)
+  vocab_size = _check_text_inputs(spec, dataset, public)
+  # The open-data broadcast counts what a public sample costs on the wire: float32 values,
+  # or the text source's own size (16-bit token ids, one bit per bag-of-words entry).
+  shown = public if public is not None else dataset
+  per_sample = shown.bytes_per_sample or float(math.prod(shown.x_train.shape[1:]) * 4)
   # data.normalize: one per-channel affine map (from the private source's training set) for
   # the private, public and test inputs alike. Float inputs are normalised here, once; uint8
   # pixels stay pixels (one byte each) and the kernels map them where they gather a batch.
@@ -106,6 +111,7 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   del dataset, public
   kwargs = dict(num_classes=split.num_classes, seed=spec.seed, alpha=d.alpha,
                 shards_per_client=d.shards_per_client, classes_per_client=d.classes_per_client,
+                dominant_fraction=d.dominant_fraction,
                 min_size=d.min_size)
   part = partition_lib.partition(d.partition, split.y_private, spec.num_clients,
                                  client_ids=split.client_ids_private, **kwargs)
@@ -137,7 +143,7 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
     modules[s] = registry.get_model(s, num_classes=num_classes, input_shape=input_shape,
                                     field=field, init=spec.model.init,
                                     bn_momentum=spec.model.bn_momentum,
-                                    bn_epsilon=spec.model.bn_epsilon)
+                                    bn_epsilon=spec.model.bn_epsilon, vocab_size=vocab_size)
   optimizers = {'train': make_optimizer(spec.train)}
   if spec.distill is not None:
     optimizers['distill'] = make_optimizer(spec.distill)
@@ -146,10 +152,37 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   selector = selection_lib.ClientSelector(spec, data.client_labels(), data.client_n)
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
                 optimizers=optimizers,
-                bytes_per_public_sample=float(math.prod(input_shape) * 4),
+                bytes_per_public_sample=per_sample,
                 selector=selector, input_stats=stats)
   algorithm = algorithms.ALGORITHMS[spec.algorithm](ctx)
   return Experiment(spec=spec, ctx=ctx, algorithm=algorithm)
+
+
+def _check_text_inputs(spec: ExperimentSpec, dataset: sources.ArrayDataset,
+                       public: sources.ArrayDataset | None) -> int | None:
+  """The vocabulary size of token-id inputs (None for others), after refusing what cannot
+  apply to token ids: a public source of another kind or a larger vocabulary, input
+  normalisation, image augmentation."""
+  vocab = dataset.vocab_size
+  if public is not None and public.vocab_size != vocab and (vocab is None or
+                                                            public.vocab_size is None or
+                                                            public.vocab_size > vocab):
+    raise ConfigError('data.public_source', spec.data.public_source,
+                      f'a source of the same input kind as data.source (token ids below '
+                      f'{vocab})' if vocab else 'a source of the same input kind as '
+                      'data.source (not token ids)')
+  if vocab is None:
+    return None
+  if spec.data.normalize != 'unit':
+    raise ConfigError('data.normalize', spec.data.normalize,
+                      "'unit' (data.source holds token ids, which are not normalised)")
+  if spec.data.augment != 'none':
+    raise ConfigError('data.augment', spec.data.augment,
+                      "'none' (data.source holds token ids, not images)")
+  if getattr(algorithms.ALGORITHMS.get(spec.algorithm), 'synthesizes_inputs', False):
+    raise ConfigError('algorithm', spec.algorithm, 'an algorithm that does not synthesize '
+                      'inputs (data.source holds token ids, which cannot be optimised)')
+  return int(vocab)
 
 
 def participants(spec: ExperimentSpec, t: int) -> np.ndarray:

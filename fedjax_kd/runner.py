@@ -386,7 +386,7 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
             state, out = play_round(
                 algo, state, t, active,
                 check=lambda st, fed, o: _check_finite(st, o, t, active, fed, ckpt, last_saved))
-          else:   # everybody dropped out: the model is unchanged (FedEntOpt A7)
+          else:   # everybody dropped out: the model is unchanged, nothing is sent
             out = RoundOutput({}, [])
           sent = comm.count_bytes(out.payloads, rules)
           for k in cum:
@@ -602,7 +602,7 @@ def summarize(rows, spec: ExperimentSpec, setup_bytes, rules_name: str) -> dict[
 
 
 def convergence(rows, patience: int = 20, min_delta: float = 0.001) -> dict[str, Any]:
-  """Round, accuracy, bytes and time "to convergence" r* (spec ``acepfl.md`` §7).
+  """Round, accuracy, bytes and time "to convergence" r* (ACE-pFL's time and GB figures).
 
   r* is the last round whose accuracy beat the best so far by more than
   ``min_delta`` (0.1 points), provided ``patience`` rounds followed without

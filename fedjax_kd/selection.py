@@ -9,7 +9,7 @@ epoch budget (stragglers). Algorithms only see the ``active`` mask and ask
 Methods (``selection.method``):
 
 * ``'uniform'``: ``M = round(participation * K)`` clients uniformly without
-  replacement, a fresh draw each round (FedEntOpt A10); everybody under full
+  replacement, a fresh draw each round, ignoring data sizes; everybody under full
   participation.
 * ``'fedentopt'``: A. Lutz, G. Steidl, K. Müller, W. Samek, "Boosting Federated
   Learning with FedEntOpt: Mitigating Label Skew by Entropy-Based Client
@@ -27,7 +27,7 @@ Methods (``selection.method``):
   current model are selected. Model-dependent, so chosen in the loop; the
   algorithm supplies the losses (:meth:`Algorithm.selection_losses`).
 
-Dropout and stragglers (FedEntOpt §V-B6, spec A7/A8): after selection,
+Dropout and stragglers (FedEntOpt §V-B6): after selection,
 ``round(dropout * M)`` of the selected clients (or each with probability
 ``dropout``) are unavailable; they are not replaced and stay in FedEntOpt's
 buffer. A fixed ``stragglers`` fraction of the pool, drawn once per seed, runs

@@ -26,6 +26,7 @@ class DataSpec:
   min_size: int
   per_client_test: bool
   val_fraction: float = 0.0
+  dominant_fraction: float = 0.9
   augment: str = 'none'
   augment_predict: bool = True
   label_key: str = ''

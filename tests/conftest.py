@@ -3,12 +3,17 @@
 import os
 import pathlib
 
-# MNIST train class counts (dsfl.md / shared/data/README.md).
+# MNIST train class counts (the standard 60,000-image training split).
 MNIST_COUNTS = (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949)
 
 
 def mnist_path() -> pathlib.Path:
-  """``$FEDJAX_KD_MNIST`` or ``../shared/data/mnist.npz`` beside the repo (may be absent)."""
+  """Real MNIST for the tests that need it (may be absent: they skip).
+
+  ``$FEDJAX_KD_MNIST`` (any Keras-layout ``mnist.npz``), else ``shared/data/mnist.npz`` in
+  the folder that holds the checkout, where the project's CI machines keep a copy (users'
+  machines usually have none, and those tests skip).
+  """
   env = os.environ.get('FEDJAX_KD_MNIST')
   if env:
     return pathlib.Path(env)

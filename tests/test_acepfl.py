@@ -80,7 +80,7 @@ def test_kl_directions():
   assert ts == pytest.approx(-float(log_q[0, 0]), rel=1e-6)        # KL(t||q) = -log q_0
   st = float(losses.tempered_kl(log_q, zero_teacher, 'student_teacher')[0])
   q = np.exp(np.asarray(log_q[0], np.float64))
-  t = (np.asarray([1.0, 0.0, 0.0]) + 1e-8) / (1 + 3e-8)     # the smoothed teacher (A2)
+  t = (np.asarray([1.0, 0.0, 0.0]) + 1e-8) / (1 + 3e-8)     # the epsilon-smoothed teacher
   assert st == pytest.approx(float(np.sum(q * np.log(q / t))), rel=1e-5)   # ~ 6.83, finite
 
 

@@ -1,4 +1,4 @@
-"""ERA / SA / power sharpening / entropy against hand-computed values (DS-FL §2.4)."""
+"""ERA / SA / power sharpening / entropy against hand-computed values (DS-FL §3)."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 from fedjax_kd.ops import aggregate
 
-# (mean input, T, ERA output, H(input), H(output)) from dsfl.md §2.4.
+# (mean input, T, ERA output, H(input), H(output)), computed by hand from DS-FL's eqs. 12-13.
 ERA_TABLE = [
     ([0.5, 0.3, 0.2], 0.01, [1.0, 0.0, 0.0], 1.0297, 0.0),
     ([0.5, 0.3, 0.2], 0.1, [0.8438, 0.1142, 0.0420], 1.0297, 0.5243),

@@ -28,7 +28,8 @@ def test_fd_teacher_dropped_when_class_held_by_one_client():
   means = jnp.asarray([[[0.6, 0.4], [0.5, 0.5]], [[0.9, 0.1], [0.2, 0.8]]])
   counts = jnp.asarray([[1, 0], [1, 3]], jnp.float32)
   _, teacher, weight = fd_teachers(means, counts, jnp.asarray([True, True]))
-  np.testing.assert_array_equal(weight, [[1, 0], [1, 0]])   # |K_1| = 1: no teacher (A20)
+  # |K_1| = 1: no teacher (eq. 6 would divide by |K_1| - 1 = 0).
+  np.testing.assert_array_equal(weight, [[1, 0], [1, 0]])
   np.testing.assert_allclose(teacher[0, 0], [0.9, 0.1], atol=1e-6)
   # An inactive client contributes nothing.
   _, _, weight = fd_teachers(means, counts, jnp.asarray([False, True]))

@@ -1,5 +1,5 @@
-"""flip_crop (SCARLET §2.8 RandomCrop + RandomHorizontalFlip) against brute force, and
-jitter_flip_gray (FedEntOpt §4.1 / A16 ColorJitter + flip + RandomGrayscale)."""
+"""flip_crop (SCARLET's code: RandomCrop + RandomHorizontalFlip) against brute force, and
+jitter_flip_gray (FedEntOpt's ColorJitter + flip + RandomGrayscale)."""
 
 import jax
 import jax.numpy as jnp

@@ -117,7 +117,8 @@ def test_mirror_stays_in_sync_with_server_over_many_rounds():
 
 @pytest.mark.parametrize('d', [10, 50])
 def test_steady_state_hit_ratio(d):
-  """SCARLET §2.9: h(D) = pD / (pD + 2) with p = |P^t| / |P| = 0.1."""
+  """SCARLET's steady-state hit ratio (the plateau of its Fig. 3): h(D) = pD / (pD + 2),
+  p = |P^t| / |P| = 0.1 (our closed form, derived from the cache dynamics)."""
   rng = np.random.default_rng(1)
   n_pub, n, rounds = 10_000, 1000, 4 * d + 300
   cache = C.empty_cache(n_pub, 2)

@@ -1,4 +1,4 @@
-"""Communication accounting reproduces DS-FL's Tables 1 and 2 and §5 exactly."""
+"""Communication accounting reproduces DS-FL's Tables 1 and 2 and its ComU entries exactly."""
 
 import pytest
 

@@ -11,7 +11,7 @@ def _loop_kernel(a, b, sigma):
 
 
 def _loop_fit_and_ratio(private, seed, z, sigma, lambda_exponent):
-  """Direct, loop-based transcription of the spec (same rng draw order)."""
+  """Direct, loop-based transcription of Selective-FD's KuLSIF procedure (same rng draw order)."""
   rng = np.random.default_rng(seed)
   n_priv, dim = private.shape
   half = n_priv // 2

@@ -1,8 +1,8 @@
 """Client selection for every algorithm (FedEntOpt, uniform, Power-of-Choice), dropout and
 stragglers, and the parameter-exchange baselines FedProx, SCAFFOLD and FedNova end to end.
 
-The selection math itself (Algorithm 1 against a literal transcription, the spec's entropy
-table) is in test_selection.py; the local-training rules in test_local_rules.py.
+The selection math itself (Algorithm 1 against a literal transcription, the reference
+entropy table) is in test_selection.py; the local-training rules in test_local_rules.py.
 """
 
 import json

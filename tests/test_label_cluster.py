@@ -197,7 +197,7 @@ def test_cluster_clients_vector_hand_case():
   assert res.num_clusters == 3 and res.reference == 0
   np.testing.assert_allclose(res.intra_distance, [0, 0, 0])
   # Reference in the middle group: {0,1} and {4,5} are both at TV .5 -> merged
-  # (the paper's "transitivity" failure, spec §3.4.3).
+  # (clustering by distance to one reference cannot tell the two groups apart).
   res = lc.cluster_clients(COUNTS, 3, method='vector', reference=3)
   np.testing.assert_allclose(res.distances, [.5, .5, 0, 0, .5, .5])
   np.testing.assert_array_equal(res.labels, [1, 1, 0, 0, 1, 1])

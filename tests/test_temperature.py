@@ -1,4 +1,4 @@
-"""ACE-pFL dynamic temperature (Eq. 2) against the spec's §3.4.4 reference table."""
+"""ACE-pFL dynamic temperature (Eq. 2) against a reference table computed from its formula."""
 
 import math
 

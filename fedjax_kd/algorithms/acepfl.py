@@ -2,41 +2,49 @@
 
 K. He, H. Bai, Y. Li, J. Chen, R. Du, "ACE-pFL: Accurate, Efficient Personalized
 Federated Learning With Knowledge Distillation", IEEE/ACM Transactions on Networking
-2025 (Algorithms 1-2, Eqs. 2-4); decisions from spec ``acepfl.md`` §10 (A1-A26).
+2025 (Algorithms 1-2, Eqs. 2-4). Where the paper is silent or inconsistent, the
+choices below say what we do and why (also in ``docs/papers.md``).
 
 Personalised FL with heterogeneous client models that exchange only soft predictions
 on a shared, *labelled* public set D0. Before round 1 the clients are clustered once
 (:func:`fedjax_kd.ops.label_cluster.cluster_clients`): each client's label histogram
-is compared with a random reference client's (total variation by default, A1), and
-the N distances are split by exact 1-D k-means (A3); ``cluster_method='matrix'`` is
-Table V's comparator. A round, for every participating client:
+is compared with a random reference client's (total variation by default: the printed
+EMD program is degenerate), and the N distances are split by exact 1-D k-means
+(deterministic, where the paper gives no initialisation); ``cluster_method='matrix'``
+is Table V's comparator. A round, for every participating client:
 
 1. local training on the private data (CE, ``train.*``, lr eta1);
-2. the temperature ``T_r`` of Eq. 2 (:mod:`fedjax_kd.ops.temperature`; the spec's
-   fixed form, A6/A7);
+2. the temperature ``T_r`` of Eq. 2 (:mod:`fedjax_kd.ops.temperature`: stages of
+   ``r0`` rounds as the text describes, and a normalised sigmoid argument so the
+   curve rises smoothly instead of in steps);
 3. soft predictions ``softmax(z / T_r)`` on all of D0 (inference mode), top-K
-   filtered, optionally with noise (A19), uploaded as K values + K indices per
+   filtered, optionally with noise (off by default; the paper gives no mechanism),
+   uploaded as K values + K indices per
    sample. The receiver completes each row (``renormalize``): by default the
    missing mass ``1 - sum(top-K)`` is spread over the dropped classes
-   (``'fill'``). This departs from the spec's A8 (rescale the K values, zeros
+   (``'fill'``). This departs from the plain reading (rescale the K values, zeros
    elsewhere, ``'client'``): at T = 35-50 those zeros are unreachable targets --
    the KD gradient ``T (q - t)`` stays near ``T / C`` per dropped class, logits grow
    without bound, and on digits training diverged (UA 0.225 against 0.975);
 
 4. the server's aggregate: Eq. 3 (``aggregation='eq3_global'``, default: the mean
    inside each cluster, clusters weighted by their data share, one teacher for
-   everybody, A5/A9), one teacher per cluster (``'per_cluster'``, the option for
+   everybody, as Eq. 3, Algorithm 1 and Fig. 1 describe; the weights are read so
+   that they sum to 1), one teacher per cluster (``'per_cluster'``, the option for
    testing the clustering ablation) or the plain mean of Eq. 1 (``'mean'``);
 5. the distillation update on D0 (``distill.*``, lr eta2) with the triple loss of
    Eq. 4 (:func:`fedjax_kd.ops.losses.triple_distillation_loss`):
    ``0.4 CE(public labels) + T^2 [0.3 KL(s^r||q) + 0.2 KL(s^b||q) + 0.1 KL(M||q)]``,
-   teacher-first KL (A2). ``s^b`` is the client's best past model (by validation
-   accuracy, A10), kept as its log-probabilities on D0; ``M`` is the running mean of
-   past aggregates (A11). Both are device arrays (in the client table and the
+   teacher-first KL (the printed student-first KL is infinite against a top-K
+   teacher's zeros). ``s^b`` is the client's best past model (by validation
+   accuracy; the paper does not say by what), kept as its log-probabilities on D0;
+   ``M`` is the running mean of past aggregates, towards which the student distils
+   (the printed ``KL(s^r || M)`` does not depend on the client model). Both are
+   device arrays (in the client table and the
    server state), so checkpoints hold them. ``L_SD`` and ``L_GD`` start in round 2.
 
 The evaluated quantity is the unweighted mean of the clients' personalised test
-accuracies (A18); the sample-weighted mean is logged too.
+accuracies; the sample-weighted mean is logged too.
 
 :class:`FedMD` is the FedMD-style baseline (Li & Wang, "FedMD: Heterogenous
 Federated Learning via Model Distillation", NeurIPS 2019 workshop) on the same
@@ -67,7 +75,7 @@ from fedjax_kd.ops.errors import ParamError
 AGGREGATIONS = ('eq3_global', 'per_cluster', 'mean')
 CLUSTER_METHODS = ('vector', 'matrix')
 # How a filtered row becomes a teacher: 'fill' (default, see the note in ACEPFL),
-# 'client' (A8: kept entries rescaled to 1, zeros elsewhere), 'server' (the aggregate
+# 'client' (kept entries rescaled to 1, zeros elsewhere), 'server' (the aggregate
 # is rescaled) or 'none' (sub-stochastic rows, literal).
 RENORMALIZE = ('fill', 'client', 'server', 'none')
 GD_MODES = ('student', 'literal')
@@ -169,7 +177,7 @@ def _teacher_metrics(stats: dict[str, np.ndarray], fresh: np.ndarray) -> dict[st
 
 @jax.jit
 def _literal_gd(teacher: jax.Array, history: jax.Array, temperature: jax.Array) -> jax.Array:
-  """Eq. 4's printed ``L_GD = T^2 KL(s^r || M)``: a constant of the client model (A11)."""
+  """Eq. 4's printed ``L_GD = T^2 KL(s^r || M)``: a constant of the client model (no gradient)."""
   kl = losses.tempered_kl(jnp.log(jnp.maximum(history, 1e-30)), teacher)
   return temperature**2 * jnp.mean(kl)
 
@@ -196,7 +204,7 @@ class ACEPFLTable:
 
 @flax.struct.dataclass
 class ACEPFLServer:
-  """The running mean of past aggregates per teacher (A11).
+  """The running mean of past aggregates per teacher (the target of ``L_GD``).
 
   Attributes:
     hist: ``[V, m, C]`` the mean of each teacher's aggregates so far.
@@ -211,7 +219,7 @@ class ACEPFL(base.Algorithm):
   name = 'acepfl'
   paper_rules = 'acepfl'
   uses_public = True
-  samples_public = False      # the whole labelled D0 every round (A13)
+  samples_public = False      # the whole labelled D0 every round, in a fixed order
   has_server_model = False
 
   @classmethod
@@ -234,7 +242,7 @@ class ACEPFL(base.Algorithm):
                         'four numbers >= 0, not all 0: (alpha1 CE, alpha2 KD, alpha3 SD, '
                         'alpha4 GD), e.g. [0.4, 0.3, 0.2, 0.1]')
     distillation = fields.choice(config, f'{g}.distillation', DISTILLATION)
-    if distillation in ('double', 'single'):   # A26: zeroed, not renormalised
+    if distillation in ('double', 'single'):   # ablations: zeroed, not renormalised
       weights = weights[:3] + (0.0,)
     if distillation == 'single':
       weights = weights[:2] + (0.0, 0.0)
@@ -322,7 +330,7 @@ class ACEPFL(base.Algorithm):
     counts = self.ctx.data.client_labels().astype(np.float64)
     gen = rng.host_rng(self.spec.seed, 0, 'custom')
     hist = None
-    if o.hist_epsilon > 0:   # A19 (i): Laplace on the label counts, clipped at 0
+    if o.hist_epsilon > 0:   # epsilon-DP histogram: Laplace on the label counts, clipped at 0
       noisy = privacy.laplace_counts(gen, counts, o.hist_epsilon)
       hist = label_cluster.label_histograms(np.maximum(noisy, 0) + 1e-12)
     reference = o.reference if o.reference >= 0 else int(gen.integers(self.num_clients))
@@ -357,7 +365,7 @@ class ACEPFL(base.Algorithm):
     return state.replace(table=table, extra=server)
 
   def setup_payloads(self) -> list[comm.Payload]:
-    """Open data (the labelled D0) plus the one-time clustering traffic (spec §7)."""
+    """Open data (the labelled D0) plus the one-time clustering traffic."""
     out = super().setup_payloads()
     n, c = self.num_clients, self.num_classes
     if self.options.clusters > 1:
@@ -451,7 +459,7 @@ class ACEPFL(base.Algorithm):
       if den:
         metrics['gd_literal'] = float(num / den)
 
-    # Bookkeeping: the best past model (A10) and the running mean of aggregates (A11).
+    # Bookkeeping: the best past model and the running mean of aggregates.
     improved = np.zeros(k, bool)
     if o.weights[2] > 0:
       acc = self._selection_accuracy(state, r)
@@ -502,7 +510,7 @@ class ACEPFL(base.Algorithm):
 
   def _downlink_payloads(self, nnz: np.ndarray, active: np.ndarray,
                          cluster: np.ndarray) -> list[comm.Payload]:
-    """Each receiver gets its teacher, dense or sparse, whichever is smaller (spec §7)."""
+    """Each receiver gets its teacher, dense or sparse, whichever is smaller."""
     out = []
     for v in range(self.n_teachers):
       members = (cluster == v) if self.n_teachers > 1 else np.ones_like(active, bool)

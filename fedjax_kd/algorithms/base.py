@@ -130,6 +130,8 @@ class Algorithm:
   # Draws distill.public_per_round public samples a round (False: uses all of D0).
   samples_public: ClassVar[bool] = True
   has_server_model: ClassVar[bool] = False
+  # Optimises inputs by gradient (dataset distillation): float inputs only, no token ids.
+  synthesizes_inputs: ClassVar[bool] = False
 
   def __init__(self, ctx: Context):
     self.ctx = ctx
@@ -143,7 +145,7 @@ class Algorithm:
     self.distill_slot = 'train' if self.spec.distill is None else 'distill'
     # One function object per run, so it is a stable jit static argument.
     self.augment = augment_lib.get_augment(self.spec.data.augment, ctx.input_stats)
-    # SCARLET's code also augments the public images clients predict on (§8.8).
+    # SCARLET's code also augments the public images clients predict on.
     self.predict_augment = self.augment if self.spec.data.augment_predict else None
 
   @property
@@ -233,7 +235,7 @@ class Algorithm:
     return nll
 
   def sample_public(self, t: int) -> tuple[np.ndarray, Array]:
-    """o_r: ``public_per_round`` open indices, uniform without replacement (A6)."""
+    """o_r: ``public_per_round`` open indices, uniform without replacement, fresh each round."""
     n_pub = int(self.ctx.data.x_public.shape[0])
     m = min(self.spec.public_per_round, n_pub)
     idx = np.sort(rng.host_rng(self.spec.seed, t, 'sample').choice(n_pub, m, replace=False))
@@ -284,7 +286,7 @@ class Algorithm:
     d = self.ctx.data
     acc, loss, acc5 = self.server_model.evaluate(state.server, d.x_test, d.y_test,
                                                  chunk=self.spec.eval_chunk)
-    # Top-5 too: SCARLET's code prints it for CIFAR-100 (spec scarlet.md §8.10).
+    # Top-5 too: SCARLET's code prints it for CIFAR-100 (as its "Test Accuracy").
     return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
 
 

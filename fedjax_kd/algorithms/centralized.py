@@ -1,7 +1,7 @@
 """Centralized reference: one model trained on the union of the private data.
 
 The upper reference line of SCARLET (Azuma et al., 2025, Table IV: SGD with
-lr 0.01, batch 100; spec ``scarlet.md`` §5.5 and §8.16): each "round" is
+lr 0.01, batch 100; the paper gives no epoch count): each "round" is
 ``train.epochs`` epochs over all clients' private data pooled; the evaluated
 model is that one model on the server test set. There is no communication.
 """

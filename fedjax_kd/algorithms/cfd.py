@@ -2,9 +2,8 @@
 
 F. Sattler, A. Marban, R. Rischke, W. Samek, "CFD: Communication-Efficient
 Federated Distillation via Soft-Label Quantization and Delta Coding",
-IEEE TNSE 2022; as the baseline of SCARLET (Azuma et al., 2025; spec
-``scarlet.md`` §5.2) with ``b_up = 1`` (hard labels), ``b_down = 32``, no delta
-coding.
+IEEE TNSE 2022; as the baseline of SCARLET (Azuma et al., 2025) with
+``b_up = 1`` (hard labels), ``b_down = 32``, no delta coding.
 
 Round (shared engine, :mod:`fedjax_kd.algorithms.protocol`): clients upload the
 hard label ``argmax_c p_k(x)`` of each requested sample; the server averages the

@@ -3,7 +3,7 @@
 Y. J. Cho, J. Wang, T. Chirvolu, G. Joshi, "Communication-Efficient and
 Model-Heterogeneous Personalized Federated Learning via Clustered Knowledge
 Transfer" (COMET), IEEE JSTSP 2023; as the baseline of SCARLET (Azuma et al.,
-2025; spec ``scarlet.md`` §5.3), which clusters *per public sample*.
+2025) in its authors' code, which clusters *per public sample*.
 
 Round (shared engine, :mod:`fedjax_kd.algorithms.protocol`): clients upload soft
 labels as in DS-FL; for every sample the server runs k-means with

@@ -4,12 +4,14 @@ S. Itahara, T. Nishio, Y. Koda, M. Morikura, K. Yamamoto, "Distillation-Based
 Semi-Supervised Federated Learning for Communication-Efficient Collaborative
 Training With Non-IID Private Data", IEEE TMC 2021 (Algorithm 1).
 
-One round (spec ``dsfl.md`` §2.3), on the shared round engine
+One round (the paper's §2.3.2), on the shared round engine
 (:mod:`fedjax_kd.algorithms.protocol`):
   1. every client runs ``train.epochs`` epochs on its private data, starting
-     from its own persistent model (A1);
+     from its own persistent model (DS-FL broadcasts no parameters, so the
+     update of eq. 1 starts from the client's model after its last distillation);
   2. the server draws ``o_r`` (``distill.public_per_round`` open samples,
-     uniform without replacement, A6) and every client predicts on it;
+     uniform without replacement, redrawn every round) and every client predicts
+     on it;
   3-4. the server averages the uploaded probabilities (SA, eq. 16) and, for
      ERA, applies ``softmax(mean / T)`` (eq. 13);
   5-6. clients and the server's global model ``w_g`` distil on ``(D^{or}, T)``

@@ -4,17 +4,21 @@ E. Jeong et al., "Communication-Efficient On-Device Machine Learning:
 Federated Distillation and Augmentation under Non-IID Private Data", 2018; as
 "Benchmark 2" of DS-FL (Itahara et al., IEEE TMC 2021, §2.2, eqs. 4-8).
 
-Round (spec ``dsfl.md`` §2.6 and A18-A22):
-  * local update on private data: round 1 only (the literal reading, A18), or
-    every round with ``fd.update_every_round``;
+Round (DS-FL's Benchmark 2, with our readings where it is silent):
+  * local update on private data: round 1 only (the literal reading of "all
+    procedures except Update are iterated"; later rounds keep training through
+    the label term of the distillation loss), or every round with
+    ``fd.update_every_round``;
   * each client uploads its per-label mean probabilities ``t_{k,n}`` over its
-    private samples of class n (inference mode, eq. 4; zero if absent, A21);
+    private samples of class n (inference mode, after the round's training,
+    eq. 4; zero if absent, still counted);
   * the server averages them over the clients holding class n (eq. 5);
   * each client distils on its private data with
     ``CE(y) + gamma * CE(teacher_k[y])`` where the teacher excludes its own
     contribution, ``(|K_n| t_{g,n} - t_{k,n}) / (|K_n| - 1)`` (eqs. 6-7); the
-    term is dropped where ``|K_n| <= 1`` (A20).
-Evaluation: the mean test accuracy of the client models (A22).
+    term is dropped where ``|K_n| <= 1`` (eq. 6 would divide by zero);
+    ``gamma`` defaults to 1 (the paper gives no value).
+Evaluation: the mean test accuracy of the client models (FD has no server model).
 """
 
 from __future__ import annotations

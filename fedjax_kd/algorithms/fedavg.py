@@ -6,8 +6,8 @@ al., IEEE TMC 2021, §2.1, eqs. 1-3):
 each round the active clients start from the global model ``w_0``, train
 ``train.epochs`` epochs, and the server sets
 ``w_0 = sum_k (I_k / I) w_k`` over them. Parameters *and* BatchNorm statistics
-are averaged and counted as sent (A10); each client keeps its own optimizer
-state (A3) unless ``train.fresh_optimizer`` (NIID-Bench, FedEntOpt A18).
+are averaged and counted as sent; each client keeps its own optimizer
+state (as Keras would) unless ``train.fresh_optimizer`` (NIID-Bench, FedEntOpt).
 Requires every client to use the same model spec.
 
 This class is also the shared machinery of the other parameter-exchange
@@ -73,7 +73,7 @@ class FedAvg(base.Algorithm):
     return num_elements(state.server.params) + num_elements(state.server.batch_stats)
 
   def setup_payloads(self):
-    # The initial global model is broadcast once (DS-FL §5: 1 + r(K+1) models).
+    # The initial global model is broadcast once (DS-FL counts 1 + r(K+1) models).
     n = getattr(self, '_elements', None)
     if n is None:
       return []

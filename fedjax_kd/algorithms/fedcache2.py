@@ -2,29 +2,32 @@
 
 Q. Pan, S. Sun, Z. Wu, Y. Wang, M. Liu, B. Gao, J. Wang, "FedCache 2.0: Federated Edge
 Learning with Knowledge Caching and Dataset Distillation", arXiv 2405.13378 (Algorithm 1,
-eqs. 5-17); decisions from spec ``fedcache2.md`` §8 (A1-A23).
+eqs. 5-17). Where the paper is silent or inconsistent, the choices below say what we do
+and why (also in ``docs/papers.md``).
 
 Personalised FL without parameter or logit exchange. A round, synchronous and in the
-authors' code order (A12), for every participating client k:
+authors' code order (train before distilling, so distillation uses a trained feature
+extractor), for every participating client k:
 
 1. **Download** (eq. 17): for each class c the server draws a fraction
    ``q_c = tau + (1 - tau) p_c^k`` of the cached class-c samples
    (:func:`fedjax_kd.ops.knowledge_cache.sample`; ``fedcache2.sampling`` picks the
-   spec's fixed count, a Bernoulli draw or the authors' max-normalised count).
+   fixed count ``q_c |S_c|``, a Bernoulli draw or the authors' max-normalised count).
    The cache is empty in round 1, so round 1 is local training only (eq. 15's g).
 2. **Train** (eq. 14): cross-entropy on the private data with the downloaded
-   synthetic samples appended and shuffled in (A13).
+   synthetic samples appended and shuffled in (one data set, as the authors' code).
 3. **Distil** (eqs. 8-12): ``fedcache2.ipc`` synthetic inputs per class, initialised
    from real local samples in round 1 and from the client's own previous synthetic
    set afterwards (``proto_init='own'``, the released code; ``'sigma'`` starts from
    another client's cached set, eq. 8), are optimised with Adam to minimise the
    KRR loss of predicting the client's real data from them, with a linear kernel
    on the client model's penultimate features (:mod:`fedjax_kd.ops.krr`; the
-   paper's eq. 12 has y_b and y_i swapped, A1). Labels stay one-hot. Classes the
-   client lacks get no synthetic sample (A7). All clients of a cohort distil at
+   paper's eq. 12 has y_b and y_i swapped; we use standard KRR). Labels stay one-hot.
+   Classes the client lacks get no synthetic sample (as the code). All clients of a
+   cohort distil at
    once (vmap), the model is not changed.
 4. **Upload** (eq. 13): the synthetic set replaces the client's cache slot. Images
-   travel as uint8 (A15), counted as raw bytes or as PNG/JPEG file sizes
+   travel as uint8 (the paper sends JPEGs), counted as raw bytes or as PNG/JPEG file sizes
    (``fedcache2.encoding``); non-image inputs travel as float32. Hard labels are
    counted too.
 
@@ -110,6 +113,7 @@ class FedCache2(base.Algorithm):
   name = 'fedcache2'
   paper_rules = 'fedcache2'
   uses_public = False
+  synthesizes_inputs = True
 
   @classmethod
   def options_from_config(cls, config, spec) -> FedCache2Options:
@@ -318,7 +322,7 @@ class FedCache2(base.Algorithm):
     """What the server stores for each uploaded sample, and its size in bytes."""
     k_all = valid.shape[0]
     validf = valid.astype(jnp.float32)
-    if not self.image:       # tabular/audio features: float32, 4 bytes per value (A16)
+    if not self.image:       # tabular/audio features: float32, 4 bytes per value
       return x, validf * self.raw_item_bytes
     lo, hi = self.value_range
     q = codec.quantize(x, lo, hi)
@@ -416,7 +420,7 @@ def distill_synthetic(kernels, st, key, row, shared, *, options: DistillOptions)
   n_max = idx.shape[0]
   k_feat, k_pos = jax.random.split(key)
   # Targets: the client's real data through its current (trained) extractor,
-  # detached -- only the synthetic inputs are learned (FedCache 2.0 A3, A5).
+  # detached -- only the synthetic inputs are learned.
   phi_all = jax.lax.stop_gradient(_target_features(kernels, st, x, idx, k_feat, chunk,
                                                    augment))
   y_all = jax.nn.one_hot(y[idx], y_b.shape[-1], dtype=jnp.float32)

@@ -3,7 +3,7 @@
 J. Wang, Q. Liu, H. Liang, G. Joshi, H. V. Poor, "Tackling the Objective
 Inconsistency Problem in Heterogeneous Federated Optimization", NeurIPS 2020,
 in NIID-Bench's form for SGD with momentum ``rho = train.momentum``
-(FedEntOpt, Lutz et al., arXiv 2411.01240v2; spec ``fedentopt.md`` §2.8):
+(as FedEntOpt, Lutz et al., arXiv 2411.01240v2, §V-B4, runs it):
 ``tau_k`` is the number of local steps client k actually ran
 (``epochs_k * ceil(n_k / batch)``, stragglers included),
 ``a_k = [tau_k - rho (1 - rho^tau_k) / (1 - rho)] / (1 - rho)`` and the server

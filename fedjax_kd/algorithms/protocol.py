@@ -2,8 +2,8 @@
 
 The round structure is DS-FL's (Itahara et al., IEEE TMC 2021, Algorithm 1)
 as run by SCARLET's code (Azuma et al., "Soft-Label Caching and Sharpening for
-Communication-Efficient Federated Distillation", 2025, Algorithm 1 and spec
-``scarlet.md`` §2.7):
+Communication-Efficient Federated Distillation", 2025, Algorithm 1, in the order
+of the authors' reproducibility code):
 
   1. downlink: the previous round's labels (only the fresh ones when the
      soft-label cache is on), their indices, cache signals and this round's
@@ -130,8 +130,8 @@ class Protocol(base.Algorithm):
     self.n_round = self.spec.public_per_round   # <= n_public, checked by config.validate
     self.num_classes = self.ctx.data.num_classes
     self.track_clients = self.cache.enabled and self.spec.partial
-    # Debug mode (spec scarlet.md §2.6.5): assert that the labels a client
-    # rebuilds from its cache equal the server's zhat, where they should.
+    # Debug mode: assert that the labels a client rebuilds from its cache equal
+    # the server's zhat, where they should (always, under full participation).
     self.debug = bool(os.environ.get('FEDJAX_KD_DEBUG'))
 
   # ------------------------------------------------------------- options

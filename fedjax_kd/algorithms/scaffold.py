@@ -3,7 +3,8 @@
 S. P. Karimireddy, S. Kale, M. Mohri, S. J. Reddi, S. U. Stich, A. T. Suresh,
 "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", ICML 2020,
 option II, as NIID-Bench runs it and FedEntOpt (Lutz et al., arXiv
-2411.01240v2; spec ``fedentopt.md`` §2.8, A24) combines it with selection:
+2411.01240v2, §V-B4) combines it with selection, weighting clients by data size
+like every other method, for a fair comparison:
 
 * local step: the optimizer step on ``grad f_k`` (SGD, momentum, coupled weight
   decay), then ``y <- y - lr_r (c - c_k)``. NIID-Bench applies the correction

@@ -4,7 +4,7 @@ K. Azuma, T. Nishio, Y. Kitagawa, W. Nakano, T. Tanimura, "Soft-Label Caching
 and Sharpening for Communication-Efficient Federated Distillation",
 arXiv 2504.19602 / IEEE TMC 2026 (Algorithms 1 and 2, Eq. 4).
 
-DS-FL's round (as run by the authors' code, spec ``scarlet.md`` §2.7) with two
+DS-FL's round (as run by the authors' code) with two
 changes:
   * a server cache of aggregated labels with duration ``D``
     (``cache.duration``); clients predict and upload only the requested

@@ -2,8 +2,7 @@
 
 J. Shao, F. Wu, J. Zhang, "Selective knowledge sharing for privacy-preserving
 federated distillation without a good teacher", Nature Communications 15, 349
-(2024); as the baseline of SCARLET (Azuma et al., 2025; spec ``scarlet.md``
-§5.4).
+(2024); as the baseline of SCARLET (Azuma et al., 2025).
 
 Round (shared engine, :mod:`fedjax_kd.algorithms.protocol`):
   * client-side selector: each client fits a KuLSIF density-ratio estimator

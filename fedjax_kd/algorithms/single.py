@@ -1,9 +1,9 @@
 """Single client: local training only, no collaboration.
 
 The "Single Client" reference of DS-FL (Itahara et al., IEEE TMC 2021, Table 3
-footnote; spec A22) and SCARLET's "Individual" baseline: each client trains on
+footnote) and SCARLET's "Individual" baseline: each client trains on
 its own private data for the same number of rounds x epochs; the reported
-accuracy is the mean over clients.
+accuracy is the mean over clients (there is no server model).
 """
 
 from __future__ import annotations

@@ -428,7 +428,7 @@ class Federation:
 
   # --------------------------------------------------------------- init
   def init(self, root: Array, shared_init: bool = False) -> tuple[ModelState, ...]:
-    """Initial states, one per cohort. Keys depend on client id only (A2)."""
+    """Initial states, one per cohort. Keys depend on client id only (independent inits)."""
     states = []
     for cohort in self.cohorts:
       ids = np.zeros_like(cohort.client_ids) if shared_init else cohort.client_ids

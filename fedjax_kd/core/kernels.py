@@ -8,7 +8,7 @@ clients reuses the same compiled function. Kernels are jitted once per
 (cohort, slot count, data shapes, static options) and the slot axis is sharded
 over all local devices when there are several.
 
-Local optimisation follows Keras' ``fit`` semantics used by DS-FL (A4, A5):
+Local optimisation follows Keras' ``fit`` semantics, as DS-FL's authors used Keras:
 reshuffle every epoch, keep the partial last batch, mean loss over the real
 samples of a batch. Clients of unequal size are padded to the largest; padded
 positions are masked out of the loss and of BatchNorm statistics, and a step
@@ -240,7 +240,7 @@ class CohortKernels:
     step_epoch = jnp.arange(positions.shape[0]) // steps_per_epoch
     positions = jnp.where((step_epoch < epochs_k)[:, None], positions, n_max)
     start = state.params   # w^r, the hooks' reference point (FedProx's anchor)
-    if rule.fresh_opt:   # a new optimizer state every call (NIID-Bench; FedEntOpt A18)
+    if rule.fresh_opt:   # a new optimizer state every call (NIID-Bench; FedEntOpt's configs)
       state = state.replace(opt_state={**state.opt_state, rule.opt_slot: tx.init(state.params)})
 
     def step(st: ModelState, inputs):

@@ -1,6 +1,6 @@
 """Standard CIFAR augmentation used by SCARLET's code, applied per sample on device.
 
-SCARLET (Azuma et al., 2025; spec ``scarlet.md`` §2.8) trains with
+SCARLET's code (Azuma et al., 2025) trains with
 ``RandomCrop(size, padding=4)`` for 32x32 images (``padding=8`` for 64x64),
 zero padding, followed by ``RandomHorizontalFlip(0.5)``. This module gives a
 pure, jittable JAX version: every sample of a batch gets its own crop offset
@@ -12,8 +12,8 @@ Here images are already normalised, so the pad value is the explicit ``fill``
 argument of :func:`flip_crop` (default ``0.0``, i.e. zero in the normalised
 space); pass the normalised value of black to reproduce torchvision exactly.
 
-FedEntOpt (arXiv 2411.01240 v2, §4.1; spec ``fedentopt.md`` §4.1 and §7 A16)
-trains with ``ColorJitter(0.2, 0.2, 0.2, 0.05)``, ``RandomHorizontalFlip(0.5)``
+FedEntOpt (arXiv 2411.01240 v2, §V) trains with color jitter (strengths not
+given; ours are ``ColorJitter(0.2, 0.2, 0.2, 0.05)``), ``RandomHorizontalFlip(0.5)``
 and ``RandomGrayscale(0.1)`` on ``[0, 1]`` images: :func:`jitter_flip_gray`
 (``data.augment = 'jitter_flip_gray'``). This library does not standardize
 images, so the inputs are the ``[0, 1]`` images themselves.
@@ -147,7 +147,7 @@ def _jitter_flip_gray_one(img: Array, brightness: Array, contrast: Array,
 
 def jitter_flip_gray(key: Array, x: Array) -> Array:
   """ColorJitter(0.2, 0.2, 0.2, 0.05) + RandomHorizontalFlip(0.5) +
-  RandomGrayscale(0.1), per sample (FedEntOpt §4.1, spec A16).
+  RandomGrayscale(0.1), per sample (FedEntOpt's augmentation; the jitter strengths are ours).
 
   torchvision semantics on ``[0, 1]`` images, each op clipped to ``[0, 1]``:
   brightness multiplies by ``b ~ U[0.8, 1.2]``; contrast blends with the mean

@@ -9,14 +9,19 @@ on the host where host code needs floats (:meth:`Normalize.host`).
 
 The rule is by dtype, so one object serves every array of an experiment:
 
-* an **integer** (uint8) array holds raw pixels ``0..255``; its model input is
+* a **uint8** array holds raw pixels ``0..255``; its model input is
   ``x.astype(float32) / 255`` and then, with ``data.normalize`` statistics,
   ``(x - mean) / std`` per channel (the last axis): exactly the host
   conversion this library has always done, same formula, same op order;
 * a **float** array already holds model inputs (feature vectors, the digits
   source, synthetic images, FedCache 2.0's distilled images) and is used as
   it is. Float sources are normalised once on the host when they are loaded
-  (:meth:`Normalize.prepare`), as before.
+  (:meth:`Normalize.prepare`), as before;
+* any **other integer** array (int32) holds token ids of a text source (words
+  of a review, characters of a line): they reach the model unchanged, and the
+  text models look them up in their embedding tables
+  (:mod:`fedjax_kd.models.text`). Sources only ever store integer images as
+  uint8 (:func:`stored_inputs`), so the two integer kinds never mix.
 
 Why a lookup table in the compiled step, not the arithmetic: XLA is free to
 rewrite ``x / 255`` (it turns a division by a constant into a multiplication
@@ -38,7 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ['Normalize', 'as_float', 'stored_inputs', 'pixel_stats', 'is_pixels', 'PIXEL_MAX']
+__all__ = ['Normalize', 'as_float', 'stored_inputs', 'pixel_stats', 'is_pixels', 'is_tokens',
+           'PIXEL_MAX']
 
 PIXEL_MAX = 255   # integer inputs are pixels 0..PIXEL_MAX; their unit value is x / PIXEL_MAX
 # Rows per pass of the histogram of :func:`pixel_stats` (bounds its temporaries).
@@ -46,8 +52,13 @@ _STATS_CHUNK = 1 << 20
 
 
 def is_pixels(x: Any) -> bool:
-  """Whether ``x`` (NumPy or JAX) holds raw integer pixels rather than model inputs."""
-  return bool(jnp.issubdtype(x.dtype, jnp.integer))
+  """Whether ``x`` (NumPy or JAX) holds raw uint8 pixels rather than model inputs."""
+  return x.dtype == jnp.uint8
+
+
+def is_tokens(x: Any) -> bool:
+  """Whether ``x`` (NumPy or JAX) holds token ids: an integer array that is not uint8."""
+  return bool(jnp.issubdtype(x.dtype, jnp.integer)) and x.dtype != jnp.uint8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +94,12 @@ class Normalize:
     """The float32 model inputs of a host array (NumPy; the reference formula).
 
     Pixels: ``x.astype(float32) / 255``, then ``((x - mean) / std).astype(float32)``.
-    Float arrays are already model inputs and come back as float32, unchanged.
+    Float arrays are already model inputs and come back as float32, unchanged; token
+    ids come back unchanged.
     """
     x = np.asarray(x)
+    if is_tokens(x):
+      return x
     if not is_pixels(x):
       return x.astype(np.float32, copy=False)
     out = x.astype(np.float32) / np.float32(PIXEL_MAX)
@@ -102,7 +116,7 @@ class Normalize:
     applied once on the host, ``((x - mean) / std).astype(float32)`` as before.
     """
     x = np.asarray(x)
-    if is_pixels(x) or self.stats is None:
+    if is_pixels(x) or is_tokens(x) or self.stats is None:
       return x
     mean, std = self.stats
     return ((x - mean) / std).astype(np.float32)
@@ -112,16 +126,14 @@ class Normalize:
     return _table(self, int(channels))
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    """The float32 model inputs of ``x`` inside a compiled step (float ``x``: unchanged).
+    """The model inputs of ``x`` inside a compiled step (float ``x``, token ids: unchanged).
 
-    Pixels are looked up in :meth:`table`, so the values equal :meth:`host`'s
-    bit for bit. Only uint8 pixels reach here (sources store integer images
-    as uint8, see :func:`stored_inputs`).
+    Pixels (uint8; sources store integer images as uint8, see
+    :func:`stored_inputs`) are looked up in :meth:`table`, so the values equal
+    :meth:`host`'s bit for bit.
     """
     if not is_pixels(x):
       return x
-    if x.dtype != jnp.uint8:
-      raise TypeError(f'pixel inputs must be uint8, got {x.dtype}')
     c = x.shape[-1] if x.ndim else 1
     table = jnp.asarray(self.table(c))
     if c == 1 or not self.mean:
@@ -138,6 +150,8 @@ class Normalize:
     """
     if x.size == 0:
       return np.zeros((0,), np.float32)
+    if is_tokens(x):
+      return np.asarray([jnp.min(x), jnp.max(x)], np.float32)
     if not is_pixels(x):
       return np.asarray(jnp.stack([jnp.nanmin(x), jnp.nanmax(x)]), np.float32)
     c = x.shape[-1]

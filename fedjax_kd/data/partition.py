@@ -8,7 +8,8 @@ follows a published procedure:
   ``np.array_split`` into K near-equal parts. Under ``RandomState(seed)`` the
   result equals NIID-Bench's after ``np.random.seed(seed)``.
 * ``shards``: the pathological non-IID split of McMahan et al. (FedAvg, AISTATS
-  2017) as used by DS-FL (Itahara et al., IEEE TMC 2021, §4.2 and A25): stable
+  2017) as used by DS-FL (Itahara et al., IEEE TMC 2021, §4.2; with N not a
+  multiple of the shard count, the last samples are dropped as FedLab does): stable
   sort by label, ``K * shards_per_client`` contiguous equal shards, a random
   permutation of shard ids, client k gets shards ``pi[s*k : s*k+s]``.
 * ``client_dirichlet``: SCARLET (Azuma et al., 2025) ``client_inner_dirichlet_
@@ -19,7 +20,8 @@ follows a published procedure:
 * ``dirichlet``: the per-class Dirichlet ("LDA") split of FedML (He et al.,
   2020) used by FedCache / FedCache 2.0 (Wu et al.) and PFLlib ``dir``, with the
   balance trick and a minimum client size; ``niid_labeldir``: NIID-Bench
-  ``noniid-labeldir`` as used by FedEntOpt (spec §4.2, A11). FedML's and
+  ``noniid-labeldir`` as used by FedEntOpt (its experiments cite NIID-Bench's
+  label-Dirichlet split). FedML's and
   NIID-Bench's procedures are the same code (including the final per-client
   shuffle, which PFLlib ``dir`` omits: an order-only difference), so
   ``niid_labeldir`` is an alias of ``dirichlet`` kept for the FedEntOpt
@@ -27,17 +29,22 @@ follows a published procedure:
   ``np.random.seed(seed)`` as long as no degenerate case or repair occurs.
   Unlike the originals, the retry loop is bounded (PFLlib issue #130: it can
   loop forever) and ends with a deterministic repair step.
-* ``classes``: NIID-Bench ``noniid-#label{k}`` (FedEntOpt A12; PFLlib ``pat``
+* ``classes``: NIID-Bench ``noniid-#label{k}`` (FedEntOpt's "#C = k" setting; PFLlib ``pat``
   in spirit): client i holds label ``i mod C`` plus ``k-1`` further distinct
   labels drawn uniformly; each label's samples are split equally among its
   holders.
 
+* ``dominant``: every client holds a fixed share of one class (DS-FL's IMDb
+  split, 9:1 of one sentiment), the rest spread over the other classes.
 * ``natural``: the data's own clients (LEAF's per-writer/per-speaker split):
   one client per distinct id of the rows' ``client_ids``, in increasing id
   order; nothing is drawn.
 
 `partition_test_like` builds per-client test splits with the same class priors
-(SCARLET §4.2 for ``client_dirichlet``; FedCache 2.0 A18 for the others).
+(SCARLET's per-client test sets for ``client_dirichlet``: the same priors, 100
+test images per client; for the others the realised train shares, so that each
+client is tested on its own label distribution, as FedCache 2.0 scores its
+personalised clients).
 """
 
 from __future__ import annotations
@@ -55,13 +62,13 @@ from fedjax_kd.errors import ConfigError, DataError
 
 __all__ = [
     'PARTITIONERS', 'SCHEMES', 'Partition', 'partition', 'partition_test_like', 'iid',
-    'shards', 'client_dirichlet', 'dirichlet', 'niid_labeldir', 'classes',
+    'shards', 'client_dirichlet', 'dirichlet', 'niid_labeldir', 'classes', 'dominant',
     'natural', 'label_histogram'
 ]
 
 # The schemes that partition by label alone (seeded draws).
 PARTITIONERS = ('iid', 'shards', 'client_dirichlet', 'dirichlet',
-                'niid_labeldir', 'classes')
+                'niid_labeldir', 'classes', 'dominant')
 # Every value of data.partition: the label schemes and the data's own clients.
 SCHEMES = PARTITIONERS + ('natural',)
 
@@ -373,7 +380,7 @@ def client_dirichlet(labels: np.ndarray,
                      class_priors: np.ndarray | None = None) -> Partition:
   """SCARLET / FedLab client-inner Dirichlet split with balanced sizes.
 
-  Procedure (scarlet.md §4.2)::
+  Procedure (the authors' code)::
 
     class_priors ~ Dirichlet(alpha * 1_C, size=K)    # unless given
     client_sample_nums[k] = floor(N / K)             # unless given
@@ -496,7 +503,7 @@ def dirichlet(labels: np.ndarray,
               max_retries: int = DEFAULT_MAX_RETRIES) -> Partition:
   """Per-class Dirichlet split with the balance trick (FedML LDA / NIID-Bench).
 
-  Procedure (fedcache2.md §4.2, fedentopt.md §4.2)::
+  Procedure (FedML's and NIID-Bench's code)::
 
     repeat (from empty clients) until min_k |D_k| >= min_size:
       for class c = 0..C-1:
@@ -607,7 +614,7 @@ def niid_labeldir(labels: np.ndarray,
                   alpha: float = 0.5,
                   min_size: int = 10,
                   max_retries: int = DEFAULT_MAX_RETRIES) -> Partition:
-  """NIID-Bench ``noniid-labeldir`` (FedEntOpt A11): an alias of `dirichlet`.
+  """NIID-Bench ``noniid-labeldir`` (FedEntOpt's label skew): an alias of `dirichlet`.
 
   NIID-Bench's code is FedML's LDA split line for line (same balance trick,
   ``min_require_size = 10``, reset on retry, classes in order, per-client
@@ -694,6 +701,74 @@ def classes(labels: np.ndarray, num_clients: int, *, num_classes: int,
   return Partition(parts, _class_shares(y, parts, num_classes))
 
 
+def dominant(labels: np.ndarray, num_clients: int, *, num_classes: int,
+             rng: np.random.Generator, fraction: float = 0.9) -> Partition:
+  """Each client's samples are mostly one class: DS-FL's non-IID IMDb split (§4.2).
+
+  Client ``k``'s dominant class is ``k mod C``. Every client holds ``m`` samples:
+  ``round(fraction * m)`` of its dominant class and the rest spread evenly over the other
+  classes (the first classes after the dominant one take the remainder). With DS-FL's IMDb
+  setting (2 classes, 10 clients, 15,000 private reviews, ``fraction=0.9``) half the clients
+  hold 1,350 positive and 150 negative reviews and the other half the reverse. ``m`` is
+  ``floor(N / K)``, or less when a class has too few samples for its share (a private set
+  drawn at random is rarely balanced to the sample): the largest size every class can supply,
+  so that the ratio holds exactly for every client. Samples are drawn without replacement
+  from each class's shuffled indices.
+
+  Args:
+    labels: int labels ``[N]``.
+    num_clients: K.
+    num_classes: C (>= 2).
+    rng: a `np.random.Generator`.
+    fraction: the dominant class's share of a client's samples, in ``[1/C, 1]``.
+
+  Returns:
+    A `Partition` whose ``class_priors`` are the realised ``[C, K]`` shares.
+  """
+  y = _check_labels(labels, num_classes)
+  k = _check_num_clients(num_clients, len(y))
+  _check_rng(rng, np.random.Generator, 'dominant')
+  c = int(num_classes)
+  if c < 2:
+    raise ConfigError('data.partition', 'dominant', 'a task with at least 2 classes')
+  if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+      1.0 / c <= fraction <= 1.0):
+    raise ConfigError('data.dominant_fraction', fraction, f'a number in [1/{c}, 1]')
+
+  def counts(m: int) -> np.ndarray:
+    """[K, C]: samples of each class client k takes at size m."""
+    out = np.zeros((k, c), np.int64)
+    for i in range(k):
+      d = i % c
+      out[i, d] = int(round(fraction * m))
+      rest = m - out[i, d]
+      others = [(d + j) % c for j in range(1, c)]
+      for j, o in enumerate(others):
+        out[i, o] = rest // (c - 1) + (1 if j < rest % (c - 1) else 0)
+    return out
+
+  have = np.bincount(y, minlength=c)
+  m = len(y) // k
+  while m > 0 and (counts(m).sum(0) > have).any():
+    m -= 1
+  if m == 0:
+    raise ConfigError('clients.num_clients', k, 'fewer clients: the classes are too small '
+                      "for every client's share (data.partition='dominant')")
+  take = counts(m)
+  pools = [rng.permutation(np.flatnonzero(y == cls)) for cls in range(c)]
+  used = np.zeros(c, np.int64)
+  parts = []
+  for i in range(k):
+    pieces = []
+    for cls in range(c):
+      n = int(take[i, cls])
+      pieces.append(pools[cls][used[cls]:used[cls] + n])
+      used[cls] += n
+    parts.append(np.sort(np.concatenate(pieces)).astype(np.int64))
+  parts = tuple(parts)
+  return Partition(parts, _class_shares(y, parts, num_classes))
+
+
 # ----------------------------------------------------------------------------
 # Dispatcher and test splits.
 # ----------------------------------------------------------------------------
@@ -744,7 +819,8 @@ def partition(name: str,
               shards_per_client: int = 2,
               classes_per_client: int = 2,
               min_size: int = 10,
-              client_ids: np.ndarray | None = None) -> Partition:
+              client_ids: np.ndarray | None = None,
+              dominant_fraction: float = 0.9) -> Partition:
   """Partitions ``labels`` over ``num_clients`` clients by scheme ``name``.
 
   The schemes that mirror code built on numpy's global RNG (``iid``,
@@ -766,6 +842,7 @@ def partition(name: str,
     classes_per_client: labels per client (classes).
     min_size: minimum client size (dirichlet, niid_labeldir).
     client_ids: the client id of each row (natural).
+    dominant_fraction: the dominant class's share of each client (dominant).
 
   Returns:
     The `Partition`.
@@ -789,6 +866,9 @@ def partition(name: str,
     return dirichlet(labels, num_clients, num_classes=num_classes,
                      rng=np.random.RandomState(seed), alpha=alpha,
                      min_size=min_size)
+  if name == 'dominant':
+    return dominant(labels, num_clients, num_classes=num_classes,
+                    rng=np.random.default_rng(seed), fraction=dominant_fraction)
   return classes(labels, num_clients, num_classes=num_classes,
                  rng=np.random.default_rng(seed),
                  classes_per_client=classes_per_client)
@@ -810,11 +890,11 @@ def partition_test_like(
     per_client: int | None = None) -> tuple[np.ndarray, ...]:
   """Per-client test splits with the same class priors as a train partition.
 
-  * ``client_dirichlet`` (SCARLET §4.2): the same sampling loop on the test
+  * ``client_dirichlet`` (SCARLET's per-client test sets): the same sampling loop on the test
     labels with the SAME ``[K, C]`` class priors (no new Dirichlet draw) and
     balanced sizes ``per_client`` (default ``len(test) // K``; 100 in the
     paper). Disjoint across clients.
-  * every other scheme (FedCache 2.0 A18 for ``dirichlet``/``niid_labeldir``):
+  * every other scheme (FedCache 2.0's personalised test sets for ``dirichlet``):
     each class's shuffled test indices are split with the same ``[C, K]`` class
     shares as the train partition, ``(cumsum(share_c) * m_c).astype(int)``
     cuts. Client k then gets about ``h[k, c] * m_c / n_c`` test samples of

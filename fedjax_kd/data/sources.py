@@ -12,13 +12,22 @@ Sources (selected by a spec string, see `load_source`):
   ``x_test``, ``y_test``), e.g. ``keras.datasets.mnist``'s ``mnist.npz``. Read
   with ``np.load(path, allow_pickle=False)``; never unpickles anything.
   An optional ``client_id`` array (one integer per training row) gives
-  ``data.partition='natural'``: one client per distinct id.
+  ``data.partition='natural'``: one client per distinct id. A ``vocab_size``
+  scalar marks a tokenized text file (int token ids, optionally a bag of words:
+  :mod:`fedjax_kd.data.text`, DS-FL's IMDb and Reuters tasks). A ``num_classes``
+  scalar declares the task's classes (some may be absent from the training
+  split). :mod:`fedjax_kd.data.convert` writes any source in this layout.
+* ``femnist:<dir>``, ``shakespeare:<dir>``: LEAF's JSON files
+  (:mod:`fedjax_kd.data.leaf`), with each row's writer or speaker as its client id.
 * a registered name: arrays in memory, :class:`ArraySource` and
   :func:`register_source`.
 * ``tfds:<name>``: a TensorFlow Datasets data set read WITHOUT TensorFlow via
   ``tfds.data_source`` (random-access ``array_record`` files, the TF-free path
   of tensorflow-datasets >= 4.9). The data set must already be prepared in
-  ``array_record`` format (``tfds build <name> --file_format=array_record``).
+  ``array_record`` format (``tfds build <name> --file_format=array_record``, in an
+  environment with TensorFlow: tfds' builders need it to *prepare* a data set, not to
+  read one; then point ``data.data_dir`` at that folder). ``tfds:imdb_reviews``'s
+  texts are tokenized as DS-FL's IMDb task (:func:`fedjax_kd.data.text.encode_corpus`).
 
 Integer image sources (MNIST/CIFAR npz files, tfds images) keep their uint8
 pixels: the model sees ``x / 255`` (as DS-FL and FedCache 2.0 train), computed
@@ -43,11 +52,14 @@ from typing import Any
 import numpy as np
 
 from fedjax_kd.data import inputs as inputs_lib
+from fedjax_kd.data import leaf as leaf_lib
+from fedjax_kd.data import text as text_lib
 from fedjax_kd.errors import ConfigError, DataError
 
 __all__ = ['ArrayDataset', 'load_source', 'normalize', 'input_stats', 'SOURCES_ALLOWED']
 
-SOURCES_ALLOWED = "'digits', 'synthetic[:N]', 'npz:<path>' or 'tfds:<name>'"
+SOURCES_ALLOWED = ("'digits', 'synthetic[:N]', 'npz:<path>', 'femnist:<dir>', "
+                   "'shakespeare:<dir>' or 'tfds:<name>'")
 
 # The digits split is part of the benchmark definition, not of the experiment:
 # it uses this fixed seed so that the test set never changes across seeds.
@@ -75,6 +87,12 @@ class ArrayDataset:
     name: the source's name (for logs).
     client_ids: optional int64 ``[N]``: the client (writer, speaker, device...)
       each training row comes from, for ``data.partition='natural'``.
+    vocab_size: for token-id inputs (int32 ``[N, L]``): every id is below it; it sizes
+      the text models' embedding tables. None for other inputs.
+    bytes_per_sample: what one input costs on the wire (the open-data broadcast); None
+      counts 4 bytes per input value (float32).
+    declared_classes: the source declares its classes (a tfds ClassLabel, LEAF's 62
+      characters), so a class absent from the training split is not a numbering gap.
   """
   x_train: np.ndarray
   y_train: np.ndarray
@@ -83,6 +101,9 @@ class ArrayDataset:
   num_classes: int
   name: str
   client_ids: np.ndarray | None = None
+  vocab_size: int | None = None
+  bytes_per_sample: float | None = None
+  declared_classes: bool = False
 
   @property
   def input_shape(self) -> tuple[int, ...]:
@@ -177,7 +198,7 @@ def load_source(spec: str,
     field: config field named in errors.
     label_key: ``tfds:`` only: the ClassLabel feature to use as the label
       (e.g. ``'coarse_label'`` of ``cifar100``: its 20 superclasses, as in
-      FedEntOpt §4.1); None or ``''`` uses the data set's supervised label.
+      FedEntOpt's CIFAR-100 runs); None or ``''`` uses the data set's supervised label.
 
   Returns:
     The `ArrayDataset`.
@@ -273,6 +294,11 @@ def _load(spec: str, data_dir: str | None, seed: int, field: str,
     if not path:
       raise ConfigError(field, spec, SOURCES_ALLOWED)
     return _load_npz(path)
+  task, sep, root = spec.partition(':')
+  if sep and task in leaf_lib.TASKS:
+    if not root:
+      raise ConfigError(field, spec, SOURCES_ALLOWED)
+    return _load_leaf(task, root)
   if spec.startswith('tfds:'):
     name = spec[len('tfds:'):]
     if not name:
@@ -471,14 +497,92 @@ def _load_npz(path: str) -> ArrayDataset:
     if missing:
       raise DataError(f'{path!r} is missing keys {missing}: found {found}, '
                       f'required {list(_NPZ_KEYS)}.')
+    optional = tuple(k for k in ('client_id', 'vocab_size', 'bag_of_words', 'num_classes')
+                     if k in loaded.files)
     try:
-      for k in _NPZ_KEYS + (('client_id',) if 'client_id' in loaded.files else ()):
+      for k in _NPZ_KEYS + optional:
         arrays[k] = loaded[k]
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
       raise DataError(f'cannot read arrays from {path!r} (corrupt member or '
                       f'pickled object data): {e}') from e
-  return _dataset_of(arrays, arrays.get('client_id'), f'npz {path!r}',
-                     os.path.splitext(os.path.basename(path))[0])
+  name = os.path.splitext(os.path.basename(path))[0]
+  what = f'npz {path!r}'
+  if 'vocab_size' in arrays:
+    ds = _token_dataset(arrays, what, name)
+  else:
+    ds = _dataset_of(arrays, arrays.get('client_id'), what, name)
+  if 'num_classes' in arrays:
+    # The task's declared classes (a converted tfds or LEAF source): a class absent from the
+    # training split is a class of the task, not a gap in the numbering.
+    declared = _scalar(arrays, 'num_classes', what, int)
+    if declared < ds.num_classes:
+      raise DataError(f'{what}: num_classes is {declared} but the labels reach '
+                      f'{ds.num_classes - 1}.')
+    ds = dataclasses.replace(ds, num_classes=declared, declared_classes=True)
+  return ds
+
+
+def _scalar(arrays: dict[str, np.ndarray], key: str, what: str, kind: type) -> Any:
+  v = np.asarray(arrays[key])
+  ok = v.ndim == 0 and (np.issubdtype(v.dtype, np.integer) if kind is int
+                        else v.dtype == np.bool_ or np.issubdtype(v.dtype, np.integer))
+  if not ok:
+    raise DataError(f'{what}: {key} must be a scalar {kind.__name__}, got dtype {v.dtype} '
+                    f'and shape {v.shape}.')
+  return kind(v)
+
+
+def _token_dataset(arrays: dict[str, np.ndarray], what: str, name: str) -> ArrayDataset:
+  """A tokenized text file (:mod:`fedjax_kd.data.text`): int ids [N, L] below vocab_size."""
+  vocab = _scalar(arrays, 'vocab_size', what, int)
+  bag = _scalar(arrays, 'bag_of_words', what, bool) if 'bag_of_words' in arrays else False
+  if vocab < 2:
+    raise DataError(f'{what}: vocab_size must be >= 2, got {vocab}.')
+  ids = {}
+  for split in ('train', 'test'):
+    x = np.asarray(arrays[f'x_{split}'])
+    if not np.issubdtype(x.dtype, np.integer) or x.ndim != 2:
+      raise DataError(f'{what}: x_{split} must be int token ids [N, L] (the file has '
+                      f'vocab_size), got dtype {x.dtype} and shape {x.shape}.')
+    if x.size and (x.min() < 0 or x.max() >= vocab):
+      raise DataError(f'{what}: x_{split} has token ids {int(x.min())}..{int(x.max())}, '
+                      f'outside 0..{vocab - 1} (vocab_size {vocab}).')
+    ids[split] = x.astype(np.int32)
+  if ids['train'].shape[1] != ids['test'].shape[1]:
+    raise DataError(f'{what}: x_train rows have {ids["train"].shape[1]} ids but x_test rows '
+                    f'have {ids["test"].shape[1]}.')
+  y_train = _to_labels(arrays['y_train'], f'{what} y_train')
+  y_test = _to_labels(arrays['y_test'], f'{what} y_test')
+  for split, x, y in (('train', ids['train'], y_train), ('test', ids['test'], y_test)):
+    if len(x) != len(y):
+      raise DataError(f'{what}: x_{split} has {len(x)} rows but y_{split} has {len(y)}.')
+  per_sample = text_lib.bytes_per_sample(ids['train'].shape[1], vocab, bag)
+  if bag:
+    x_train, x_test = (text_lib.bag_of_words(ids[s], vocab) for s in ('train', 'test'))
+    vocab_out = None       # the model input is the bag of words, not ids
+  else:
+    x_train, x_test, vocab_out = ids['train'], ids['test'], vocab
+  client_ids = arrays.get('client_id')
+  if client_ids is not None:
+    client_ids = _client_ids(client_ids, len(y_train), what)
+  return ArrayDataset(x_train, y_train, x_test, y_test, _num_classes(y_train, y_test), name,
+                      client_ids=client_ids, vocab_size=vocab_out,
+                      bytes_per_sample=per_sample)
+
+
+def _load_leaf(task: str, root: str) -> ArrayDataset:
+  """LEAF's FEMNIST or Shakespeare JSON folders (:mod:`fedjax_kd.data.leaf`)."""
+  try:
+    d = leaf_lib.load(task, root)
+  except leaf_lib.LeafError as e:
+    raise DataError(f'{task}:{root}: {e}') from None
+  per_sample = None
+  if d['vocab_size']:
+    per_sample = text_lib.bytes_per_sample(d['x_train'].shape[1], d['vocab_size'], False)
+  return ArrayDataset(d['x_train'], d['y_train'].astype(np.int32), d['x_test'],
+                      d['y_test'].astype(np.int32), d['num_classes'], task,
+                      client_ids=d['client_id'], vocab_size=d['vocab_size'],
+                      bytes_per_sample=per_sample, declared_classes=True)
 
 
 def _dataset_of(arrays: dict[str, np.ndarray], client_ids: np.ndarray | None, what: str,
@@ -496,14 +600,18 @@ def _dataset_of(arrays: dict[str, np.ndarray], client_ids: np.ndarray | None, wh
     raise DataError(f'{what}: x_train rows have shape {x_train.shape[1:]} but '
                     f'x_test rows have shape {x_test.shape[1:]}.')
   if client_ids is not None:
-    client_ids = np.asarray(client_ids)
-    if (client_ids.ndim != 1 or len(client_ids) != len(y_train)
-        or not np.issubdtype(client_ids.dtype, np.integer)):
-      raise DataError(f'{what}: client_id must be one integer per training row ({len(y_train)}'
-                      f'), got dtype {client_ids.dtype} and shape {client_ids.shape}.')
-    client_ids = client_ids.astype(np.int64)
+    client_ids = _client_ids(client_ids, len(y_train), what)
   return ArrayDataset(x_train, y_train, x_test, y_test,
                       _num_classes(y_train, y_test), name, client_ids=client_ids)
+
+
+def _client_ids(client_ids: Any, n: int, what: str) -> np.ndarray:
+  client_ids = np.asarray(client_ids)
+  if (client_ids.ndim != 1 or len(client_ids) != n
+      or not np.issubdtype(client_ids.dtype, np.integer)):
+    raise DataError(f'{what}: client_id must be one integer per training row ({n}'
+                    f'), got dtype {client_ids.dtype} and shape {client_ids.shape}.')
+  return client_ids.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------
@@ -517,10 +625,11 @@ def _short(message: str, limit: int = 300) -> str:
 
 
 def _tfds_hint(name: str) -> str:
-  return (f'Prepare it in array_record format first, e.g. '
-          f'`tfds build {name} --file_format=array_record` (add --data_dir '
-          f'to match data.data_dir), or convert it to a Keras-layout file and '
-          f"use 'npz:<path>'.")
+  return (f'Preparing needs TensorFlow, reading does not: where TensorFlow is installed '
+          f'(pip install tensorflow tensorflow-datasets) run `tfds build {name} '
+          f'--file_format=array_record` and point data.data_dir at that data folder, or run '
+          f'`python -m fedjax_kd.data.convert tfds:{name} --out={name}.npz` there and use '
+          f"'npz:{name}.npz'.")
 
 
 def _read_all(source: Any, keys: tuple[str, str],
@@ -631,14 +740,24 @@ def _load_tfds(name: str, data_dir: str | None,
     raise DataError(f'TFDS data set {name!r}: feature {keys[1]!r} is not a '
                     f'ClassLabel, cannot infer num_classes.') from e
 
+  raw = {split: _read_all(source, keys, f'tfds:{name} {split}')
+         for split, source in splits.items()}
+  vocab = per_sample = None
+  if raw['train'][0].dtype.kind in 'OSU':
+    # A text feature (imdb_reviews): DS-FL's IMDb preprocessing, the vocabulary from the
+    # training texts (the 20,000 most frequent words, the first 200 of each text).
+    x_train, x_test = text_lib.encode_corpus(raw['train'][0], raw['test'][0])
+    raw = {'train': (x_train, raw['train'][1]), 'test': (x_test, raw['test'][1])}
+    vocab = text_lib.IMDB_NUM_WORDS
+    per_sample = text_lib.bytes_per_sample(x_train.shape[1], vocab, False)
   out = {}
-  for split, source in splits.items():
+  for split, (x, y) in raw.items():
     what = f'tfds:{name} {split}'
-    x, y = _read_all(source, keys, what)
-    out[split] = (_to_inputs(x, what), _to_labels(y, what))
+    out[split] = (x if vocab else _to_inputs(x, what), _to_labels(y, what))
   y_max = _num_classes(out['train'][1], out['test'][1])
   if y_max > num_classes:
     raise DataError(f'tfds:{name}: labels reach {y_max - 1} but the data set '
                     f'declares {num_classes} classes.')
   return ArrayDataset(out['train'][0], out['train'][1], out['test'][0],
-                      out['test'][1], num_classes, name)
+                      out['test'][1], num_classes, name, vocab_size=vocab,
+                      bytes_per_sample=per_sample, declared_classes=True)

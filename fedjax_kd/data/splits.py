@@ -1,10 +1,11 @@
 """Public (open) / private / test splits for federated distillation.
 
-* One data set (DS-FL, Itahara et al., IEEE TMC 2021, §4.2 and A16): the
-  training split is randomly permuted; the first ``num_public`` samples form
+* One data set (DS-FL, Itahara et al., IEEE TMC 2021, §4.1): the
+  training split is randomly permuted (the paper does not say how open and private
+  samples are drawn); the first ``num_public`` samples form
   the unlabelled open set, the next ``num_private`` the private set that is
   later partitioned over clients. Test data is the official test split.
-* Two data sets (SCARLET, Azuma et al. 2025, §4.1, following COMET): the public
+* Two data sets (SCARLET, Azuma et al. 2025, Table II, following COMET): the public
   set is ``num_public`` rows sampled without replacement from ANOTHER data
   set's training split (the code's ``random.sample(range(len(public_train)),
   10000)``), and the private set is the private data set's training split.

@@ -1,6 +1,6 @@
 """Small CNNs for 28x28 (and 8x8) grayscale images, and BlazeFL's CIFAR-10 CNN.
 
-* `CNN` ("cnn"): the calibration CNN of /work/shared/perf (the MNIST CNN family of McMahan et
+* `CNN` ("cnn"): the small CNN of the throughput benchmarks (the MNIST CNN family of McMahan et
   al., "Communication-Efficient Learning of Deep Networks from Decentralized Data", AISTATS
   2017, with 16/32 channels and 128 hidden units): Conv5x5(16) SAME -> ReLU -> MaxPool2 ->
   Conv5x5(32) SAME -> ReLU -> MaxPool2 -> Dense(128) -> ReLU -> Dense(C). No BatchNorm.
@@ -36,7 +36,7 @@ from fedjax_kd.models import layers
 class CNN(nn.Module):
   """Two conv5x5-ReLU-MaxPool2 blocks, a hidden Dense-ReLU and the logits. `mask` is ignored.
 
-  The defaults are the small calibration CNN; ``features=(32, 64), hidden=512,
+  The defaults are the small "cnn"; ``features=(32, 64), hidden=512,
   padding='VALID'`` is BlazeFL's CIFAR-10 CNN ("blazefl_cnn").
 
   Attributes:
@@ -91,13 +91,14 @@ def _bn_act(x: jax.Array, train: bool, mask: jax.Array | None,
 
 
 class DSFLCNN(nn.Module):
-  """DS-FL MNIST CNN (§4.4): Conv5x5(32) VALID -> BN -> ReLU -> MaxPool2 -> Conv5x5(64) VALID
+  """DS-FL MNIST CNN (§4.1): Conv5x5(32) VALID -> BN -> ReLU -> MaxPool2 -> Conv5x5(64) VALID
   -> BN -> ReLU -> MaxPool2 -> Dense(512) -> BN -> ReLU -> Dense(C).
 
   Attributes:
     num_classes: number of output logits.
     width: multiplier of the hidden sizes (32, 64, 512).
-    relu_before_bn: ReLU -> BN instead of BN -> ReLU (spec §8 A12; same parameters).
+    relu_before_bn: ReLU -> BN instead of BN -> ReLU (the order the paper's text gives for
+      its Fashion-MNIST and Reuters models; same parameters).
     lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
   """
   num_classes: int
@@ -135,7 +136,7 @@ class DSFLCNN(nn.Module):
 
 
 class DSFLFMNISTCNN(nn.Module):
-  """DS-FL Fashion-MNIST CNN (§4.4): [Conv3x3(32) SAME -> BN -> ReLU] x2 -> MaxPool2 ->
+  """DS-FL Fashion-MNIST CNN (§4.1): [Conv3x3(32) SAME -> BN -> ReLU] x2 -> MaxPool2 ->
   [Conv3x3(64) -> BN -> ReLU] x2 -> MaxPool2 -> [Conv3x3(128) -> BN -> ReLU] x2 -> Dense(382)
   -> BN -> ReLU -> Dense(192) -> BN -> ReLU -> Dense(C). Only two pools (the parameter count
   rules out a third).
@@ -143,7 +144,8 @@ class DSFLFMNISTCNN(nn.Module):
   Attributes:
     num_classes: number of output logits.
     width: multiplier of the hidden sizes (32, 64, 128, 382, 192).
-    relu_before_bn: ReLU -> BN instead of BN -> ReLU (spec §8 A12; same parameters).
+    relu_before_bn: ReLU -> BN instead of BN -> ReLU (the order the paper's text gives for
+      this model; same parameters).
     lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
   """
   num_classes: int

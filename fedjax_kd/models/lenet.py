@@ -1,7 +1,7 @@
 """LeNet-5 of LeCun et al., "Gradient-Based Learning Applied to Document Recognition" (Proc. IEEE
-1998), in the CIFAR variant used by FedEntOpt (/work/shared/specs/fedentopt.md §4.3, the
-NIID-Bench "simple-cnn"): conv5x5(6) VALID -> ReLU -> maxpool2 -> conv5x5(16) VALID -> ReLU ->
-maxpool2 -> FC 120 -> ReLU -> FC 84 -> ReLU -> FC C. No BatchNorm.
+1998), in the CIFAR variant used by FedEntOpt (the NIID-Bench "simple-cnn", which matches
+the paper's "around 60,000 parameters"): conv5x5(6) VALID -> ReLU -> maxpool2 -> conv5x5(16)
+VALID -> ReLU -> maxpool2 -> FC 120 -> ReLU -> FC 84 -> ReLU -> FC C. No BatchNorm.
 
 62,006 parameters for 32x32x3 inputs and C = 10; 62,856 for C = 20.
 """

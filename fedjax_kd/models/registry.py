@@ -24,6 +24,10 @@ dropout), so that `logits == embed_output @ W + b` with the final Dense paramete
 | vgg16 | `vgg.VGG` | Simonyan & Zisserman 2015; ACE-pFL (He et al. 2025) |
 | vgg11 | `vgg.VGG` | Simonyan & Zisserman 2015 (config. A, no BN); FedEntOpt, arXiv 2411.01240 |
 | resnet34, resnet50 | `resnet_imagenet.ResNet` | He et al. 2016; ACE-pFL (He et al. 2025) |
+| imdb_lstm | `text.LSTMClassifier` | Itahara et al. 2021 (DS-FL), IMDb |
+| text_dnn | `text.TextDNN` | Itahara et al. 2021 (DS-FL), Reuters |
+| char_lstm | `text.LSTMClassifier` (2 x 256) | LEAF Shakespeare (Caldas et al. 2018) |
+| leaf_cnn | `cnn.CNN` (32/64 SAME, 2048) | LEAF FEMNIST (Caldas et al. 2018) |
 
 The FedCache 2.0 ResNets (ResNet-T/S/M/L: 2, 3, 4, 5 blocks per stage) differ from resnet20/32
 only in their 1x1-convolution shortcuts (`shortcut='conv'`, no BatchNorm) where a block changes
@@ -36,11 +40,16 @@ kuangliu/pytorch-cifar (3x3 stems, no initial max pool, 32x32 inputs; global ave
 so that they take any side >= 1). Trainable parameters for 10 classes at width 1: 6,166,250,
 14,728,266, 21,282,122 and 23,520,842.
 
-vgg11 is the large client model of FedEntOpt (arXiv 2411.01240 v2, §4.3; spec `fedentopt.md`
-§4.3, A19): VGG-11 configuration A without BatchNorm, then Dropout(0.5) -> Dense 512 -> ReLU ->
+vgg11 is the large client model of FedEntOpt (arXiv 2411.01240 v2, its model-heterogeneity
+experiments): VGG-11 configuration A without BatchNorm, then Dropout(0.5) -> Dense 512 -> ReLU ->
 Dropout(0.5) -> Dense 512 -> ReLU -> Dense C (NIID-Bench / pytorch-vgg-cifar10 style), with the
 same pooling as vgg16 for other input sizes; 9,750,922 trainable parameters for 10 classes at
 width 1. Its dropout draws from the 'dropout' rng with `train=True`.
+
+leaf_cnn is the FEMNIST CNN of LEAF's reference models (Caldas et al., "LEAF: A Benchmark for
+Federated Settings", 2018): Conv5x5(32) SAME -> ReLU -> MaxPool2 -> Conv5x5(64) SAME -> ReLU ->
+MaxPool2 -> Dense(2048) -> ReLU -> Dense(C); 6,603,710 parameters on 28x28x1 with 62 classes.
+The text models (imdb_lstm, text_dnn, char_lstm) are described in `text`.
 
 blazefl_cnn is the CIFAR-10 CNN of McMahan et al. 2017 in FedLab's `CNN_CIFAR10` form, the
 architecture as we understand BlazeFL's quickstart `models.cnn.CNN` (benchmarks/speed.py):
@@ -59,15 +68,17 @@ import jax.numpy as jnp
 
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import (cnn, fcn, googlenet, layers, lenet, mlp, resnet,
-                              resnet_imagenet, vgg)
+                              resnet_imagenet, text, vgg)
 
 MODELS: tuple[str, ...] = ('mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
                            'lenet5', 'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l', 'fcn',
                            'googlenet', 'vgg16', 'resnet34', 'resnet50', 'vgg11',
-                           'blazefl_cnn')
+                           'blazefl_cnn', 'imdb_lstm', 'text_dnn', 'char_lstm', 'leaf_cnn')
 
 # Models that flatten their input and accept any input shape.
-_FLAT_MODELS: tuple[str, ...] = ('mlp', 'fcn')
+_FLAT_MODELS: tuple[str, ...] = ('mlp', 'fcn', 'text_dnn')
+# Models of token ids: they need the source's vocabulary size for their embedding table.
+TOKEN_MODELS: tuple[str, ...] = ('imdb_lstm', 'char_lstm')
 
 # A builder makes a module from the spec's width and the data: it is called as
 # ``builder(num_classes=..., width=..., input_shape=...)``.
@@ -158,14 +169,14 @@ def _min_side(name: str) -> int:
   return {'mlp': 0, 'cnn': 4, 'dsfl_cnn': 16, 'dsfl_fmnist_cnn': 4, 'resnet20': 1,
           'resnet32': 1, 'lenet5': 16, 'resnet_t': 1, 'resnet_s': 1, 'resnet_m': 1,
           'resnet_l': 1, 'fcn': 0, 'googlenet': 1, 'vgg16': 1, 'resnet34': 1,
-          'resnet50': 1, 'vgg11': 1, 'blazefl_cnn': 16}[name]
+          'resnet50': 1, 'vgg11': 1, 'blazefl_cnn': 16, 'leaf_cnn': 4}[name]
 
 
 def _spatial_ok(name: str, side: int) -> bool:
   if name in ('dsfl_cnn', 'lenet5', 'blazefl_cnn'):
     # conv5 VALID -> pool2 -> conv5 VALID -> pool2 must leave at least one pixel.
     return side >= 5 and (side - 4) // 2 >= 5 and ((side - 4) // 2 - 4) // 2 >= 1
-  if name in ('cnn', 'dsfl_fmnist_cnn'):
+  if name in ('cnn', 'dsfl_fmnist_cnn', 'leaf_cnn'):
     return side // 2 // 2 >= 1
   return side >= 1
 
@@ -214,7 +225,7 @@ INIT_CHOICES: tuple[str, ...] = ('auto',) + tuple(f for f in layers.INIT_FAMILIE
 # Models with BatchNorm (model.bn_momentum / model.bn_epsilon apply to these).
 BATCHNORM_MODELS: tuple[str, ...] = ('dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
                                      'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l',
-                                     'googlenet', 'vgg16', 'resnet34', 'resnet50')
+                                     'googlenet', 'vgg16', 'resnet34', 'resnet50', 'text_dnn')
 
 
 def init_family(spec: str, init: str = 'auto') -> str:
@@ -229,7 +240,7 @@ def init_family(spec: str, init: str = 'auto') -> str:
 def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
               field: str = 'clients.models', lowering: str = 'auto', init: str = 'auto',
               bn_momentum: float | None = None,
-              bn_epsilon: float | None = None) -> nn.Module:
+              bn_epsilon: float | None = None, vocab_size: int | None = None) -> nn.Module:
   """Builds the model named by a spec.
 
   Args:
@@ -245,6 +256,8 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
     bn_momentum: running-average decay of every BatchNorm (flax convention, PyTorch's 0.1 is
       0.9); None keeps the model's (0.9 for every model here).
     bn_epsilon: epsilon of every BatchNorm; None keeps the model's (1e-5 for every model here).
+    vocab_size: the number of token ids of a text source (`TOKEN_MODELS` need it: it sizes
+      their embedding table); None for other inputs.
 
   Returns:
     An unbound flax module (wrapped in `layers.WithOptions` when an option differs from the
@@ -265,7 +278,12 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
   if name in _REGISTERED:
     return _build_registered(name, width, num_classes, shape, field, spec, init, bn_momentum,
                              bn_epsilon)
-  if name not in _FLAT_MODELS:
+  if name in TOKEN_MODELS:
+    if vocab_size is None or len(shape) != 1:
+      raise ConfigError(field, spec, f"token ids [L] from a text source for '{name}' (imdb:, "
+                        f'reuters:, shakespeare: or a tokenized npz); got input_shape={shape}'
+                        + ('' if vocab_size else ' without a vocabulary'))
+  elif name not in _FLAT_MODELS:
     if len(shape) not in (2, 3):
       raise ConfigError(field, spec, f"an input of shape (H, W) or (H, W, C) for '{name}'; "
                         f'got input_shape={shape}')
@@ -294,6 +312,14 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       'vgg11': lambda: vgg.vgg11(num_classes, width, lowering),
       'blazefl_cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering,
                                      features=(32, 64), hidden=512, padding='VALID'),
+      'imdb_lstm': lambda: text.LSTMClassifier(num_classes=num_classes, width=width,
+                                               vocab_size=int(vocab_size)),
+      'text_dnn': lambda: text.TextDNN(num_classes=num_classes, width=width),
+      'leaf_cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering,
+                                  features=(32, 64), hidden=2048, padding='SAME'),
+      'char_lstm': lambda: text.LSTMClassifier(num_classes=num_classes, width=width,
+                                               vocab_size=int(vocab_size), embed_dim=8,
+                                               hidden=256, layers=2),
   }
   return _with_options(builders[name](), init_family(spec, init), bn_momentum, bn_epsilon)
 

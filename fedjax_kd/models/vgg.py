@@ -26,8 +26,9 @@ scale/bias 8,448, Dense 5,130) -- PyTorch's `sum(p.numel() for p in VGG('VGG16')
 The BN running statistics add 8,448 more (14,736,714 in all).
 
 VGG-11 (configuration A) without BatchNorm, the large client model of FedEntOpt (arXiv
-2411.01240 v2, "Boosting Federated Learning with FedEntOpt", §4.3; spec `fedentopt.md` §4.3 and
-§7 A19), in the NIID-Bench / pytorch-vgg-cifar10 style: cfg [64, M, 128, M, 256, 256, M, 512,
+2411.01240 v2, "Boosting Federated Learning with FedEntOpt", §V; the paper says only "VGG-11"
+with "over 4 million parameters", so configuration A without BN is our reading), in the
+NIID-Bench / pytorch-vgg-cifar10 style: cfg [64, M, 128, M, 256, 256, M, 512,
 512, M, 512, 512, M], every number Conv3x3 (padding 1, WITH bias) -> ReLU (no BN), then the
 512-d features -> Dropout(0.5) -> Dense 512 -> ReLU -> Dropout(0.5) -> Dense 512 -> ReLU ->
 Dense C. Same pooling rules for other input sizes as VGG-16 above. Initialization: the same
@@ -146,7 +147,7 @@ def vgg16(num_classes: int, width: float = 1.0, lowering: str = 'auto') -> VGG:
 
 
 def vgg11(num_classes: int, width: float = 1.0, lowering: str = 'auto') -> VGG:
-  """VGG-11 without BN, FedEntOpt's classifier 512-512-C with dropout 0.5 (spec §4.3, A19);
+  """VGG-11 without BN, classifier 512-512-C with dropout 0.5 (our reading of FedEntOpt's);
   9,750,922 trainable params at C = 10, width 1, 32x32x3."""
   return VGG(num_classes=num_classes, cfg=VGG11_CFG, width=width, lowering=lowering,
              batch_norm=False, hidden=VGG11_HIDDEN, dropout_rate=0.5)

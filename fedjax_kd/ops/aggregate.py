@@ -56,7 +56,7 @@ def mean_aggregate(probs: Array, weights: Array | None = None) -> Array:
 def uploader_mean(probs: Array, mask: Array) -> tuple[Array, Array]:
   """Per-sample mean over the clients that uploaded that sample.
 
-  SCARLET's denominator (spec ``scarlet.md`` §8.21): ``K`` under full
+  SCARLET's denominator, as in its authors' code: ``K`` under full
   participation, the uploaders otherwise (Selective-FD: inlier clients only).
 
   Args:
@@ -94,7 +94,7 @@ def l1_to_onehot(probs: Array) -> Array:
   """``|| onehot(argmax p) - p ||_1`` per row, ties giving several ones.
 
   Selective-FD's server-side selector keeps a sample iff this is below
-  ``tau_server`` (Shao et al., Nat. Commun. 2024; spec ``scarlet.md`` §5.4).
+  ``tau_server`` (Shao et al., Nat. Commun. 2024).
   """
   onehot = (probs == jnp.max(probs, axis=-1, keepdims=True)).astype(probs.dtype)
   return jnp.sum(jnp.abs(onehot - probs), axis=-1)
@@ -148,7 +148,7 @@ def entropy(probs: Array) -> Array:
 
 @jax.jit
 def mean_entropy(probs: Array) -> Array:
-  """Mean entropy over all leading axes: DS-FL's global-logit entropy (A24)."""
+  """Mean entropy over all leading axes: DS-FL's global-logit entropy (its plots' metric)."""
   return jnp.mean(entropy(probs))
 
 
@@ -162,7 +162,7 @@ def top_k_filter(probs: Array, k: int, renormalize: bool = True) -> tuple[Array,
   Args:
     probs: ``[..., C]`` probabilities.
     k: entries kept per row, ``1 <= k <= C``.
-    renormalize: rescale the kept entries to sum to 1 (spec acepfl.md A8).
+    renormalize: rescale the kept entries to sum to 1 (zeros elsewhere).
 
   Returns:
     ``(filtered [..., C], kept [..., C] bool)``.
@@ -192,7 +192,8 @@ def complete_top_k(values: Array, kept: Array, mode: str = 'fill') -> Array:
       the entries not sent (the maximum-entropy completion: the receiver knows
       only that each of them is at most the K-th largest value);
       ``'renormalize'`` rescales the kept entries to sum to 1 and leaves zeros
-      elsewhere (spec acepfl.md A8); ``'none'`` returns ``values`` unchanged.
+      elsewhere (a target the student cannot reach at high temperatures);
+      ``'none'`` returns ``values`` unchanged.
       If noise pushed the kept mass above 1, ``'fill'`` rescales it to 1.
 
   Returns:

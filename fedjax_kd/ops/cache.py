@@ -7,7 +7,8 @@ arXiv 2504.19602 / IEEE TMC 2026, Section IV-B and Algorithm 2.
 A cache is two arrays: ``labels f32[N_public, C]`` and ``stamp i32[N_public]``
 (the round an entry was cached, ``EMPTY`` = -1). Validity is computed, never
 stored: an entry cached at round ``t_c`` is reused while ``t - t_c <= D``
-(spec ``scarlet.md`` §2.6.2, the authors' reproducibility branch). The first
+(the authors' reproducibility branch; their ``main`` branch reuses one round
+less, an off-by-one we do not copy). The first
 draw after that uses a fresh label once without re-caching it (``EXPIRED``);
 the draw after that caches it again (``NEWLY_CACHED``). With ``D = 0`` nothing
 is ever reused.
@@ -34,7 +35,7 @@ import jax.numpy as jnp
 Array = jax.Array
 
 EMPTY = -1
-# Signal encoding (spec §8.24 allows any; this is the authors' ``main`` branch).
+# Signal encoding (any would do; this is the authors' ``main`` branch).
 CACHED = 0
 NEWLY_CACHED = 1
 EXPIRED = 2
@@ -73,8 +74,10 @@ def select(stamp: Array, indices: Array, t: Array | int,
            duration: Array | int) -> tuple[Array, Array]:
   """Orders this round's draw and marks what must be requested (``I_req``).
 
-  Implements the text/code semantics of spec §2.6.1: an index is requested if
-  it has no entry *or* its entry has expired.
+  Implements the semantics of the paper's text and the authors' code: an index
+  is requested if it has no entry *or* its entry has expired. (Algorithm 1 read
+  literally never requests a stale entry, so a client would pop a label that
+  was never sent.)
 
   Args:
     stamp: ``[N]`` cache stamps.
@@ -196,7 +199,7 @@ def catch_up_counts(client_stamp: Array, indices: Array, server_stamp: Array,
   Under partial participation a client may have missed signals. Before it
   processes ``gamma^t`` for ``I^t`` it must hold the same entries as the
   server did when ``gamma^t`` was computed (the authors' code sends this diff
-  as ``update_indices``/``update_probs``/``stale_indices``, spec §5.7).
+  as ``update_indices``/``update_probs``/``stale_indices``).
 
   Args:
     client_stamp: ``[K, N]`` stamp of the entry each client holds.

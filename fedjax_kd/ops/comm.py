@@ -6,24 +6,23 @@ direction, how many elements per copy, how many copies). One function,
 there are no per-algorithm byte formulas.
 
 Rule sets:
-  * ``dsfl`` -- the DS-FL paper's rules (Itahara et al., IEEE TMC 2021, §5):
+  * ``dsfl`` -- the DS-FL paper's rules (Itahara et al., IEEE TMC 2021, Tables 1-3):
     every number is a 4-byte float, a server broadcast is a multicast counted
     once, the open-set indices are not counted (shared seed), the one-time
     open-data broadcast is (ComU@I). These reproduce the paper's Tables 1 and 2
     exactly (see ``tests/test_comm.py``).
-  * ``scarlet`` -- the SCARLET authors' code (``pipeline.py``; spec
-    ``scarlet.md`` §6): float32 labels, int64 indices, signals and CFD hard
-    labels, broadcasts counted once per receiving client, and the one-time
+  * ``scarlet`` -- the SCARLET authors' code (``pipeline.py``): float32 labels,
+    int64 indices, signals and CFD hard labels, broadcasts counted once per receiving client, and the one-time
     public-set download excluded.
-  * ``fedcache2`` -- FedCache 2.0 (spec ``fedcache2.md`` §6): distilled samples
+  * ``fedcache2`` -- FedCache 2.0 (the paper's App. D): distilled samples
     are counted by their encoded size (``kind='raw'``: uint8 pixels, PNG or
     JPEG file sizes, or float32 for non-image inputs), each hard label as one
     byte (the paper and code ignore labels; they are small but not free).
-  * ``acepfl`` -- ACE-pFL (spec ``acepfl.md`` §7): float32 values, int32 indices
+  * ``acepfl`` -- ACE-pFL: float32 values, int32 indices
     (top-K uploads are K values + K indices per sample), every receiver's copy
     counted (the paper reports per-client traffic), the one-time public-set
     download not counted (the paper's GB figures have no such term).
-    ``scarlet`` is the same with int64 indices (b_idx = 8).
+    ``scarlet`` is the same with int64 (8-byte) indices.
   * ``minimal`` -- what a careful implementation would send: float32 labels,
     int32 indices, 2-bit signals, ``ceil(log2 C)``-bit hard labels, multicasts
     counted once.

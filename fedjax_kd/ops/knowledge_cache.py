@@ -20,7 +20,7 @@ Device-centric sampling (Eq. 17): client ``k`` with local label frequencies
 of the cached class-``c`` items ``S_c`` (``tau = 1`` downloads everything,
 ``tau = 0`` a fraction ``p_c``). :func:`sample` implements three readings:
 
-  * ``'count'`` (default, the spec's reading): ``n_c = floor(q_c |S_c| + u_c)``
+  * ``'count'`` (default, ``q_c`` read as a fraction): ``n_c = floor(q_c |S_c| + u_c)``
     with ``u_c ~ U[0, 1)`` (stochastic rounding, ``E[n_c] = q_c |S_c|``),
     drawn uniformly without replacement among the valid class-``c`` items.
   * ``'bernoulli'``: each valid class-``c`` item is kept independently with

@@ -2,19 +2,21 @@
 
 K. He, H. Bai, Y. Li, J. Chen, R. Du, "ACE-pFL: Accurate, Efficient
 Personalized Federated Learning With Knowledge Distillation", IEEE/ACM
-Transactions on Networking 2025 (spec ``shared/specs/acepfl.md`` §3.4.2,
-§3.4.3, §3.4.6). Host-side numpy (float64); it runs once before training.
+Transactions on Networking 2025. Host-side numpy (float64); it runs once before
+training.
 
-Label distances (:data:`METRICS`; the printed EMD program is degenerate, spec
-A1). All assume normalised histograms (rows of :func:`label_histograms`):
+Label distances (:data:`METRICS`). The printed EMD program is degenerate: a zero
+flow is feasible and optimal, and its normalisation is then 0/0, so we offer
+readings of it. All assume normalised histograms (rows of
+:func:`label_histograms`):
 
-  * ``'tv'`` (default, A1a): ``1/2 ||p - q||_1``, Rubner's EMD with the 0/1
+  * ``'tv'`` (default): ``1/2 ||p - q||_1``, Rubner's EMD with the 0/1
     ground distance between distinct classes; in ``[0, 1]``.
   * ``'l1'``: ``||p - q||_1`` (twice ``'tv'``; same 1-D clustering).
   * ``'emd1d'``: the exact 1-D EMD (Wasserstein-1) with ground distance
     ``|i - j|`` between class indices, ``sum_c |CDF_p(c) - CDF_q(c)|``. Only
     meaningful when the class order means something.
-  * ``'sorted_literal'`` (A1b): the printed program read as an assignment with
+  * ``'sorted_literal'``: the printed program read as an assignment with
     cost ``|p_m - q_n|``, i.e. ``mean_k |sort(p)_k - sort(q)_k|``. It ignores
     class identity (``[.5, .5, 0, 0]`` vs ``[0, 0, .5, .5]`` gives 0); for
     fidelity experiments only.
@@ -23,21 +25,24 @@ Clustering (:func:`cluster_clients`):
 
   * ``method='vector'`` (the paper's): distances of every client to a reference
     client ``z`` (``e_z = 0``), clustered by exact 1-D k-means
-    (:func:`kmeans_1d`, dynamic programming, spec A3). Cluster ids are ordered
-    by centroid, so the reference client's cluster is 0.
-  * ``method='matrix'`` (the Table V comparator, A4): k-means (Lloyd's with
+    (:func:`kmeans_1d`, dynamic programming: exact and deterministic, where the
+    paper gives no initialisation or restarts). Cluster ids are ordered by
+    centroid, so the reference client's cluster is 0.
+  * ``method='matrix'`` (the Table V comparator, which the paper does not
+    specify): k-means (Lloyd's with
     k-means++, best of ``n_init``; :func:`kmeans_rows`) on the rows of the
     ``K x K`` distance matrix. Cluster ids follow first appearance.
 
 If there are fewer distinct values (rows) than requested clusters, the
-effective number of clusters is the number of distinct values (A3).
+effective number of clusters is the number of distinct values.
 
 ``ClusterResult.intra_distance`` is the Fig. 3 diagnostic: for each cluster the
 mean pairwise distance (same metric) over client pairs inside it, 0 for
 singletons. It is computed from the full distance matrix for both methods.
 
-Eq. (3) weights (:func:`cluster_weights`, A5): ``a_n = (D_v / D) / |v|`` with
-``D_v = sum_{n in v} D_n``, so ``s^r = sum_n a_n s_n^r`` and ``sum_n a_n = 1``.
+Eq. (3) weights (:func:`cluster_weights`): ``a_n = (D_v / D) / |v|`` with
+``D_v = sum_{n in v} D_n``, so ``s^r = sum_n a_n s_n^r`` and ``sum_n a_n = 1``
+(as printed, the weight multiplies ``D_v`` by ``|v|`` and would not sum to 1).
 """
 
 from __future__ import annotations
@@ -396,7 +401,8 @@ def cluster_weights(labels, sizes, active=None) -> np.ndarray:
   ``D_v = sum_{m in v} D_m`` and ``|v|`` count **active** clients only:
   inactive clients get 0, clusters without an active client drop out and the
   remaining cluster weights renormalise to 1. With equal sizes this is the
-  plain mean ``1 / #active`` whatever the labels (spec A9).
+  plain mean ``1 / #active`` whatever the labels: under a balanced split Eq. 3's
+  one global teacher makes the clustering a no-op.
 
   Args:
     labels: ``[K]`` int cluster ids.

@@ -1,12 +1,13 @@
 """Per-sample losses for local training and distillation.
 
-* Cross-entropy with integer labels, DS-FL eq. (2) (mean over the batch, A4).
+* Cross-entropy with integer labels, DS-FL eq. (2) (mean over the batch, as Keras,
+  where eq. 2 sums).
 * Cross-entropy with soft targets, DS-FL eq. (10)/(11): ``-sum_c t_c log p_c``.
 * KL(teacher || student) with temperature and the Hinton ``T^2`` scaling, used by
   the KD-style papers (FedCache 2.0, ACE-pFL).
 * ACE-pFL's triple-distillation loss (K. He, H. Bai, Y. Li, J. Chen, R. Du,
-  IEEE/ACM ToN 2025, Eq. 4) in the implementable form of spec ``acepfl.md``
-  §3.4.7: ``a1 CE(labels) + T^2 [a2 KL(s^r || q) + a3 KL(s^b || q) + a4 KL(M || q)]``.
+  IEEE/ACM ToN 2025, Eq. 4) in an implementable form, teacher-first KL towards the
+  student ``q``: ``a1 CE(labels) + T^2 [a2 KL(s^r || q) + a3 KL(s^b || q) + a4 KL(M || q)]``.
 
 All functions return per-sample values ``[B]`` so the engine can apply a
 validity mask and average over the real samples of a padded batch.
@@ -54,7 +55,7 @@ def tempered_kl(log_q: Array, teacher: Array, direction: str = 'teacher_student'
   ``'teacher_student'`` is ``KL(t || q)`` (standard KD; zero teacher entries
   contribute 0, so top-K-filtered teachers are fine). ``'student_teacher'`` is
   the ACE-pFL paper's literal ``KL(q || t)``, which is infinite where ``t`` has
-  zeros; the teacher is smoothed to ``(t + eps) / (1 + C eps)`` first (spec A2).
+  zeros; the teacher is smoothed to ``(t + eps) / (1 + C eps)`` first.
   """
   if direction == 'teacher_student':
     return jnp.sum(jax.scipy.special.xlogy(teacher, teacher) - teacher * log_q, axis=-1)
@@ -68,7 +69,7 @@ def tempered_kl(log_q: Array, teacher: Array, direction: str = 'teacher_student'
 def triple_distillation_loss(logits: Array, labels: Array, teacher: Array, best_logp: Array,
                              history: Array, temperature: Array | float, weights: Array,
                              direction: str = 'teacher_student') -> Array:
-  """ACE-pFL's per-sample personalised loss (Eq. 4, spec form).
+  """ACE-pFL's per-sample personalised loss (Eq. 4, teacher-first KL by default).
 
   Args:
     logits: ``[B, C]`` student logits on public samples.

@@ -2,7 +2,7 @@
 
 Pure, jitted functions over pytrees whose leaves carry a leading client axis
 (a cohort's stacked params), as FedEntOpt (Lutz et al., arXiv 2411.01240v2,
-§V-B4; spec ``fedentopt.md`` §2.8) combines them with client selection:
+§V-B4) combines them with client selection:
 
 * FedAvg -- H. B. McMahan et al., "Communication-Efficient Learning of Deep
   Networks from Decentralized Data", AISTATS 2017: the ``n_k``-weighted mean
@@ -19,7 +19,8 @@ Pure, jitted functions over pytrees whose leaves carry a leading client axis
   ``c <- c + (1 / K) sum_{k in S} (c_k+ - c_k)`` (:func:`scaffold_controls`).
 
 ``p_k = n_k / sum_S n_j`` over the clients that trained (FedEntOpt weights
-every method by data size, A24); ``weights`` is zero for the others.
+every method by data size, as its fairness statement asks); ``weights`` is zero
+for the others.
 """
 
 from __future__ import annotations

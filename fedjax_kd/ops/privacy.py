@@ -4,8 +4,8 @@ ACE-pFL (K. He, H. Bai, Y. Li, J. Chen, R. Du, "ACE-pFL: Accurate, Efficient
 Personalized Federated Learning With Knowledge Distillation", IEEE/ACM
 Transactions on Networking 2025) mentions differential privacy only
 qualitatively (§III-E): no mechanism, epsilon, delta or noise scale is given.
-Following the spec (``shared/specs/acepfl.md`` §3.4.8, A19), both mechanisms are
-optional and off by default:
+So both mechanisms here are our choice, optional and off by default: a formal one
+for the label histogram, and plain noise injection for the soft predictions:
 
   * :func:`laplace_counts` (host-side numpy): the Laplace mechanism on
     label-count vectors, ``c~_c = max(c_c + Lap(0, 1 / epsilon), 0)``. One

@@ -3,39 +3,41 @@ Power-of-Choice sampling, plus cohort label statistics.
 
 FedEntOpt: A. Lutz, G. Steidl, K. Mueller, W. Samek, "Boosting Federated
 Learning with FedEntOpt: Mitigating Label Skew by Entropy-Based Client
-Selection", arXiv 2411.01240v2 (spec ``shared/specs/fedentopt.md`` §2.2-2.5,
-§2.9, A1-A5, A10, A28, A29). Power-of-Choice: Y. J. Cho, J. Wang, G. Joshi,
+Selection", arXiv 2411.01240v2. Power-of-Choice: Y. J. Cho, J. Wang, G. Joshi,
 "Client Selection in Federated Learning: Convergence Analysis and
-Power-of-Choice Selection Strategies", 2020 (spec §5.3).
+Power-of-Choice Selection Strategies", 2020.
 
-Everything here is host-side numpy in float64 (spec §2.9: float32 can straddle
-the tie tolerance). FedEntOpt and uniform selection do not depend on the model
-(A28), so :func:`fedentopt_schedule` and :func:`uniform_schedule` return the
+Everything here is host-side numpy in float64: float32 sums can straddle the tie
+tolerance and then break ties differently from a float64 reference. FedEntOpt and
+uniform selection do not depend on the model, so :func:`fedentopt_schedule` and
+:func:`uniform_schedule` return the
 whole ``[R, M]`` schedule up front; Power-of-Choice needs the current losses
 and is split into :func:`power_of_choice_candidates` and
 :func:`power_of_choice_select`.
 
 FedEntOpt semantics (one call of Algorithm 1 = :func:`fedentopt_round`):
 
-  * The objective is the literal Eq. (5) (A29): the entropy in bits of the
+  * The objective is the literal Eq. (5): the entropy in bits of the
     normalised **sum of raw counts** ``L + l^(j)`` (n-weighted), not an average
     of per-client distributions.
   * Availability within a round is ``avail = not in B at round start and not
-    selected so far`` (§2.4, A2): a client evicted from B during the round does
+    selected so far``: a client evicted from B during the round does
     not come back in that round. This equals the literal ``A <- A \\ B`` at
     every iteration of the loop.
-  * The first client is uniform over the available clients (A5), drawn as
+  * The first client is uniform over the available clients, drawn as
     ``avail_sorted[rng.integers(len(avail_sorted))]``.
-  * Candidates within ``tie_tol`` bits of the maximum entropy are tied (A1);
-    ``'lowest'`` takes the lowest client index, ``'random'`` draws uniformly
+  * Candidates within ``tie_tol`` bits of the maximum entropy are tied:
+    permutation-equivalent candidates have equal entropies whose computed
+    values differ in the last bits, and a fixed rule keeps the schedule the
+    same across precisions. ``'lowest'`` takes the lowest client index, ``'random'`` draws uniformly
     among the tied (sorted) ids with ``rng.integers``.
   * After each pick: if ``len(B) >= Q`` the oldest entry is evicted, then the
     pick is appended. ``Q = 0`` means the buffer never holds anyone (pure
-    greedy with a random first client, A3); the literal pseudo-code would keep
+    greedy with a random first client); the literal pseudo-code would keep
     the last pick in B.
-  * ``Q <= K - M`` is required (§2.4, A3) so that ``A`` never runs empty.
+  * ``Q <= K - M`` is required so that ``A`` never runs empty.
 
-DP (§2.5, A6): :func:`dp_counts` applies the Laplace mechanism of
+DP: :func:`dp_counts` applies the Laplace mechanism of
 :func:`fedjax_kd.ops.privacy.laplace_counts` once per seed; noisy counts are
 clipped at 0 and kept as float. Use them only for selection; compute cohort
 statistics (:func:`schedule_stats`) on the true counts.
@@ -58,7 +60,7 @@ __all__ = [
     'cohort_entropy', 'schedule_stats', 'dp_counts'
 ]
 
-TIE_TOL = 1e-5  # bits (spec A1)
+TIE_TOL = 1e-5  # bits: entropies this close are tied
 TIE_BREAKS = ('lowest', 'random')
 
 # Stream tags mixed into the seed so that the schedules and the DP noise of one
@@ -130,7 +132,7 @@ def fedentopt_round(counts: np.ndarray,
                     tie_tol: float = TIE_TOL,
                     tie_break: str = 'lowest'
                    ) -> tuple[np.ndarray, tuple[int, ...]]:
-  """One call of Algorithm 1 (FedEntOpt), spec §2.4.
+  """One call of Algorithm 1 (FedEntOpt).
 
   Args:
     counts: ``[K, C]`` label-count vectors (DP-noised if DP is on), float64.
@@ -207,7 +209,7 @@ def fedentopt_schedule(counts,
                        *,
                        tie_tol: float = TIE_TOL,
                        tie_break: str = 'lowest') -> np.ndarray:
-  """The FedEntOpt selection schedule for ``rounds`` rounds (A28).
+  """The FedEntOpt selection schedule for ``rounds`` rounds (it does not depend on the model).
 
   A pure function of its arguments: the buffer starts empty and one generator
   ``np.random.default_rng(np.random.SeedSequence([seed, 0xFE0]))`` feeds every
@@ -252,7 +254,7 @@ SELECT_STREAM = 4
 
 
 def uniform_round(num_clients: int, m: int, seed: int, t: int) -> np.ndarray:
-  """Round ``t``'s uniform cohort: ``m`` distinct ids without replacement (A10).
+  """Round ``t``'s uniform cohort: ``m`` distinct ids without replacement.
 
   ``default_rng([seed, t, SELECT_STREAM]).choice(num_clients, m, replace=False)``:
   the generator the experiment layer draws from (``fedjax_kd.core.rng.host_rng``
@@ -264,7 +266,7 @@ def uniform_round(num_clients: int, m: int, seed: int, t: int) -> np.ndarray:
 
 def uniform_schedule(num_clients: int, rounds: int, m: int,
                      seed: int) -> np.ndarray:
-  """Uniform selection without replacement, a fresh draw per round (A10).
+  """Uniform selection without replacement, a fresh draw per round.
 
   Ignores client sizes. Row ``r`` is :func:`uniform_round` of round ``r + 1``.
 
@@ -378,7 +380,7 @@ def schedule_stats(counts, schedule, num_classes_threshold=None) -> dict:
     scalars ``entropy_mean``, ``entropy_std`` (population std over rounds, 0
     if R = 0), ``full_coverage_rate`` (fraction of rounds) and
     ``above_log2_cm1`` (fraction of rounds with entropy > log2(C - 1), which
-    implies full coverage, spec §2.3).
+    implies full coverage).
   """
   counts = _check_counts(counts)
   k, c = counts.shape
@@ -408,7 +410,7 @@ def schedule_stats(counts, schedule, num_classes_threshold=None) -> dict:
 
 
 def dp_counts(counts, epsilon: float, seed: int) -> np.ndarray:
-  """Laplace-noised label counts for selection (spec §2.5, A6).
+  """Laplace-noised label counts for selection.
 
   ``privacy.laplace_counts(default_rng(SeedSequence([seed, 0xD9])), counts,
   epsilon)``: ``max(l + Lap(0, 1/epsilon), 0)`` per entry, float64, not rounded,

@@ -2,7 +2,7 @@
 
 K. He, H. Bai, Y. Li, J. Chen, R. Du, "ACE-pFL: Accurate, Efficient
 Personalized Federated Learning With Knowledge Distillation", IEEE/ACM
-Transactions on Networking 2025 (spec ``shared/specs/acepfl.md`` §3.4.4).
+Transactions on Networking 2025.
 
 The temperature is one scalar per round, so everything here is host-side
 Python / numpy (float64). Round indices are 1-based (``r = 1..rounds``).
@@ -12,11 +12,12 @@ Eq. (2) as printed::
   T_r = T0 + k1 / (1 + e^{-k2}) * floor(r / T0) + 2 k1 / (1 + e^{-k2 dr}),
   dr  = r - r0 * floor(r / r0).
 
-Spec decisions (§10 A6, A7, A25):
+Our readings of it:
 
   * ``stage_div='r0'`` (default) uses the stage ``floor(r / r0)`` that the
     paper's text describes twice; ``stage_div='T0'`` is the literal
-    ``floor(r / T0)`` of the printed equation (non-monotone).
+    ``floor(r / T0)`` of the printed equation (non-monotone, which contradicts
+    the text's "continuously increase").
   * ``normalize_delta=True`` (default) feeds ``x = dr / r0`` in ``[0, 1)`` to
     the sigmoid, giving a smooth rise from 35.125 to 49.900 over 300 rounds
     with the defaults; ``normalize_delta=False`` is the literal raw ``dr``
@@ -37,7 +38,7 @@ Alternative curves (Fig. 5 / Table XIII):
     With the defaults (normalised) it runs from 30.41 (r=1) through 58.43
     (r=99) and 60.28 (r=100) to 120.05 (r=300).
   * ``'f2'``, ``'f3'``, ``'f5'``: the paper gives no formula. These are **our
-    construction** (spec §3.4.4, A25), endpoint-matched to f1 on
+    construction**, endpoint-matched to f1 on
     ``[1, rounds]``: with ``T_s = f1(1)``, ``T_e = f1(rounds)`` (same
     ``stage_div`` / ``normalize_delta``) and ``u = (r - 1) / (rounds - 1)``::
 
