@@ -1,13 +1,17 @@
 r"""Figures of one or more finished (or running) workdirs.
 
   python -m fedjax_kd.plot DIR [DIR ...] [--out OUT_DIR] [--labels a,b,...]
-      [--metric test_acc|client_acc]
+      [--metric test_acc|client_acc] [--exclude_setup_bytes]
 
 Each ``DIR`` is a run's ``--workdir`` (:mod:`fedjax_kd.workdir`); it is read
 with :func:`fedjax_kd.workdir.read_run`, which uses
 
 * ``metrics.jsonl``   the per-round rows (required; a torn last row is
-  skipped): ``round``, ``test_acc`` on evaluated rounds, ``cum_bytes``;
+  skipped): ``round``, ``test_acc`` on evaluated rounds, ``client_acc``
+  (where the clients are evaluated beside a server model), ``cum_bytes``
+  and ``round_bytes``;
+* ``summary.json``    ``setup_bytes``, the one-time traffic before round 1
+  (else it is round 1's ``cum_bytes - round_bytes``);
 * ``config.json``     the algorithm and the partition for labels and titles;
 * ``clients.json``    each client model's accuracy at the last evaluation;
 * ``partition.json``  the clients x classes label counts.
@@ -16,10 +20,20 @@ The PNGs written to ``OUT_DIR`` (default ``DIR/plots`` for one ``DIR``,
 ``./plots`` for several) are listed in :func:`plot_runs`. Runs are overlaid
 in the same color in every figure. Labels default to each directory's name
 plus its algorithm, e.g. ``dsfl_era (dsfl)``; directories with the same name
-are told apart by their parent's name.
+are told apart by their parent's name. Every legend entry of the accuracy
+figures also says which accuracy its line is (:func:`accuracy_kind`):
+``dsfl_era (dsfl, server test acc)``, ``DS-FL (mean client acc)``, and the
+y axis says it too.
 
-Exit codes: 0 done; 2 a ``DIR`` is missing or is not a workdir, or bad
-``--labels``.
+``cum_bytes`` includes the one-time setup traffic (DS-FL's and SCARLET's
+open-set download), which on short runs can dwarf the rounds' bytes and
+squash the accuracy-vs-bytes curves against one end of the axis;
+``--exclude_setup_bytes`` subtracts each run's setup bytes from the x axis
+(the axis label then gives the amount left out).
+
+Exit codes: 0 done; 2 a ``DIR`` is missing or is not a workdir, bad
+``--labels``, or ``--exclude_setup_bytes`` for a run that records no setup
+bytes.
 
 The ``figure_*`` builders return :class:`matplotlib.figure.Figure` objects and
 work with any backend (notebooks keep their inline backend); only
@@ -35,6 +49,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
@@ -50,6 +65,8 @@ MB = 1e6
 # Cells annotated with their count in the partition heatmap up to this size.
 ANNOTATE_MAX_CLIENTS = 20
 ANNOTATE_MAX_CLASSES = 10
+# Run labels under the client-accuracy boxes are broken into lines of this many characters.
+TICK_CHARS = 24
 
 
 # ------------------------------------------------------------ helpers
@@ -76,6 +93,134 @@ METRICS = {
     # The mean accuracy of the client models (UA) for every algorithm.
     'client_acc': 'mean client accuracy',
 }
+# What a plotted accuracy is, by :func:`accuracy_kind`: (legend text, axis text).
+KINDS = {
+    'server': ('server test acc', 'server test accuracy'),
+    'client': ('mean client acc', 'mean client accuracy'),
+}
+# Algorithms whose ``test_acc`` is the mean of the client models (their evaluated
+# models are the clients: fedjax_kd.algorithms.base.Algorithm.evaluate). Only
+# consulted for rows that do not tell (no ``client_acc`` / ``client_acc_min``).
+CLIENT_HEADLINE = frozenset({'fd', 'single', 'individual', 'fedcache2', 'acepfl', 'fedmd'})
+
+
+def accuracy_kind(run: dict[str, Any], metric: str = 'test_acc') -> str:
+  """Which accuracy a run's ``metric`` curve is: ``'server'`` or ``'client'``.
+
+  ``'client_acc'`` is always the mean client accuracy. ``'test_acc'`` is the
+  server (global) model's where the rows also log ``client_acc`` (DS-FL,
+  SCARLET, FedAvg, ... evaluate both), the mean client accuracy where they log
+  ``client_acc_min`` without ``client_acc`` (FD, single, FedCache 2.0,
+  ACE-pFL), else decided by the config's algorithm (:data:`CLIENT_HEADLINE`).
+
+  Args:
+    run: a :func:`fedjax_kd.workdir.read_run` dict.
+    metric: a key of :data:`METRICS`.
+
+  Returns:
+    A key of :data:`KINDS`.
+  """
+  if metric == 'client_acc':
+    return 'client'
+  rows = run.get('metrics') or []
+  if any(_finite(r.get('client_acc')) for r in rows):
+    return 'server'
+  if any('client_acc_min' in r for r in rows):
+    return 'client'
+  algo = ((run.get('config') or {}).get('algorithm')
+          or (run.get('summary') or {}).get('algorithm'))
+  return 'client' if algo in CLIENT_HEADLINE else 'server'
+
+
+def legend_label(label: str, kind: str) -> str:
+  """``'DS-FL'`` -> ``'DS-FL (server test acc)'``; ``'x (dsfl)'`` -> ``'x (dsfl, server test acc)'``."""
+  what = KINDS[kind][0]
+  if label.endswith(')') and '(' in label:
+    return f'{label[:-1]}, {what})'
+  return f'{label} ({what})'
+
+
+def _accuracy_name(kinds: Sequence[str]) -> str:
+  """The y axis's accuracy: one kind's name, or both where runs differ."""
+  kinds = list(dict.fromkeys(kinds))
+  if len(kinds) == 1:
+    return KINDS[kinds[0]][1]
+  return 'server test or mean client accuracy'
+
+
+def setup_bytes(run: dict[str, Any]) -> float | None:
+  """A run's one-time setup traffic before round 1, in bytes (None: not recorded).
+
+  ``summary.json``'s ``setup_bytes`` where the run has one, else round 1's
+  ``cum_bytes - round_bytes`` in ``metrics.jsonl`` (a run still going).
+  """
+  s = (run.get('summary') or {}).get('setup_bytes')
+  if _finite(s):
+    return float(s)
+  for r in run.get('metrics') or []:
+    if r.get('round') == 1 and _finite(r.get('cum_bytes')) and _finite(r.get('round_bytes')):
+      return float(r['cum_bytes'] - r['round_bytes'])
+  return None
+
+
+def _mb(b: float) -> str:
+  return f'{b / MB:.3g} MB'
+
+
+def _text_width_pt(text: str, prop: Any) -> float:
+  from matplotlib.textpath import TextToPath  # pylint: disable=g-import-not-at-top
+  return TextToPath().get_text_width_height_descent(text, prop, ismath=False)[0]
+
+
+def fit_lines(text: str, prop: Any, width_pt: float) -> str:
+  """``text`` broken into lines at spaces so that each is at most ``width_pt`` wide.
+
+  Measured with the font of ``prop`` (a :class:`matplotlib.font_manager.FontProperties`);
+  a word wider than a line is broken inside. Existing line breaks are kept.
+  """
+  out = []
+  for para in text.split('\n'):
+    line = ''
+    for word in para.split(' '):
+      cand = f'{line} {word}' if line else word
+      if not line or _text_width_pt(cand, prop) <= width_pt:
+        line = cand
+        if _text_width_pt(line, prop) <= width_pt:
+          continue
+      else:
+        out.append(line)
+        line = word
+      while len(line) > 1 and _text_width_pt(line, prop) > width_pt:   # a word too long
+        k = len(line) - 1
+        while k > 1 and _text_width_pt(line[:k], prop) > width_pt:
+          k -= 1
+        out.append(line[:k])
+        line = line[k:]
+    out.append(line)
+  return '\n'.join(out)
+
+
+def wrap_texts(fig: Figure, margin_in: float = 0.1) -> None:
+  """Breaks each axes' title and x label into lines that stay within the figure.
+
+  Both are centered on their axes, so a line may be twice the distance from
+  the axes' center to the nearer figure edge, less ``margin_in``; the axes'
+  places are the figure's layout without those texts. Call it once the
+  figure is complete (legends included).
+  """
+  texts = [(ax, t) for ax in fig.axes for t in (ax.title, ax.xaxis.label) if t.get_text()]
+  if not texts:
+    return
+  full = [t.get_text() for _, t in texts]
+  for _, t in texts:
+    t.set_text('')
+  fig.draw_without_rendering()   # the layout (constrained) without them: the axes' final x
+  width = fig.bbox.width
+  for (ax, t), text in zip(texts, full):
+    cx = (ax.bbox.x0 + ax.bbox.x1) / 2 if ax.bbox.width > 0 else width / 2
+    avail_px = 2 * min(cx, width - cx) - 2 * margin_in * fig.dpi
+    avail_pt = max(avail_px, 0.25 * width) * 72 / fig.dpi
+    t.set_text(fit_lines(text, t.get_fontproperties(), avail_pt))
 
 
 def accuracy_series(run: dict[str, Any], key: str = 'test_acc') -> dict[str, np.ndarray]:
@@ -154,17 +299,19 @@ def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[st
 
   Args:
     runs: :func:`fedjax_kd.workdir.read_run` dicts.
-    labels: a legend label per run.
+    labels: a legend label per run; the legend adds which accuracy it is
+      (:func:`legend_label`), as does the y axis.
     metric: a key of :data:`METRICS`.
 
   Returns:
     The figure; only evaluated rounds (``test_acc`` not None) are drawn.
   """
-  name = METRICS[metric]
+  kinds = [accuracy_kind(run, metric) for run in runs]
+  name = _accuracy_name(kinds)
   fig, ax = _new_figure(len(runs))
-  for i, (run, label) in enumerate(zip(runs, labels)):
+  for i, (run, label, kind) in enumerate(zip(runs, labels, kinds)):
     s = accuracy_series(run, metric)
-    ax.plot(s['round'], s['acc'] * 100, label=label, color=run_color(i),
+    ax.plot(s['round'], s['acc'] * 100, label=legend_label(label, kind), color=run_color(i),
             marker=_marker(len(s['round'])), markersize=4, linewidth=1.6)
   ax.set_xlabel('round')
   _percent_axis(ax, f'{name} (%)')
@@ -172,32 +319,48 @@ def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[st
   ax.set_title(f'{name} vs round')
   ax.grid(True, alpha=0.35)
   _legend(ax, len(runs))
+  wrap_texts(fig)
   return fig
 
 
 def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[str],
-                             metric: str = 'test_acc') -> Figure:
+                             metric: str = 'test_acc',
+                             exclude_setup_bytes: bool = False) -> Figure:
   """Test accuracy (%) against cumulative communication (MB, log scale).
 
   The x value of a round is its ``cum_bytes`` (uplink plus downlink, one-time
-  setup traffic included) in megabytes (10^6 bytes).
+  setup traffic included) in megabytes (10^6 bytes); with
+  ``exclude_setup_bytes``, ``cum_bytes`` less the run's :func:`setup_bytes`,
+  and the x label names the amount left out.
 
   Args:
     runs: :func:`fedjax_kd.workdir.read_run` dicts.
-    labels: a legend label per run.
+    labels: a legend label per run; the legend adds which accuracy it is
+      (:func:`legend_label`), as does the y axis.
     metric: a key of :data:`METRICS`.
+    exclude_setup_bytes: leave each run's one-time setup traffic out of x.
 
   Returns:
-    The figure; rows without accuracy or with no positive ``cum_bytes`` are
-    not drawn.
+    The figure; rows without accuracy or with no positive x are not drawn.
+
+  Raises:
+    DataError: ``exclude_setup_bytes`` and a run records no setup bytes.
   """
-  name = METRICS[metric]
+  kinds = [accuracy_kind(run, metric) for run in runs]
+  name = _accuracy_name(kinds)
+  setups = [setup_bytes(run) for run in runs]
+  if exclude_setup_bytes:
+    for run, s in zip(runs, setups):
+      if s is None:
+        raise DataError(f'{run.get("workdir")}: cannot exclude the setup bytes: summary.json '
+                        'has no setup_bytes and metrics.jsonl no round 1 with round_bytes.')
   fig, ax = _new_figure(len(runs))
-  for i, (run, label) in enumerate(zip(runs, labels)):
+  for i, (run, label, kind) in enumerate(zip(runs, labels, kinds)):
     s = accuracy_series(run, metric)
-    keep = np.isfinite(s['cum_bytes']) & (s['cum_bytes'] > 0)
-    ax.plot(s['cum_bytes'][keep] / MB, s['acc'][keep] * 100, label=label, color=run_color(i),
-            marker=_marker(int(keep.sum())), markersize=4, linewidth=1.6)
+    x = s['cum_bytes'] - (setups[i] if exclude_setup_bytes else 0.0)
+    keep = np.isfinite(x) & (x > 0)
+    ax.plot(x[keep] / MB, s['acc'][keep] * 100, label=legend_label(label, kind),
+            color=run_color(i), marker=_marker(int(keep.sum())), markersize=4, linewidth=1.6)
   ax.set_xscale('log')
   # Plain numbers (0.1, 1, 10 ...); within a short span some minor ticks
   # are labelled too, so there are always a few labelled ticks.
@@ -208,12 +371,24 @@ def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[st
   ax.xaxis.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(2, 10)))
   ax.xaxis.set_minor_formatter(ticker.FuncFormatter(
       lambda v, _: f'{v:g}' if v > 0 and _mantissa(v) in labelled else ''))
-  ax.set_xlabel('cumulative communication (MB, log scale)')
+  known = sorted({s for s in setups if s is not None})
+  if exclude_setup_bytes:
+    amount = (f'of {_mb(known[0])}' if len(known) == 1 else
+              f'of {_mb(known[0])} to {_mb(known[-1])} per run')
+    xlabel = f'cumulative communication, excluding the one-time setup {amount} (MB, log scale)'
+  elif known and known[-1] > 0 and None not in setups:
+    amount = (_mb(known[0]) if len(known) == 1 else f'{_mb(known[0])} to {_mb(known[-1])}')
+    xlabel = f'cumulative communication, including the one-time setup of {amount} (MB, log scale)'
+  else:
+    xlabel = 'cumulative communication (MB, log scale)'
+  ax.set_xlabel(xlabel)
   _percent_axis(ax, f'{name} (%)')
-  ax.set_title(f'{name} vs cumulative communication')
+  ax.set_title(f'{name} vs cumulative communication'
+               + (' after the one-time setup' if exclude_setup_bytes else ''))
   ax.grid(True, which='major', alpha=0.45)
   ax.grid(True, which='minor', axis='x', alpha=0.15)
   _legend(ax, len(runs))
+  wrap_texts(fig)
   return fig
 
 
@@ -252,7 +427,8 @@ def figure_client_accuracy(runs: Sequence[dict[str, Any]],
     models = c.get('client_models') or [None] * len(accs)
     keep = [k for k, a in enumerate(accs) if _finite(a)]
     values = np.array([accs[k] for k in keep], dtype=np.float64) * 100
-    ticks.append(f'{label}\n{len(keep)} clients')
+    ticks.append(f'{textwrap.fill(label, TICK_CHARS, break_on_hyphens=False)}\n'
+                 f'{len(keep)} clients')
     when.append(f'round {c.get("round")}, {c.get("split")}')
     if not len(values):
       continue
@@ -275,7 +451,7 @@ def figure_client_accuracy(runs: Sequence[dict[str, Any]],
       ax.scatter(x, values, s=size, color=run_color(i), alpha=0.85, edgecolors='none',
                  zorder=3, gid=f'clients:{label}')
   ax.set_xticks(range(1, len(shown) + 1), ticks)
-  if len(shown) > 4 or (len(shown) > 1 and max(len(t) for _, _, t in shown) > 28):
+  if len(shown) > 4:
     for t in ax.get_xticklabels():
       t.set_rotation(15)
       t.set_horizontalalignment('right')
@@ -288,11 +464,12 @@ def figure_client_accuracy(runs: Sequence[dict[str, Any]],
     title += f' ({unique[0]})'
   else:
     title += ' (' + '; '.join(f'{lab}: {w}' for (_, _, lab), w in zip(shown, when)) + ')'
-  ax.set_title(title, fontsize='medium', wrap=True)
+  ax.set_title(title, fontsize='medium')
   if specs:
     handles = [ax.scatter([], [], s=30, color=spec_color[s], label=s) for s in specs]
     ax.legend(handles=handles, title='client model', loc='upper left',
               bbox_to_anchor=(1.01, 1.0), fontsize='small', frameon=False)
+  wrap_texts(fig)
   return fig
 
 
@@ -351,6 +528,7 @@ def figure_partition(run: dict[str, Any], label: str) -> Figure | None:
   bits = [b for b in (source, info) if b]
   ax.set_title(f'{label}: {k} clients x {c} classes'
                + (f' ({", ".join(bits)})' if bits else ''), fontsize='medium')
+  wrap_texts(fig)
   return fig
 
 
@@ -389,7 +567,8 @@ def _save(fig: Figure, path: str) -> str:
 
 
 def plot_runs(workdirs: Sequence[str], out_dir: str,
-              labels: Sequence[str] | None = None, metric: str = 'test_acc') -> dict[str, str]:
+              labels: Sequence[str] | None = None, metric: str = 'test_acc',
+              exclude_setup_bytes: bool = False) -> dict[str, str]:
   """Reads the workdirs and writes every figure as a PNG in ``out_dir``.
 
   Files (and the keys of the returned dict):
@@ -413,12 +592,15 @@ def plot_runs(workdirs: Sequence[str], out_dir: str,
       ``'test_acc'`` (each algorithm's headline accuracy) or ``'client_acc'``
       (the mean client accuracy, UA, comparable across DS-FL, SCARLET and
       FedCache 2.0).
+    exclude_setup_bytes: leave each run's one-time setup traffic out of the
+      x axis of ``accuracy_vs_bytes`` (:func:`figure_accuracy_vs_bytes`).
 
   Returns:
     The written files by key, as above.
 
   Raises:
-    DataError: a workdir is missing or has no ``metrics.jsonl``.
+    DataError: a workdir is missing or has no ``metrics.jsonl``, or
+      ``exclude_setup_bytes`` and a run records no setup bytes.
     ValueError: ``labels`` has the wrong length.
   """
   if not workdirs:
@@ -441,7 +623,8 @@ def plot_runs(workdirs: Sequence[str], out_dir: str,
 
   out = {'accuracy_vs_round': _save(figure_accuracy_vs_round(runs, labels, metric),
                                     path('accuracy_vs_round')),
-         'accuracy_vs_bytes': _save(figure_accuracy_vs_bytes(runs, labels, metric),
+         'accuracy_vs_bytes': _save(figure_accuracy_vs_bytes(runs, labels, metric,
+                                                             exclude_setup_bytes),
                                     path('accuracy_vs_bytes'))}
   fig = figure_client_accuracy(runs, labels)
   if fig is not None:
@@ -491,6 +674,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="'test_acc': each algorithm's headline accuracy (the server "
                            "model where there is one); 'client_acc': the mean client "
                            'accuracy (UA) for every algorithm')
+  parser.add_argument('--exclude_setup_bytes', action='store_true',
+                      help='leave the one-time setup traffic (the open-set download) out of '
+                           'the x axis of accuracy_vs_bytes, so short runs are not squashed')
   args = parser.parse_args(argv)
   out_dir = args.out or (os.path.join(args.workdirs[0], 'plots') if len(args.workdirs) == 1
                          else 'plots')
@@ -501,7 +687,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if labels is not None and len(labels) != len(args.workdirs):
       raise ValueError(f'--labels has {len(labels)} labels for {len(args.workdirs)} '
                        'directories.')
-    files = plot_runs(args.workdirs, out_dir, labels, metric=args.metric)
+    files = plot_runs(args.workdirs, out_dir, labels, metric=args.metric,
+                      exclude_setup_bytes=args.exclude_setup_bytes)
   except (DataError, ValueError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

@@ -31,8 +31,12 @@ CLIENTS = {'round': 5, 'split': 'server test set', 'acc': [0.5, None, 0.75],
 
 
 def write_run(path, metrics=METRICS, algorithm='dsfl', partition=True, clients=True,
-              torn=False):
-  """A workdir written by hand; returns its path as a string."""
+              torn=False, summary=None):
+  """A workdir written by hand; returns its path as a string.
+
+  ``summary``: fields added to (or, None values, removed from) ``summary.json``;
+  ``summary=False`` writes none.
+  """
   os.makedirs(path, exist_ok=True)
   text = ''.join(json.dumps(r) + '\n' for r in metrics)
   if torn:
@@ -42,9 +46,11 @@ def write_run(path, metrics=METRICS, algorithm='dsfl', partition=True, clients=T
       {'algorithm': algorithm, 'rounds': len(metrics),
        'data': {'source': 'digits', 'partition': 'dirichlet', 'alpha': 0.1},
        'clients': {'num_clients': 3}}))
-  (path / 'summary.json').write_text(json.dumps(
-      {'algorithm': algorithm, 'final_acc': 0.875, 'top_acc': 0.875,
-       'cum_bytes': metrics[-1]['cum_bytes']}))
+  if summary is not False:
+    doc = {'algorithm': algorithm, 'final_acc': 0.875, 'top_acc': 0.875,
+           'cum_bytes': metrics[-1]['cum_bytes'], **(summary or {})}
+    (path / 'summary.json').write_text(json.dumps(
+        {k: v for k, v in doc.items() if v is not None}))
   if partition:
     (path / 'partition.json').write_text(json.dumps(
         {'num_clients': 3, 'num_classes': 4, 'train_counts': TRAIN_COUNTS,
@@ -78,7 +84,7 @@ def test_accuracy_vs_bytes_is_log_mb_and_skips_unevaluated_rows(tmp_path):
   assert ax.get_xscale() == 'log'
   assert 'MB' in ax.get_xlabel() and 'log' in ax.get_xlabel()
   assert '%' in ax.get_ylabel()
-  assert legend_texts(ax) == ['first', 'second']
+  assert legend_texts(ax) == ['first (server test acc)', 'second (server test acc)']
   _, mb, pct = expected_series()
   line, line2 = ax.get_lines()
   np.testing.assert_allclose(line.get_xdata(), mb)        # [0.15, 30, 2000]
@@ -95,8 +101,8 @@ def test_accuracy_vs_round_line_equals_metrics(tmp_path):
   line, = ax.get_lines()
   np.testing.assert_array_equal(line.get_xdata(), rounds)  # [1, 3, 5]
   np.testing.assert_allclose(line.get_ydata(), pct)
-  assert ax.get_xlabel() == 'round' and ax.get_ylabel() == 'test accuracy (%)'
-  assert legend_texts(ax) == ['only']
+  assert ax.get_xlabel() == 'round' and ax.get_ylabel() == 'server test accuracy (%)'
+  assert legend_texts(ax) == ['only (server test acc)']
 
 
 def test_run_colors_are_consistent_across_figures(tmp_path):
@@ -233,3 +239,128 @@ def test_client_acc_metric_and_its_fallback(tmp_path):
     plot.plot_runs([a], str(tmp_path / 'o'), metric='server_acc')
   # The real-run end of the pipeline is tested in test_reliability
   # (test_clients_and_partition_files plots a run the runner wrote).
+
+
+# ------------------------------------------------ which accuracy, setup bytes, titles
+def _with(rows, **fields):
+  """The rows with ``fields`` added to every evaluated one (value: a function of test_acc)."""
+  return [dict(r, **{k: f(r['test_acc']) for k, f in fields.items()})
+          if r.get('test_acc') is not None else dict(r) for r in rows]
+
+
+def test_legends_and_axis_name_the_accuracy(tmp_path):
+  # DS-FL logs its server model as test_acc and the clients' mean as client_acc;
+  # FedCache 2.0's test_acc is the clients' mean (it logs client_acc_min, no client_acc).
+  dsfl = workdir_lib.read_run(write_run(tmp_path / 'dsfl', metrics=_with(
+      METRICS, client_acc=lambda a: a / 2)))
+  fc2 = workdir_lib.read_run(write_run(tmp_path / 'fc2', algorithm='fedcache2', metrics=_with(
+      METRICS, client_acc_min=lambda a: a / 4)))
+  assert [plot.accuracy_kind(r) for r in (dsfl, fc2)] == ['server', 'client']
+  for figure in (plot.figure_accuracy_vs_round, plot.figure_accuracy_vs_bytes):
+    ax = figure([dsfl, fc2], ['DS-FL', 'FedCache 2.0']).axes[0]
+    assert legend_texts(ax) == ['DS-FL (server test acc)', 'FedCache 2.0 (mean client acc)']
+    assert ax.get_ylabel() == 'server test or mean client accuracy (%)'
+    ax = figure([dsfl, fc2], ['DS-FL', 'FedCache 2.0'], metric='client_acc').axes[0]
+    assert legend_texts(ax) == ['DS-FL (mean client acc)', 'FedCache 2.0 (mean client acc)']
+    assert ax.get_ylabel() == 'mean client accuracy (%)'
+    la, lb = ax.get_lines()   # DS-FL's client_acc line, FedCache 2.0's test_acc
+    np.testing.assert_allclose(la.get_ydata(), np.asarray(expected_series()[2]) / 2)
+    np.testing.assert_allclose(lb.get_ydata(), expected_series()[2])
+    ax = figure([fc2], ['FedCache 2.0']).axes[0]
+    assert ax.get_ylabel() == 'mean client accuracy (%)'
+  # A default label's parenthesis takes the accuracy in.
+  ax = plot.figure_accuracy_vs_round(
+      [dsfl, fc2], plot.default_labels([dsfl['workdir'], fc2['workdir']], [dsfl, fc2])).axes[0]
+  assert legend_texts(ax) == ['dsfl (dsfl, server test acc)', 'fc2 (fedcache2, mean client acc)']
+  # Rows that do not tell (no client columns): the algorithm decides.
+  bare = workdir_lib.read_run(write_run(tmp_path / 'fd', algorithm='fd'))
+  assert plot.accuracy_kind(bare) == 'client'
+  assert plot.accuracy_kind(workdir_lib.read_run(write_run(tmp_path / 'x'))) == 'server'
+
+
+SETUP = 2_000_000          # the one-time open-set download
+PER_ROUND = 50_000         # every round sends this much
+SETUP_METRICS = [
+    {'round': t, 'round_bytes': PER_ROUND, 'cum_bytes': SETUP + t * PER_ROUND,
+     'test_acc': acc}
+    for t, acc in [(1, 0.25), (2, None), (3, 0.5), (4, 0.75)]]
+
+
+@pytest.mark.parametrize('source', ['summary', 'metrics'])
+def test_exclude_setup_bytes_shifts_x_by_the_setup(tmp_path, source):
+  if source == 'summary':   # a finished run: summary.json says it; rows lack round_bytes
+    rows = [{k: v for k, v in r.items() if k != 'round_bytes'} for r in SETUP_METRICS]
+    path = write_run(tmp_path / 'a', metrics=rows, summary={'setup_bytes': SETUP})
+  else:                     # a run still going: round 1's cum_bytes - round_bytes
+    path = write_run(tmp_path / 'a', metrics=SETUP_METRICS, summary=False)
+  run = workdir_lib.read_run(path)
+  assert plot.setup_bytes(run) == SETUP
+
+  ax = plot.figure_accuracy_vs_bytes([run], ['DS-FL']).axes[0]
+  line, = ax.get_lines()
+  np.testing.assert_allclose(line.get_xdata(), [2.05, 2.15, 2.2])   # MB, setup included
+  assert 'including the one-time setup of 2 MB' in ax.get_xlabel()
+
+  ax = plot.figure_accuracy_vs_bytes([run], ['DS-FL'], exclude_setup_bytes=True).axes[0]
+  line, = ax.get_lines()
+  # Round 1: 2,050,000 cumulative bytes - 2,000,000 setup = 50,000 B = 0.05 MB.
+  assert line.get_xdata()[0] == pytest.approx((2_050_000 - 2_000_000) / 1e6)
+  np.testing.assert_allclose(line.get_xdata(), [0.05, 0.15, 0.2])
+  np.testing.assert_allclose(line.get_ydata(), [25, 50, 75])
+  label = ax.get_xlabel().replace('\n', ' ')
+  assert 'excluding the one-time setup of 2 MB' in label and 'log scale' in label
+
+
+def test_exclude_setup_bytes_on_the_command_line(tmp_path, capsys):
+  a = write_run(tmp_path / 'a', metrics=SETUP_METRICS)
+  assert plot.main([a, '--out', str(tmp_path / 'o'), '--exclude_setup_bytes']) == 0
+  assert is_png(tmp_path / 'o' / 'accuracy_vs_bytes.png')
+  files = plot.plot_runs([a], str(tmp_path / 'p'), exclude_setup_bytes=True)
+  assert is_png(files['accuracy_vs_bytes'])
+  # A run that records no setup bytes (no summary setup_bytes, no round_bytes) is refused.
+  b = write_run(tmp_path / 'b')
+  capsys.readouterr()
+  assert plot.main([b, '--out', str(tmp_path / 'q'), '--exclude_setup_bytes']) == 2
+  err = capsys.readouterr().err
+  assert err.startswith('error: ') and 'setup' in err and 'Traceback' not in err
+  assert plot.main([b, '--out', str(tmp_path / 'q')]) == 0   # without the flag: fine
+
+
+def _inside_figure(fig, text):
+  """Whether a drawn Text lies within the figure, in pixels."""
+  box = text.get_window_extent(fig.canvas.get_renderer())
+  return box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0 and box.y1 <= fig.bbox.height
+
+
+def test_long_titles_wrap_within_the_figure(tmp_path):
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  long_label = ('DS-FL with entropy reduction aggregation at temperature 0.1, SCARLET-style '
+                'cache duration 5 and power sharpening beta 2 (seed 0)')
+  a = write_run(tmp_path / 'a')
+  with open(os.path.join(a, 'config.json')) as f:
+    config = json.load(f)
+  config['data'].update(source='npz:/content/drive/MyDrive/datasets/mnist_keras_layout.npz',
+                        partition='client_dirichlet', alpha=0.05)
+  with open(os.path.join(a, 'config.json'), 'w') as f:
+    json.dump(config, f)
+  run = workdir_lib.read_run(a)
+  other = dict(workdir_lib.read_run(write_run(tmp_path / 'b')),
+               clients=dict(CLIENTS, round=3, split='per-client test splits'))
+  figs = [plot.figure_partition(run, long_label),
+          plot.figure_client_accuracy([run, other], [long_label, 'b'])]
+  for fig in figs:
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    title = fig.axes[0].title
+    assert '\n' in title.get_text(), title.get_text()
+    assert _inside_figure(fig, title), title.get_text()
+    # Nothing lost: the words are all there, only the spaces became line breaks.
+    assert long_label.split()[-1] in title.get_text()
+  # The bytes figure's x label, long when it names the setup, stays inside too.
+  fig = plot.figure_accuracy_vs_bytes(
+      [workdir_lib.read_run(write_run(tmp_path / 'c', metrics=SETUP_METRICS))] * 8,
+      list('abcdefgh'), exclude_setup_bytes=True)
+  FigureCanvasAgg(fig)
+  fig.canvas.draw()
+  assert _inside_figure(fig, fig.axes[0].xaxis.label)
+  assert _inside_figure(fig, fig.axes[0].title)

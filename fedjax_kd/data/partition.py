@@ -228,7 +228,7 @@ def iid(labels: np.ndarray, num_clients: int, *, num_classes: int,
 
 def shards(labels: np.ndarray, num_clients: int, *, num_classes: int,
            rng: np.random.Generator, shards_per_client: int = 2) -> Partition:
-  """Pathological shards split (McMahan et al. 2017; DS-FL §4.2, A25).
+  """Pathological shards split (McMahan et al. 2017; DS-FL §4.2).
 
   The kept samples are stable-sorted by label and cut into
   ``S = K * shards_per_client`` contiguous shards of ``floor(N / S)`` samples; a
