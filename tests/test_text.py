@@ -248,3 +248,22 @@ def test_tfds_imdb_reviews_is_tokenized_as_dsfl(tmp_path):
   np.testing.assert_array_equal(d.x_test, x_test)
   assert d.x_train.shape == (12, 200) and d.x_train.dtype == np.int32
   assert (d.vocab_size, d.bytes_per_sample, d.num_classes) == (20_000, 400.0, 2)
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('data.normalize', 'standardize', "'unit' \\(data.source holds token ids"),
+    ('data.augment', 'flip_crop', "'none' \\(data.source holds token ids"),
+    ('algorithm', 'fedcache2', 'does not synthesize inputs'),
+    ('data.public_source', 'digits', 'same input kind as data.source \\(token ids below 40\\)'),
+])
+def test_what_cannot_apply_to_token_ids_is_refused(tmp_path, field, value, message):
+  c = presets.dsfl_text('imdb', _write(tmp_path / 'ids.npz', 300, 20, 6, 40, 2))
+  c.data.num_public, c.data.num_private, c.distill.public_per_round = 150, 150, 150
+  group, key = field.split('.') if '.' in field else (None, field)
+  if group:
+    c[group][key] = value
+  else:
+    c[key] = value
+  with pytest.raises(ConfigError, match=message) as err:
+    experiment.build(config_lib.validate(c))
+  assert err.value.field == field
