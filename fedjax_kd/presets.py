@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_collections
 
 from fedjax_kd.config import default_config
+from fedjax_kd.data import leaf as leaf_lib
 
 
 def _paper_optimisation(c: ml_collections.ConfigDict) -> None:
@@ -160,13 +161,13 @@ def dsfl_text(task: str, source: str) -> ml_collections.ConfigDict:
   return c
 
 
-def leaf(task: str, root: str, num_clients: int,
+def leaf(task: str, root: str, num_clients: int | None = None,
          algorithm: str = 'dsfl') -> ml_collections.ConfigDict:
   """A LEAF task with its natural clients: FEMNIST (writers) or Shakespeare (speakers).
 
   One client per writer or speaker of the LEAF JSON files (``data.partition='natural'``;
-  ``num_clients`` must be their number among the private rows: a wrong value is refused with
-  the right one). The open set is 1,000 training rows drawn before the clients get theirs;
+  ``num_clients`` is their number among the private rows, counted from the training files
+  when None; a wrong value is refused with the right one). The open set is 1,000 training rows drawn before the clients get theirs;
   the test set is every user's LEAF test rows. LEAF's reference models: ``leaf_cnn`` (FEMNIST,
   62 classes) and ``char_lstm`` (Shakespeare, next character over 81 ids); plain SGD at the
   rates of LEAF's baselines (0.004 for FEMNIST, 0.8 for Shakespeare), batches of 10, one
@@ -175,9 +176,15 @@ def leaf(task: str, root: str, num_clients: int,
   Args:
     task: ``'femnist'`` or ``'shakespeare'``.
     root: LEAF's ``data/<task>/data`` folder (holding ``train/`` and ``test/``).
-    num_clients: the number of users.
+    num_clients: the number of users; None counts them in the training files (a folder that
+      cannot be read leaves 1, and loading the data then says what is wrong with it).
     algorithm: any algorithm name (``'fedavg'`` is LEAF's own baseline).
   """
+  if num_clients is None:
+    try:
+      num_clients = leaf_lib.count_users(root)
+    except leaf_lib.LeafError:
+      num_clients = 1
   c = default_config()
   c.algorithm = algorithm
   c.rounds = 100

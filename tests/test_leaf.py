@@ -135,3 +135,24 @@ def test_shakespeare_runs_end_to_end_with_speakers_as_clients(tmp_path):
   params = 81 * 1 + 4 * (1 * 32 + 32 * 32 + 32) + 4 * (2 * 32 * 32 + 32) + 32 * 81 + 81
   assert rows[0]['round_bytes'] == 4 * params * 4
   assert 0.0 <= summary['final_acc'] <= 1.0
+
+
+def test_shipped_configs_count_the_users(tmp_path):
+  import importlib.util
+  import os
+
+  def shipped(name):
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'configs', f'{name}.py')
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+  root = femnist_fixture(tmp_path / 'femnist')
+  c = config_lib.validate(shipped('leaf_femnist').get_config(str(root)))
+  assert (c.num_clients, c.algorithm, c.data.source) == (5, 'dsfl', f'femnist:{root}')
+  assert c.data.partition == 'natural' and set(c.client_models) == {'leaf_cnn@1'}
+  root = shakespeare_fixture(tmp_path / 'shakespeare')
+  c = config_lib.validate(shipped('leaf_shakespeare').get_config(f'{root},fedavg'))
+  assert (c.num_clients, c.algorithm) == (3, 'fedavg') and set(c.client_models) == {'char_lstm@1'}
+  assert leaf.count_users(str(tmp_path / 'femnist')) == 5

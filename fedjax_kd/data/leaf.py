@@ -132,6 +132,25 @@ def read_split(root: str, split: str, task: str) -> tuple[np.ndarray, np.ndarray
   return np.concatenate(xs), np.concatenate(ys), owner
 
 
+def data_folder(root: str) -> str:
+  """The folder holding ``train/`` and ``test/``: ``root``, or ``root/data`` (LEAF's
+  ``data/<task>`` folder given)."""
+  root = os.path.expanduser(root)
+  if os.path.isdir(os.path.join(root, 'data', 'train')):
+    return os.path.join(root, 'data')
+  return root
+
+
+def count_users(root: str) -> int:
+  """The number of distinct users in ``<root>/train/*.json`` (the natural clients).
+
+  Raises:
+    LeafError: a missing folder, no files or a malformed file.
+  """
+  root = data_folder(root)
+  return len({str(u) for path in _files(root, 'train') for u in _users(path)})
+
+
 def as_pixels(x: np.ndarray) -> np.ndarray:
   """uint8 pixels when every value is a multiple of 1/255 in [0, 1], else ``x`` itself."""
   scaled = x * np.float32(255.0)
@@ -155,9 +174,7 @@ def load(task: str, root: str) -> dict[str, Any]:
   """
   if task not in TASKS:
     raise LeafError(f'unknown LEAF task {task!r}: one of {TASKS}')
-  root = os.path.expanduser(root)
-  if os.path.isdir(os.path.join(root, 'data', 'train')):
-    root = os.path.join(root, 'data')       # LEAF's data/<task> folder given
+  root = data_folder(root)
   x_train, y_train, owner = read_split(root, 'train', task)
   x_test, y_test, _ = read_split(root, 'test', task)
   users = sorted(set(owner))
