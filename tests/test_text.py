@@ -267,3 +267,16 @@ def test_what_cannot_apply_to_token_ids_is_refused(tmp_path, field, value, messa
   with pytest.raises(ConfigError, match=message) as err:
     experiment.build(config_lib.validate(c))
   assert err.value.field == field
+
+
+def test_array_source_of_token_ids():
+  x = np.array([[0, 1, 4], [1, 5, 5], [0, 0, 300]])
+  y = np.array([0, 1, 0])
+  src = sources.ArraySource(x, y, x, y, client_ids=np.array([7, 7, 9]), vocab_size=301)
+  d = src.load()
+  # Integer inputs with a vocabulary stay ids (without one they would be taken for pixels).
+  assert d.x_train.dtype == np.int32 and d.x_train.tolist() == x.tolist()
+  assert (d.vocab_size, d.bytes_per_sample) == (301, 6.0)
+  assert d.client_ids.tolist() == [7, 7, 9]
+  with pytest.raises(DataError, match=r'token ids 0\.\.300, outside 0\.\.99'):
+    sources.ArraySource(x, y, x, y, vocab_size=100).load()

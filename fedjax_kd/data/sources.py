@@ -128,7 +128,9 @@ class ArraySource:
   (``[N, H, W]`` or ``[N, H, W, C]``) stay pixels and are scaled to [0, 1] in
   the compiled step; float inputs are used as they are; labels must be integers
   ``0 .. C-1``. ``client_ids`` (one integer per training row) gives the natural
-  partition.
+  partition. ``vocab_size`` marks integer inputs ``[N, L]`` as token ids below it (text:
+  they reach the model unchanged, for the token models such as ``imdb_lstm``) rather than
+  pixels.
   """
   x_train: Any
   y_train: Any
@@ -136,9 +138,16 @@ class ArraySource:
   y_test: Any
   client_ids: Any = None
   name: str = 'arrays'
+  vocab_size: int | None = None
 
   def load(self) -> ArrayDataset:
     """The checked :class:`ArrayDataset` of the arrays."""
+    if self.vocab_size is not None:
+      arrays = dict(x_train=self.x_train, y_train=self.y_train, x_test=self.x_test,
+                    y_test=self.y_test, vocab_size=np.asarray(self.vocab_size))
+      if self.client_ids is not None:
+        arrays['client_id'] = self.client_ids
+      return _token_dataset(arrays, f'data source {self.name!r}', self.name)
     return _dataset_of(dict(x_train=np.asarray(self.x_train), y_train=np.asarray(self.y_train),
                             x_test=np.asarray(self.x_test), y_test=np.asarray(self.y_test)),
                        None if self.client_ids is None else np.asarray(self.client_ids),
