@@ -7,6 +7,16 @@ import pathlib
 MNIST_COUNTS = (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949)
 
 
+def shipped_config(name: str):
+  """The module of ``configs/<name>.py`` of this checkout (call its ``get_config``)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  path = pathlib.Path(__file__).resolve().parents[1] / 'configs' / f'{name}.py'
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def mnist_path() -> pathlib.Path:
   """Real MNIST for the tests that need it (may be absent: they skip).
 

@@ -9,6 +9,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, presets, runner
 from fedjax_kd.data import leaf, sources
 from fedjax_kd.errors import ConfigError, DataError
+from tests.conftest import shipped_config
 
 WRITERS = {'f0003_41': 30, 'f0001_07': 24, 'f0002_12': 36, 'f0004_99': 18, 'f0000_03': 27}
 SPEAKERS = {'THE_TEMPEST_PROSPERO': 40, 'HAMLET_HAMLET': 34, 'KING_LEAR_FOOL': 26}
@@ -138,21 +139,11 @@ def test_shakespeare_runs_end_to_end_with_speakers_as_clients(tmp_path):
 
 
 def test_shipped_configs_count_the_users(tmp_path):
-  import importlib.util
-  import os
-
-  def shipped(name):
-    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'configs', f'{name}.py')
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
   root = femnist_fixture(tmp_path / 'femnist')
-  c = config_lib.validate(shipped('leaf_femnist').get_config(str(root)))
+  c = config_lib.validate(shipped_config('leaf_femnist').get_config(str(root)))
   assert (c.num_clients, c.algorithm, c.data.source) == (5, 'dsfl', f'femnist:{root}')
   assert c.data.partition == 'natural' and set(c.client_models) == {'leaf_cnn@1'}
   root = shakespeare_fixture(tmp_path / 'shakespeare')
-  c = config_lib.validate(shipped('leaf_shakespeare').get_config(f'{root},fedavg'))
+  c = config_lib.validate(shipped_config('leaf_shakespeare').get_config(f'{root},fedavg'))
   assert (c.num_clients, c.algorithm) == (3, 'fedavg') and set(c.client_models) == {'char_lstm@1'}
   assert leaf.count_users(str(tmp_path / 'femnist')) == 5

@@ -1,6 +1,5 @@
 """SCARLET and its baselines (CFD, COMET, Selective-FD) end to end, with byte counts by hand."""
 
-import importlib.util
 import json
 import os
 
@@ -17,6 +16,7 @@ from fedjax_kd.algorithms import base
 from fedjax_kd.core.federation import SingleModel
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm
+from tests.conftest import shipped_config
 from tests.test_main import read_rows, tiny
 
 C = 10      # synthetic data has 10 classes
@@ -190,26 +190,18 @@ def test_label_payload_bits():
   assert comm.payload_bytes(p, comm.RULES['minimal']) == 88     # 7 bits
 
 
-def _load(name):
-  path = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'configs', f'{name}.py')
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_every_shipped_config_validates():
   configs = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'configs')
   names = sorted(f[:-3] for f in os.listdir(configs)
                  if f.endswith('.py') and not f.startswith('_'))   # not the package's __init__
   assert 'scarlet_cifar10' in names and 'scarlet_digits' in names
   for name in names:
-    config_lib.validate(_load(name).get_config())
+    config_lib.validate(shipped_config(name).get_config())
 
 
 @pytest.mark.parametrize('alpha,beta,rounds', [('0.05', 2.0, 2000), ('0.3', 1.0, 3000)])
 def test_scarlet_cifar10_is_the_papers_setting(alpha, beta, rounds):
-  spec = config_lib.validate(_load('scarlet_cifar10').get_config(alpha))
+  spec = config_lib.validate(shipped_config('scarlet_cifar10').get_config(alpha))
   assert spec.options.beta == beta and spec.rounds == rounds
   assert spec.options.cache.enabled and spec.options.cache.duration == 50
   assert (spec.num_clients, spec.public_per_round, spec.data.num_public) == (100, 1000, 10_000)
@@ -217,7 +209,7 @@ def test_scarlet_cifar10_is_the_papers_setting(alpha, beta, rounds):
   assert spec.data.partition == 'client_dirichlet' and spec.data.alpha == float(alpha)
   assert (spec.train.epochs, spec.distill_epochs, spec.train.batch_size) == (5, 5, 100)
   assert spec.train.learning_rate == 0.1 and spec.shared_init
-  c100 = config_lib.validate(_load('scarlet_cifar100').get_config())
+  c100 = config_lib.validate(shipped_config('scarlet_cifar100').get_config())
   assert c100.options.beta == 1.25 and set(c100.client_models) == {'resnet32@1'}
 
 
