@@ -101,7 +101,6 @@ KINDS = {
 # Algorithms whose ``test_acc`` is the mean of the client models (their evaluated
 # models are the clients: fedjax_kd.algorithms.base.Algorithm.evaluate). Only
 # consulted for rows that do not tell (no ``client_acc`` / ``client_acc_min``).
-CLIENT_HEADLINE = frozenset({'fd', 'single', 'individual', 'fedcache2', 'acepfl', 'fedmd'})
 
 
 def accuracy_kind(run: dict[str, Any], metric: str = 'test_acc') -> str:
@@ -111,7 +110,8 @@ def accuracy_kind(run: dict[str, Any], metric: str = 'test_acc') -> str:
   server (global) model's where the rows also log ``client_acc`` (DS-FL,
   SCARLET, FedAvg, ... evaluate both), the mean client accuracy where they log
   ``client_acc_min`` without ``client_acc`` (FD, single, FedCache 2.0,
-  ACE-pFL), else decided by the config's algorithm (:data:`CLIENT_HEADLINE`).
+  ACE-pFL), else by the config's algorithm: the clients' mean where its class has no
+  server model (``Algorithm.has_server_model``).
 
   Args:
     run: a :func:`fedjax_kd.workdir.read_run` dict.
@@ -129,7 +129,14 @@ def accuracy_kind(run: dict[str, Any], metric: str = 'test_acc') -> str:
     return 'client'
   algo = ((run.get('config') or {}).get('algorithm')
           or (run.get('summary') or {}).get('algorithm'))
-  return 'client' if algo in CLIENT_HEADLINE else 'server'
+  return 'server' if _has_server_model(algo) else 'client'
+
+
+def _has_server_model(algorithm: Any) -> bool:
+  """Whether the registered algorithm scores a server model (unknown names: True)."""
+  from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top  (jax: only here)
+  cls = algorithms.ALGORITHMS.get(algorithm) if isinstance(algorithm, str) else None
+  return True if cls is None else bool(cls.has_server_model)
 
 
 def legend_label(label: str, kind: str) -> str:
