@@ -23,8 +23,9 @@ from fedjax_kd.ops import comm
 
 def counts(spec, shape, classes, vocab=None):
   module = registry.get_model(spec, num_classes=classes, input_shape=shape, vocab_size=vocab)
+  dtype = np.int32 if vocab else np.float32          # token ids for the token models
   return registry.count_params(jax.eval_shape(
-      lambda: registry.init_variables(module, jax.random.PRNGKey(0), shape)))
+      lambda: registry.init_variables(module, jax.random.PRNGKey(0), shape, dtype)))
 
 
 # ------------------------------------------------------------------------------- models
@@ -63,7 +64,7 @@ def test_token_models_need_a_vocabulary():
 def test_lstm_reads_the_last_step_and_embeds():
   """The logits are the final Dense of the last hidden state; padding in front is read."""
   module = registry.get_model('imdb_lstm@0.25', num_classes=3, input_shape=(6,), vocab_size=9)
-  v = registry.init_variables(module, jax.random.PRNGKey(1), (6,))
+  v = registry.init_variables(module, jax.random.PRNGKey(1), (6,), np.int32)
   x = np.array([[0, 0, 1, 5, 6, 7], [0, 1, 4, 4, 4, 8]], np.int32)
   h = module.apply(v, x, embed=True)
   dense = v['params']['Dense_0']

@@ -141,7 +141,8 @@ class Algorithm:
     if self.has_server_model:
       self.server_model = SingleModel(ctx.modules[self.spec.server_model], ctx.optimizers,
                                       ctx.data.input_shape, ctx.spec.train.compute_dtype,
-                                      normalize=ctx.data.normalize)
+                                      normalize=ctx.data.normalize,
+                                      input_dtype=ctx.data.model_input_dtype)
     self.distill_slot = 'train' if self.spec.distill is None else 'distill'
     # One function object per run, so it is a stable jit static argument.
     self.augment = augment_lib.get_augment(self.spec.data.augment, ctx.input_stats)

@@ -26,7 +26,7 @@ from fedjax_kd.core import store as store_lib
 from fedjax_kd.core.kernels import CohortKernels, LossFn, client_mesh
 from fedjax_kd.core.local import Local, LocalRule, hook_rows
 from fedjax_kd.core.state import ModelState, wrong_rows
-from fedjax_kd.data.inputs import Normalize
+from fedjax_kd.data.inputs import Normalize, is_tokens
 from fedjax_kd.ops import losses
 
 Array = jax.Array
@@ -98,6 +98,12 @@ class FederatedData:
   def input_shape(self) -> tuple[int, ...]:
     return tuple(self.x_private.shape[1:])
 
+  @property
+  def model_input_dtype(self) -> str:
+    """The dtype a model sees: ``'int32'`` for token ids, else ``'float32'`` (pixels and
+    floats after `normalize`)."""
+    return 'int32' if is_tokens(self.x_private) else 'float32'
+
   def client_labels(self) -> np.ndarray:
     """``[K, C]`` host label counts of each client's private data (one vectorised pass)."""
     y = np.asarray(self.y_private)
@@ -134,8 +140,11 @@ def pack_indices(index_lists: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndar
 
 
 def _device_inputs(x) -> Array:
-  """Inputs on the device in their stored dtype: uint8 pixels stay uint8, else float32."""
+  """Inputs on the device in their stored dtype: uint8 pixels stay uint8, token ids int32,
+  else float32."""
   x = x if hasattr(x, 'dtype') else np.asarray(x)
+  if is_tokens(x):
+    return jnp.asarray(x, jnp.int32)
   return jnp.asarray(x, jnp.uint8 if x.dtype == np.uint8 else jnp.float32)
 
 
@@ -434,7 +443,8 @@ class Federation:
       ids = np.zeros_like(cohort.client_ids) if shared_init else cohort.client_ids
       ids = self.global_ids[ids]
       make = lambda rows, ids=ids, k=cohort.kernels: k.init(
-          rng.client_keys(root, 0, ids[rows], 'init'), self.data.input_shape)
+          rng.client_keys(root, 0, ids[rows], 'init'), self.data.input_shape,
+          self.data.model_input_dtype)
       if self.store is None:
         states.append(make(np.arange(cohort.size)))
       else:   # built chunk by chunk straight into host memory (or disk)
@@ -646,15 +656,16 @@ class SingleModel:
 
   def __init__(self, module, optimizers: dict[str, optax.GradientTransformation],
                input_shape: tuple[int, ...], compute_dtype: str = 'float32',
-               normalize: Normalize | None = None):
+               normalize: Normalize | None = None, input_dtype: str = 'float32'):
     self.kernels = CohortKernels(module, optimizers, mesh=None, compute_dtype=compute_dtype,
                                  normalize=normalize)
     self.input_shape = tuple(input_shape)
+    self.input_dtype = input_dtype
     self._slots = jnp.zeros((1,), jnp.int32)
     self._valid = jnp.ones((1,), bool)
 
   def init(self, key: Array) -> ModelState:
-    return self.kernels.init(key[None], self.input_shape)
+    return self.kernels.init(key[None], self.input_shape, self.input_dtype)
 
   def _fit(self, state, key, shared: dict, loss_fn: LossFn, rule: LocalRule,
            local: Local | None = None, count: int | None = None):

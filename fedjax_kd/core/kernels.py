@@ -184,7 +184,7 @@ class CohortKernels:
                         static_argnames=('loss_fn', 'rule', 'idx_shared'))
     self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment'))
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
-    self._init = jax.jit(self._init_impl, static_argnames=('input_shape',))
+    self._init = jax.jit(self._init_impl, static_argnames=('input_shape', 'input_dtype'))
     self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk'))
     self._map = jax.jit(self._map_impl, static_argnames=('fn', 'options'))
 
@@ -212,8 +212,9 @@ class CohortKernels:
     return out.astype(jnp.float32)
 
   # ------------------------------------------------------------------ init
-  def _init_impl(self, keys: Array, input_shape: tuple[int, ...]) -> ModelState:
-    dummy = jnp.zeros((1,) + tuple(input_shape), jnp.float32)
+  def _init_impl(self, keys: Array, input_shape: tuple[int, ...],
+                 input_dtype: str = 'float32') -> ModelState:
+    dummy = jnp.zeros((1,) + tuple(input_shape), input_dtype)
 
     def one(key):
       variables = self.module.init({'params': key, 'dropout': key}, dummy, train=False)
@@ -224,9 +225,11 @@ class CohortKernels:
 
     return jax.vmap(one)(keys)
 
-  def init(self, keys: Array, input_shape: tuple[int, ...]) -> ModelState:
-    """Initial stacked state, one model per key."""
-    return self._init(keys, tuple(input_shape))
+  def init(self, keys: Array, input_shape: tuple[int, ...],
+           input_dtype: str = 'float32') -> ModelState:
+    """Initial stacked state, one model per key, from a dummy batch of ``input_dtype`` model
+    inputs (``'int32'`` for token ids, see `FederatedData.model_input_dtype`)."""
+    return self._init(keys, tuple(input_shape), str(input_dtype))
 
   # ------------------------------------------------------------------- fit
   def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array, shared: dict,

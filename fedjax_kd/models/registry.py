@@ -351,8 +351,8 @@ def _build_registered(name, width, num_classes, shape, field, spec, init, bn_mom
   return _with_options(module, init_family(spec, init), bn_momentum, bn_epsilon)
 
 
-def init_variables(module: nn.Module, key: jax.Array,
-                   input_shape: tuple[int, ...]) -> dict[str, Any]:
+def init_variables(module: nn.Module, key: jax.Array, input_shape: tuple[int, ...],
+                   dtype: Any = jnp.float32) -> dict[str, Any]:
   """Initializes a model's variables from a dummy batch of one example.
 
   Traceable, so `jax.vmap(lambda k: init_variables(m, k, shape))(keys)` gives per-client
@@ -362,11 +362,12 @@ def init_variables(module: nn.Module, key: jax.Array,
     module: a model from `get_model`.
     key: PRNG key.
     input_shape: shape of one example (without the batch axis).
+    dtype: of the dummy batch: float32 model inputs, or int32 for the token models.
 
   Returns:
     {'params': ...} plus {'batch_stats': ...} for BatchNorm models.
   """
-  x = jnp.zeros((1,) + tuple(input_shape), jnp.float32)
+  x = jnp.zeros((1,) + tuple(input_shape), dtype)
   return dict(jax.jit(functools.partial(module.init, train=False))(key, x))
 
 

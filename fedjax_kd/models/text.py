@@ -2,9 +2,9 @@
 
 Inputs are token ids (int32 ``[B, L]``, 0 = padding) from a text source
 (:mod:`fedjax_kd.data.text`, :mod:`fedjax_kd.data.leaf`); the text-DNN takes the
-binary bag of words ``[B, V]`` instead. The engine initialises every model with
-a float32 dummy batch, so the sequence models cast their input to int32 (a no-op
-on real token ids).
+binary bag of words ``[B, V]`` instead. The engine initialises a model with a
+dummy batch of the data's model-input dtype (int32 for token ids,
+`FederatedData.model_input_dtype`).
 
 * `LSTMClassifier` ("imdb_lstm"): the IMDb model of Itahara et al., "Distillation-Based
   Semi-Supervised Federated Learning for Communication-Efficient Collaborative Training with
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from fedjax_kd.models import layers
 
@@ -65,7 +64,7 @@ class LSTMClassifier(nn.Module):
     """Computes logits, or the last hidden state with `embed=True`.
 
     Args:
-      x: [B, L] token ids (floats are cast: the engine's init passes zeros).
+      x: [B, L] int token ids.
       train: unused (no dropout or BatchNorm).
       mask: unused.
       embed: return the [B, hidden * width] last hidden state instead of the logits.
@@ -74,7 +73,7 @@ class LSTMClassifier(nn.Module):
       [B, num_classes] logits, or [B, d] features if `embed`.
     """
     del train, mask
-    tokens = x.astype(jnp.int32).reshape((x.shape[0], -1))
+    tokens = x.reshape((x.shape[0], -1))
     h = nn.Embed(self.vocab_size, layers.scaled(self.embed_dim, self.width))(tokens)
     units = layers.scaled(self.hidden, self.width)
     for _ in range(self.layers):
