@@ -121,6 +121,7 @@ def test_cluster_means_by_hand():
 
 
 # ----------------------------------------------------------- end to end
+@pytest.mark.slow
 def test_bytes_by_hand(tmp_path):
   rows, summary = run(tmp_path, ace_tiny(rounds=2))
   # Setup: R_z to K-1 clients, K distances, K cluster ids, K data sizes (Eq. 3); D0 not counted.
@@ -231,6 +232,7 @@ def test_ablation_switches_map_to_options():
   assert o.weights == (0.4, 0.3, 0.0, 0.0)
 
 
+@pytest.mark.slow
 def test_partial_participation_and_noise_run(tmp_path):
   rows, _ = run(tmp_path, ace_tiny(rounds=2, **{
       'clients.participation': 0.5, 'acepfl.noise': 'laplace', 'acepfl.noise_scale': 0.01,

@@ -122,6 +122,7 @@ def _one(img, brightness=1.0, contrast=1.0, saturation=1.0, hue=0.0, flip=False,
       jnp.float32(saturation), jnp.float32(hue), jnp.bool_(flip), jnp.bool_(gray)))
 
 
+@pytest.mark.slow
 def test_jitter_flip_gray_shapes_range_determinism():
   x = _uniform(64)
   x[0] = 0.0
@@ -206,6 +207,7 @@ def test_flip_and_grayscale_per_sample():
   np.testing.assert_array_equal(gray, expect)
 
 
+@pytest.mark.slow
 def test_jitter_flip_gray_jit_and_vmap():
   x = jnp.asarray(_uniform(16))
   key = jax.random.PRNGKey(5)

@@ -221,6 +221,7 @@ def _finished(tmp_path, rounds=3):
   return work, cfg
 
 
+@pytest.mark.slow
 def test_resume_refusals_are_one_line(tmp_path, capsys, monkeypatch):
   work, cfg = _finished(tmp_path)
   _forbid_compute(monkeypatch)    # only after the real run above
@@ -334,6 +335,7 @@ def test_ctrl_c_before_the_first_round_is_one_line(tmp_path):
   assert err.strip().splitlines()[-1].startswith('error: interrupted (Ctrl-C)')
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_in_a_round_is_one_line(tmp_path):
   import signal
   cfg = tmp_path / 'tiny.py'

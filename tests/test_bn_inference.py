@@ -77,6 +77,7 @@ def _mnist_iid(n):
           d.y_test[:2000])
 
 
+@pytest.mark.slow
 def test_dsfl_cnn_inference_mode_on_mnist():
   """The issue's setting: 50 steps of batch 100 on 1,000 IID MNIST images, SGD 0.1."""
   x, y, xt, yt = _mnist_iid(1000)
@@ -118,6 +119,7 @@ def test_bn_models_cover_registry():
 
 
 @pytest.mark.parametrize('spec,side', BN_MODELS)
+@pytest.mark.slow
 def test_bn_model_inference_mode_on_digits(spec, side):
   x, y, xt, yt = _digits(side)
   # XLA's convolution: the same function as the CPU default (im2col), compiled faster; the

@@ -118,6 +118,7 @@ def test_natural_partition_gives_one_client_per_id_in_id_order():
     partition_lib.partition('natural', labels, 3, num_classes=3, seed=0)
 
 
+@pytest.mark.slow
 def test_experiment_from_arrays_with_a_registered_model_and_natural_partition(
     registered, tmp_path):
   x, y, x_test, y_test, ids = writers_data()

@@ -110,6 +110,7 @@ def _play(exp, rounds=3):
   return state, np.asarray(masks)
 
 
+@pytest.mark.slow
 def test_a_declared_table_gives_the_same_run_on_device_and_host(registered):
   del registered
   dev, masks = _play(_build('weighted', 'device'))

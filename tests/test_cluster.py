@@ -120,6 +120,7 @@ def test_nearest_centroid_with_client_axis():
   np.testing.assert_allclose(vm, want, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_deterministic_jittable_and_padding_independent():
   key = jax.random.PRNGKey(7)
   rng = np.random.default_rng(0)

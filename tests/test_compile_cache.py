@@ -194,6 +194,7 @@ def _deny(monkeypatch, directory):
   monkeypatch.setattr(compile_cache.tempfile, 'mkstemp', mkstemp)
 
 
+@pytest.mark.slow
 def test_an_unwritable_cache_is_one_warning_and_the_run_goes_on(tmp_path, capsys, monkeypatch,
                                                                 restore_cache):
   d = tmp_path / 'ro'
@@ -234,6 +235,7 @@ def _cli(tmp_path, *argv, env=None):
                         env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_first_run_writes_the_cache_and_a_second_loads_everything(tmp_path):
   cache, other = tmp_path / 'cache', tmp_path / 'other'
   cache.mkdir()

@@ -141,6 +141,7 @@ def cases():
 
 
 @pytest.mark.parametrize('name,hetero,participation,store', list(cases()))
+@pytest.mark.slow
 def test_no_recompilation_after_first_round(name, hetero, participation, store):
   spec = config_lib.validate(tiny_config(name, hetero, participation, store))
   exp = experiment.build(spec)

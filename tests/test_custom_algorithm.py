@@ -77,6 +77,7 @@ def test_register_refuses_a_built_in_name_or_a_non_algorithm():
     algorithms.register(object)
 
 
+@pytest.mark.slow
 def test_the_guide_as_a_config_file_runs_from_the_command_line(tmp_path):
   """Both blocks in one config file, as the guide says: the CLI validates and runs it."""
   cfg = tmp_path / 'my_median.py'

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from fedjax_kd.core.federation import Federation, build_federated_data, pack_indices
 from fedjax_kd.core.local import LocalRule
@@ -63,6 +64,7 @@ def test_pack_indices_pads_and_counts():
   np.testing.assert_array_equal(table, [[3, 4], [7, 0], [0, 0]])
 
 
+@pytest.mark.slow
 def test_result_does_not_depend_on_other_clients_padding():
   """Client 0 (23 samples) trains identically beside a 23- or a 61-sample client."""
   root = jax.random.PRNGKey(1)
@@ -91,6 +93,7 @@ def test_keras_step_count_and_no_update_without_data():
   del fed
 
 
+@pytest.mark.slow
 def test_partial_participation_matches_full_round_for_participants():
   data = make_data([20, 25, 30, 35, 40])
   root = jax.random.PRNGKey(3)
@@ -122,6 +125,7 @@ def test_subsets_of_one_bucket_do_not_recompile():
   assert kern._fit._cache_size() == 2  # plus the full cohort, compiled once
 
 
+@pytest.mark.slow
 def test_bit_reproducible_for_a_seed():
   data = make_data([15, 22, 9])
   outs = []

@@ -48,6 +48,7 @@ def class_presence(c) -> np.ndarray:
   return exp.ctx.data.client_labels() > 0        # [K, C]: which synthetic samples exist
 
 
+@pytest.mark.slow
 def test_bytes_and_items_by_hand_with_tau_one(tmp_path):
   c = fc2_tiny(rounds=2, **{'fedcache2.tau': 1.0})
   items = int(class_presence(c).sum())       # one synthetic sample per (client, class it has)
@@ -66,6 +67,7 @@ def test_bytes_and_items_by_hand_with_tau_one(tmp_path):
     assert r['dd_skipped_steps'] == 0
 
 
+@pytest.mark.slow
 def test_exclude_own_and_cap(tmp_path):
   c = fc2_tiny(rounds=2, **{'fedcache2.tau': 1.0, 'fedcache2.exclude_own': True})
   have = class_presence(c)
@@ -96,6 +98,7 @@ def test_png_bytes_are_pil_file_sizes(tmp_path):
   np.testing.assert_allclose(np.asarray(cache.x), q / 255.0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_distillation_lowers_the_krr_loss():
   c = fc2_tiny(**{'fedcache2.dd_epochs': 15, 'fedcache2.dd_lr': 0.01})
   exp = experiment.build(config_lib.validate(c))
@@ -152,6 +155,7 @@ def tabular_npz(tmp_path, d=12, n=400):
   return path
 
 
+@pytest.mark.slow
 def test_tabular_inputs_travel_as_float32_and_png_is_refused(tmp_path):
   path = tabular_npz(tmp_path)
   c = load_config('fedcache2_sensor.py', f'{path},0.5')
@@ -170,6 +174,7 @@ def test_tabular_inputs_travel_as_float32_and_png_is_refused(tmp_path):
     experiment.build(config_lib.validate(c))
 
 
+@pytest.mark.slow
 def test_sigma_init_sends_donor_sets_and_resume_matches(tmp_path):
   c = fc2_tiny(rounds=3, **{'fedcache2.proto_init': 'sigma', 'fedcache2.tau': 0.5,
                             'checkpoint.every': 1})
@@ -208,6 +213,7 @@ def test_paper_config_matches_the_spec(arg, models):
   assert (o.tau, o.ipc, o.dd_lr, o.encoding) == (0.5, 1, 1e-3, 'jpeg')
 
 
+@pytest.mark.slow
 def test_batchnorm_train_mode_two_per_class_and_tiny_ridge_stay_finite(tmp_path):
   # A BatchNorm CNN distilling with the synthetic batch's own statistics (the authors'
   # code), 2 synthetic samples per class, and a ridge so small that float32 Cholesky

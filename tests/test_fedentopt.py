@@ -147,6 +147,7 @@ def test_uniform_matches_the_old_sampler():
 
 
 # ------------------------------------------------------------ end to end
+@pytest.mark.slow
 def test_fedentopt_run_logs_coverage_and_counts_the_label_upload(tmp_path):
   c = fe_tiny(rounds=3)
   rows, summary = run(tmp_path, c)
@@ -187,6 +188,7 @@ def test_fedprox_zero_mu_is_fedavg_and_positive_mu_stays_closer(tmp_path):
   assert moved('fedprox', **{'fedprox.mu': 5.0}) < 0.7 * moved('fedavg')
 
 
+@pytest.mark.slow
 def test_fednova_equals_fedavg_for_equal_steps_and_differs_otherwise():
   def server_after_round(algo, **kw):
     exp = experiment.build(spec_of(fe_tiny(algo, rounds=1, **{'train.momentum': 0.0,
@@ -232,6 +234,7 @@ def test_scaffold_control_variates_after_one_round():
   assert up == 2 * active.sum() * elements            # model + control variate
 
 
+@pytest.mark.slow
 def test_scaffold_with_stragglers_and_dropout_resumes_exactly(tmp_path):
   kw = {'selection.stragglers': 0.5, 'selection.dropout': 0.2}
   full, _ = run(tmp_path, fe_tiny('scaffold', rounds=4, **kw), 'full')
@@ -246,6 +249,7 @@ def test_scaffold_with_stragglers_and_dropout_resumes_exactly(tmp_path):
 
 
 @pytest.mark.parametrize('algo', ['dsfl', 'fedcache2'])
+@pytest.mark.slow
 def test_distillation_algorithms_take_the_selection_layer(tmp_path, algo):
   rows, _ = run(tmp_path, fe_tiny(algo, rounds=2, **{'selection.stragglers': 0.5,
                                                      'selection.dropout': 0.2,

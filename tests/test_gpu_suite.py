@@ -22,6 +22,7 @@ def test_round_examples_by_hand():
                                   server=True) == 6000 + 2 * 16000 + 15000
 
 
+@pytest.mark.slow
 def test_forward_flops_of_the_blazefl_cnn():
   # conv5x5(32) on 32x32x3 VALID: 28*28*32*75*2; conv5x5(64) on 14x14x32: 10*10*64*800*2;
   # Dense 1600->512 and 512->10: 2*(1600*512 + 512*10). Elementwise ops add well under 5%.
@@ -35,6 +36,7 @@ def test_peaks():
   assert gpu_suite.peak_tflops('cpu') == {}
 
 
+@pytest.mark.slow
 def test_tiny_suite_runs_on_cpu(tmp_path, capsys):
   out = tmp_path / 'suite.json'
   args = ['--tiny', '--workload=blazefl', '--repeats=1', '--rounds=1', f'--out={out}']

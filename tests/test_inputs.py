@@ -102,6 +102,7 @@ def test_pixel_statistics_equal_the_float_path():
 
 # ----------------------------------------------------------------- kernels
 @pytest.mark.parametrize('norm', [Normalize(), Normalize((0.45,), (0.22,))])
+@pytest.mark.slow
 def test_kernel_predictions_and_training_equal_on_uint8_and_float(norm):
   x, y = _images(40, shape=(8, 8, 1))
   xf = norm.host(x)                                   # pre-normalised float inputs
@@ -205,6 +206,7 @@ def _rows(workdir):
                  'clients__store': 'host', 'clients__participation': 0.5}),
     ('fedcache2', {'data__normalize': 'standardize'}),
 ])
+@pytest.mark.slow
 def test_uint8_and_float_sources_give_the_same_run(tmp_path, algorithm, fields):
   """Every metric of every round equal (public set, augmentation, host store, KRR).
 
@@ -228,6 +230,7 @@ def test_uint8_and_float_sources_give_the_same_run(tmp_path, algorithm, fields):
   assert 0.0 < out[0][-1]['test_acc'] <= 1.0
 
 
+@pytest.mark.slow
 def test_many_clients_on_the_host_store(tmp_path):
   """K = 2,000 clients at 1% participation with a tiny model: 20 clients a round."""
   x, y = _images(2000 * 3 + 200, shape=(8, 8, 1))

@@ -96,6 +96,7 @@ def test_leaf_errors(tmp_path):
     sources.load_source(f'shakespeare:{tmp_path}')
 
 
+@pytest.mark.slow
 def test_femnist_runs_end_to_end_with_writers_as_clients(tmp_path):
   root = femnist_fixture(tmp_path / 'femnist')
   c = presets.leaf('femnist', str(root), num_clients=5)
@@ -120,6 +121,7 @@ def test_femnist_runs_end_to_end_with_writers_as_clients(tmp_path):
     experiment.build(config_lib.validate(c))
 
 
+@pytest.mark.slow
 def test_shakespeare_runs_end_to_end_with_speakers_as_clients(tmp_path):
   root = shakespeare_fixture(tmp_path / 'shakespeare')
   c = presets.leaf('shakespeare', str(root), num_clients=3, algorithm='fedavg')

@@ -32,6 +32,7 @@ def _train(tx=None, *, epochs, batch_size, epochs_k=None, lr_scale=1.0):
   return fed, data, st
 
 
+@pytest.mark.slow
 def test_epoch_budget_equals_a_shorter_run():
   """epochs_k = 1 of 3 gives exactly what a 1-epoch run gives (stragglers)."""
   _, _, short = _train(epochs=1, batch_size=4)
@@ -45,6 +46,7 @@ def test_epoch_budget_equals_a_shorter_run():
 
 
 @pytest.mark.parametrize('momentum,wd', [(0.0, 0.0), (0.9, 5e-4)])
+@pytest.mark.slow
 def test_lr_scale_is_a_learning_rate_factor(momentum, wd):
   def tx(lr):
     t = optax.sgd(lr, momentum=momentum or None)
@@ -55,6 +57,7 @@ def test_lr_scale_is_a_learning_rate_factor(momentum, wd):
     assert_trees_close(params_of(fed, a, k), params_of(fed, b, k), rtol=2e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_fresh_optimizer_resets_momentum():
   tx = optax.sgd(0.1, momentum=0.9)
   data = make_data(SIZES)
@@ -73,6 +76,7 @@ def test_fresh_optimizer_resets_momentum():
 
 
 @pytest.mark.parametrize('mu,shift_value', [(0.5, 0.0), (0.0, 0.01), (0.5, 0.01)])
+@pytest.mark.slow
 def test_prox_and_shift_match_a_hand_written_update(mu, shift_value):
   """Two full-batch SGD steps: p <- p - lr (g(p) + mu (p - p0)) - s."""
   lr = 0.1

@@ -81,6 +81,7 @@ def test_cli_bad_input_exits_with_message(tmp_path):
   assert not (tmp_path / 'w').exists()  # nothing ran
 
 
+@pytest.mark.slow
 def test_resume_loses_no_round_and_matches_uninterrupted(tmp_path):
   full = tiny(rounds=4)
   full.checkpoint.every = 2
@@ -107,6 +108,7 @@ def test_resume_refuses_a_different_config(tmp_path):
 
 
 @pytest.mark.parametrize('algorithm', ['fedavg', 'fd', 'single'])
+@pytest.mark.slow
 def test_baselines_run_end_to_end(tmp_path, algorithm):
   summary = runner.run(config_lib.validate(tiny(algorithm, rounds=2)), str(tmp_path),
                        progress=False)

@@ -68,6 +68,7 @@ def test_auto_is_torch_for_dsfl_and_module_elsewhere():
     registry.init_family('cnn', 'glorot')
 
 
+@pytest.mark.slow
 def test_wrapper_keeps_variable_names_and_counts():
   bare = get_model('resnet20@0.5', num_classes=10, input_shape=(8, 8, 3))
   wrapped = get_model('resnet20@0.5', num_classes=10, input_shape=(8, 8, 3), init='torch',
@@ -84,6 +85,7 @@ def test_wrapper_keeps_variable_names_and_counts():
 
 
 @pytest.mark.parametrize('momentum,epsilon', [(None, None), (0.99, 1e-3), (0.5, 0.25)])
+@pytest.mark.slow
 def test_bn_options_reach_every_batchnorm(momentum, epsilon):
   """One train step from the init stats (mean 0, var 1): running = m * init + (1 - m) * batch."""
   model = get_model('dsfl_cnn@0.25', num_classes=10, input_shape=SHAPE, bn_momentum=momentum,
@@ -155,6 +157,7 @@ def test_normalize_config_errors(fields, match):
 
 
 @pytest.mark.parametrize('name', ['flip_crop', 'jitter_flip_gray'])
+@pytest.mark.slow
 def test_augment_on_normalised_inputs_commutes(name):
   """Augmenting normalised inputs == normalising augmented [0, 1] inputs (same key)."""
   x = jax.random.uniform(jax.random.PRNGKey(0), (6, 8, 8, 3))

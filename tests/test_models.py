@@ -96,6 +96,7 @@ CONV_CASES = [
 
 
 @pytest.mark.parametrize('shape,khw,strides,padding', CONV_CASES)
+@pytest.mark.slow
 def test_conv_im2col_matches_xla(shape, khw, strides, padding):
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=shape), jnp.float32)
@@ -156,6 +157,7 @@ def test_conv_chunked_and_vmapped(monkeypatch):
 
 
 @pytest.mark.parametrize('lowering', ['im2col', 'xla'])
+@pytest.mark.slow
 def test_conv_module_matches_flax(lowering):
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 10, 10, 3))  # two leading batch dims
   for kw in [dict(kernel_size=(3, 3), strides=2, padding='SAME'),
@@ -243,6 +245,7 @@ def test_batchnorm_gradient_equals_autodiff_of_flax(masked):
 
 
 @pytest.mark.parametrize('spec', ['dsfl_cnn@0.5', 'resnet8'])
+@pytest.mark.slow
 def test_bn_mask_equals_sliced_batch(spec):
   shape = (16, 16, 1)
   model = _resnet8() if spec == 'resnet8' else get_model(spec, num_classes=10,
@@ -264,6 +267,7 @@ def test_bn_mask_equals_sliced_batch(spec):
     np.testing.assert_allclose(c, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_models_without_bn_ignore_mask():
   for spec, shape in [('mlp', (8, 8, 1)), ('cnn@0.5', (8, 8, 1)), ('lenet5@0.5', (16, 16, 3))]:
     model = get_model(spec, num_classes=4, input_shape=shape)
@@ -279,6 +283,7 @@ def test_models_without_bn_ignore_mask():
 
 # ------------------------------------------------------------------------------ vmap over clients
 
+@pytest.mark.slow
 def test_vmapped_clients_match_loop():
   shape = (16, 16, 1)
   model = get_model('dsfl_cnn@0.25', num_classes=10, input_shape=shape)
@@ -309,6 +314,7 @@ def _resnet8(lowering='auto'):
 
 
 @pytest.mark.parametrize('spec,shape', [('cnn@0.5', (8, 8, 1)), ('resnet8', (8, 8, 3))])
+@pytest.mark.slow
 def test_lowerings_agree(spec, shape):
   x = jax.random.normal(jax.random.PRNGKey(1), (4,) + shape)
   if spec == 'resnet8':
@@ -438,6 +444,7 @@ def test_embed_cases_cover_registry():
 
 
 @pytest.mark.parametrize('spec,shape,dim', EMBED_CASES)
+@pytest.mark.slow
 def test_embed_is_final_dense_input(spec, shape, dim):
   classes = 7
   # XLA's convolution compiles faster than im2col (same function, see test_lowerings_agree).
@@ -510,6 +517,7 @@ def test_fcn_dropout():
 
 # ------------------------------------------------------------------------------ FedCache ResNets
 
+@pytest.mark.slow
 def test_conv_shortcut_block():
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 16, 16, 32))
   down = resnet.BasicBlock(64, strides=2, lowering='xla', shortcut='conv')
@@ -559,6 +567,7 @@ def test_fedcache_resnet_feature_map():
 
 
 @pytest.mark.parametrize('spec', ['resnet_t', 'resnet_l'])
+@pytest.mark.slow
 def test_fedcache_resnet_forward_with_mask(spec):
   shape = (8, 8, 3)
   model = get_model(spec, num_classes=10, input_shape=shape, lowering='xla')

@@ -70,6 +70,7 @@ def _assert_same_rows(got, want):
         assert g[k] == w[k], k
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process(tmp_path):
   cfg = tmp_path / 'cfg.py'
   cfg.write_text(CONFIG)

@@ -90,6 +90,7 @@ def _rounds(workdir: pathlib.Path) -> list[int]:
 
 
 @pytest.mark.parametrize('name', NOTEBOOKS)
+@pytest.mark.slow
 def test_notebook_runs(name, tmp_path, monkeypatch):
   nb = _execute(name, tmp_path, monkeypatch)
   text = _text(nb)

@@ -135,6 +135,7 @@ def test_max_pool2_clamped():
 
 @pytest.mark.parametrize('name', PAPER_MODELS)
 @pytest.mark.parametrize('shape', [(32, 32, 3), (8, 8, 1)])
+@pytest.mark.slow
 def test_forward_embed_and_mask(name, shape):
   classes = 7
   model = get_model(f'{name}@0.125', num_classes=classes, input_shape=shape, lowering='xla')

@@ -48,6 +48,7 @@ def _dtypes(tree):
           if jnp.issubdtype(a.dtype, jnp.floating)}
 
 
+@pytest.mark.slow
 def test_bf16_fit_and_predict_stay_float32_and_close():
   # dsfl_cnn: im2col convolutions, Dense layers and masked BatchNorm (train and eval mode).
   root = jax.random.PRNGKey(0)
@@ -78,6 +79,7 @@ def test_bf16_fit_and_predict_stay_float32_and_close():
   assert u16 @ u32 >= 0.95 * np.linalg.norm(u16) * np.linalg.norm(u32)
 
 
+@pytest.mark.slow
 def test_bf16_single_model_and_default_is_exact_float32():
   module = registry.get_model('cnn@0.25', num_classes=10, input_shape=SHAPE)
   rs = np.random.RandomState(1)
@@ -97,6 +99,7 @@ def test_bf16_single_model_and_default_is_exact_float32():
     CohortKernels(module, {'train': optax.sgd(0.1)}, compute_dtype='float16')
 
 
+@pytest.mark.slow
 def test_dsfl_run_bf16_accuracy_close_to_float32(tmp_path):
   accs = {}
   for dtype in ('float32', 'bfloat16'):

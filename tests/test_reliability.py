@@ -67,6 +67,7 @@ def _kill_config():
   return c
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path):
   reference = tmp_path / 'reference'
   _run(_kill_config(), reference)
@@ -109,6 +110,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path):
   assert [v for _, v in acc] == pytest.approx([r['test_acc'] for r in b])
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_round_checkpoints_and_stops(tmp_path):
   c = tiny(rounds=5)
   c.checkpoint.every = 0 + 3     # the stop saves round 2 although 2 is not a multiple
@@ -127,6 +129,7 @@ def test_sigterm_finishes_the_round_checkpoints_and_stops(tmp_path):
   assert _steps(tmp_path) == [3, 5]
 
 
+@pytest.mark.slow
 def test_checkpoint_holds_the_whole_state_bit_for_bit(tmp_path):
   from fedjax_kd import checkpoint, experiment
   c = tiny('scarlet', rounds=2)
@@ -185,6 +188,7 @@ def _poison_round(monkeypatch, at: int):
   monkeypatch.setattr(cls, 'round', poisoned)
 
 
+@pytest.mark.slow
 def test_nan_round_stops_names_round_cohort_and_array_and_keeps_checkpoint(
     tmp_path, monkeypatch):
   c = tiny(rounds=4)
@@ -206,6 +210,7 @@ def test_nan_round_stops_names_round_cohort_and_array_and_keeps_checkpoint(
   assert summary['rounds_run_this_call'] == 2 and summary['rounds'] == 4
 
 
+@pytest.mark.slow
 def test_a_diverging_learning_rate_is_caught_in_round_one(tmp_path):
   c = tiny(rounds=3)
   c.train.learning_rate = 1e30
@@ -425,6 +430,7 @@ def test_algorithm_ranges_and_cross_field_rules(algorithm, field, value, allowed
   assert str(e.value).startswith(f'{field}=') and allowed in str(e.value)
 
 
+@pytest.mark.slow
 def test_noresume_starts_over_and_forgets_the_old_checkpoints(tmp_path):
   c = tiny(rounds=4)
   c.checkpoint.every = 2
@@ -450,6 +456,7 @@ def test_noresume_starts_over_and_forgets_the_old_checkpoints(tmp_path):
   assert steps == [1]
 
 
+@pytest.mark.slow
 def test_noresume_cut_short_leaves_no_old_summary(tmp_path):
   """A run started over and killed in round 1 must not leave the old run's summary to be
   read as its result."""

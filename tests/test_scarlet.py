@@ -82,6 +82,7 @@ def test_minimal_rules_use_int32_indices_and_2bit_signals(tmp_path):
   assert rows[1]['down_bytes'] == 4 * C * m0 + 4 * N + N // 4 + 4 * m1
 
 
+@pytest.mark.slow
 def test_dsfl_under_scarlet_rules_and_next_round_schedule(tmp_path):
   rows = run(tmp_path, scarlet_tiny('dsfl', rounds=2, **{'dsfl.schedule': 'next_round'}))
   assert rows[0]['down_bytes'] == K * 8 * N                     # first round: I^0 only
@@ -90,6 +91,7 @@ def test_dsfl_under_scarlet_rules_and_next_round_schedule(tmp_path):
   assert 'distill_loss' not in rows[0] and 'distill_loss' in rows[1]
 
 
+@pytest.mark.slow
 def test_scarlet_with_huge_duration_requests_only_new_samples(tmp_path):
   rows = run(tmp_path, scarlet_tiny(rounds=3, **{'cache.duration': 1000,
                                                  'distill.public_per_round': 150}))
@@ -98,6 +100,7 @@ def test_scarlet_with_huge_duration_requests_only_new_samples(tmp_path):
   assert rows[2]['up_bytes'] == 0
 
 
+@pytest.mark.slow
 def test_partial_participation_counts_catch_up(tmp_path, monkeypatch):
   monkeypatch.setenv('FEDJAX_KD_DEBUG', '1')
   c = scarlet_tiny(rounds=6, **{'clients.participation': 0.5, 'cache.duration': 3})
@@ -109,6 +112,7 @@ def test_partial_participation_counts_catch_up(tmp_path, monkeypatch):
   assert 'catch_up_entries' not in full[-1]
 
 
+@pytest.mark.slow
 def test_scarlet_resume_equals_uninterrupted_run(tmp_path):
   c = scarlet_tiny(rounds=4, **{'checkpoint.every': 1})
   straight = run(tmp_path, c, 'straight')
@@ -135,6 +139,7 @@ def test_cfd_with_cache_halves_uploads(tmp_path):
   assert [r['requested'] for r in rows] == [150, 0, 0]
 
 
+@pytest.mark.slow
 def test_comet_downlink_counted_like_dsfl_under_full_participation(tmp_path):
   rows = run(tmp_path, scarlet_tiny('comet', rounds=2, **{'comet.clusters': 2,
                                                           'comet.weight': 0.5}))
@@ -142,11 +147,13 @@ def test_comet_downlink_counted_like_dsfl_under_full_participation(tmp_path):
   assert np.isfinite(rows[1]['distill_loss'])
 
 
+@pytest.mark.slow
 def test_comet_with_cache_runs(tmp_path):
   rows = run(tmp_path, scarlet_tiny('comet', rounds=3, **{'cache.mode': 'on'}))
   assert rows[-1]['n_cached'] > 0 and np.isfinite(rows[-1]['test_acc'])
 
 
+@pytest.mark.slow
 def test_selective_fd_filters(tmp_path):
   rows = run(tmp_path, scarlet_tiny('selective_fd', rounds=2))
   frac = rows[1]['inlier_fraction']

@@ -46,13 +46,17 @@ SCRIPT = textwrap.dedent('''
     np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(outs[0][1], outs[1][1])
     np.testing.assert_allclose(outs[0][2], outs[1][2], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(outs[0][3], outs[1][3], rtol=1e-5)
+    # The KRR loss solves a ridge system with reg=1e-6, which amplifies rounding: its spread
+    # between XLA builds (device counts, instruction sets) is measured at up to 3e-5 relative
+    # (docs/testing.md), so it is held to the golden test's 1e-4.
+    np.testing.assert_allclose(outs[0][3], outs[1][3], rtol=1e-4)
     assert not np.allclose(outs[0][2][0], np.asarray(x0)[0])   # an active client moved
     np.testing.assert_array_equal(outs[0][2][2], np.asarray(x0)[2])   # inactive: untouched
     print('OK')
 ''')
 
 
+@pytest.mark.slow
 def test_eight_devices_match_one_device():
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
@@ -89,6 +93,7 @@ def _on_eight_and_one_device(script: str) -> list[dict]:
   return out
 
 
+@pytest.mark.slow
 def test_acepfl_on_eight_devices_matches_one_device():
   """ACE-pFL's per-client teachers and past-model arrays sharded with the client axis."""
   out = _on_eight_and_one_device(ACE_SCRIPT)
@@ -111,6 +116,7 @@ FL_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_parameter_exchange_with_stragglers_on_eight_devices_matches_one_device():
   """SCAFFOLD's per-client control variates, FedProx's anchor and per-client epoch budgets, sharded."""
   out = _on_eight_and_one_device(FL_SCRIPT)
@@ -126,6 +132,7 @@ FINAL_TOLERANCE = 0.01     # final server accuracy (the test set has 360 images:
 ROUND_TOLERANCE = 0.03     # the server accuracy of any round
 
 
+@pytest.mark.slow
 def test_a_full_default_run_on_four_devices_is_within_the_documented_tolerance(tmp_path):
   """`configs/default.py` end to end on 4 forced CPU devices against the archived one-device
   run of the same command (seed 0): identical bytes, round-1 losses equal to float32
@@ -204,6 +211,7 @@ def _loop_computations(hlo: str) -> dict[str, str]:
   return {c: comps[c] for c in inside}
 
 
+@pytest.mark.slow
 def test_no_collective_inside_a_training_or_inference_loop(tmp_path):
   """Every device trains and predicts its own clients: the compiled step loops hold no
   cross-device collective (XLA's propagation alone all-gathered activations and weights at

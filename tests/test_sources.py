@@ -33,6 +33,7 @@ def _write_keras_npz(path, n_train=50, n_test=20, seed=0, **overrides):
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_digits():
   sk_datasets = pytest.importorskip('sklearn.datasets')
   ds = load_source('digits')

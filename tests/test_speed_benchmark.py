@@ -5,9 +5,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.test_main import REPO
 
 
+@pytest.mark.slow
 def test_speed_benchmark_tiny_blazefl_writes_the_json(tmp_path):
   out = tmp_path / 'speed.json'
   r = subprocess.run(

@@ -97,6 +97,7 @@ def test_round_view_by_hand():
   np.testing.assert_array_equal(np.asarray(view.fed.data.client_idx)[1], [8, 9, 10, 11])
 
 
+@pytest.mark.slow
 def test_view_training_equals_full_training_and_skips_idle_clients():
   models = ['mlp@0.5'] * 6
   full = _fed(models)
@@ -133,6 +134,7 @@ def test_host_state_is_refused_by_in_place_training():
     fed.train_private(st, jax.random.PRNGKey(0), 1, LocalRule(epochs=1, batch_size=2))
 
 
+@pytest.mark.slow
 def test_host_evaluation_visits_clients_in_chunks():
   models = ['mlp@0.5', 'mlp@1.0'] * 4
   full, host = _fed(models), _fed(models, store_lib.ClientStore('host', chunk=2))
@@ -194,6 +196,7 @@ STORE_ALGOS = (('dsfl', 'scarlet', 'comet', 'fedcache2', 'acepfl', 'scaffold', '
 
 
 @pytest.mark.parametrize('algo', STORE_ALGOS)
+@pytest.mark.slow
 def test_host_store_gives_the_device_metrics(algo, tmp_path):
   rows = {}
   for store in ('device', 'host'):
@@ -203,6 +206,7 @@ def test_host_store_gives_the_device_metrics(algo, tmp_path):
   _rows_close(rows['device'], rows['host'])
 
 
+@pytest.mark.slow
 def test_disk_store_resumes_without_losing_a_round(tmp_path):
   whole = str(tmp_path / 'whole')
   runner.run(_spec('scarlet', 'device', rounds=4), whole, resume=False, progress=False)
@@ -215,6 +219,7 @@ def test_disk_store_resumes_without_losing_a_round(tmp_path):
   _rows_close(workdir_lib.read_metrics(whole), workdir_lib.read_metrics(wd))
 
 
+@pytest.mark.slow
 def test_nan_guard_names_global_clients_in_a_view(tmp_path):
   spec = _spec('dsfl', 'host', rounds=2, **{'train.learning_rate': 1e30})
   with pytest.raises(Exception) as e:

@@ -236,6 +236,7 @@ OUTPUTS = ('compare.csv', 'compare.md', 'sweep.json', 'accuracy_test_acc.png',
            'accuracy_client_acc.png')
 
 
+@pytest.mark.slow
 def test_cli_runs_then_skips_everything(finished_sweep):
   out, argv, stdout = finished_sweep
   assert stdout.count('] done ') == 4 and 'start' in stdout
@@ -257,6 +258,7 @@ def test_cli_runs_then_skips_everything(finished_sweep):
   assert {n: (out / n).read_bytes() for n in OUTPUTS} == before
 
 
+@pytest.mark.slow
 def test_cli_resumes_an_unfinished_run(finished_sweep):
   out, argv, _ = finished_sweep
   run = out / 'runs' / 'dsfl' / 'seed0'
@@ -278,6 +280,7 @@ def test_cli_resumes_an_unfinished_run(finished_sweep):
   assert json.loads((run / 'summary.json').read_text())['rounds'] == 2
 
 
+@pytest.mark.slow
 def test_cli_reports_failed_runs_and_goes_on(tmp_path):
   out = tmp_path / 'out'
   argv = ['--config=configs/default.py', '--algorithms=single', '--seeds=0,1', f'--out={out}']
@@ -292,6 +295,7 @@ def test_cli_reports_failed_runs_and_goes_on(tmp_path):
   assert (out / 'compare.md').exists()
 
 
+@pytest.mark.slow
 def test_cli_keeps_a_diverged_run_as_a_result(tmp_path):
   """A run whose round goes non-finite is recorded (diverged.json), counted and never rerun."""
   out = tmp_path / 'out'

@@ -213,6 +213,7 @@ def test_paper_settings_build_with_table_3_setup_bytes(tmp_path):
     ('reuters', 'dsfl', 2_024_000),    # Table 2: DS-FL 2.0 MB
     ('reuters', 'fd', 93_104),         # Table 2: FD 93 kB (IMDb's 176 B: tests/test_comm.py)
 ])
+@pytest.mark.slow
 def test_text_rounds_run_and_cost_table_2(tmp_path, task, algorithm, expected):
   """One round on a small token file with the paper's K = 10, |o_r| = 1,000 and classes: the
   round's bytes are Table 2's, and the models train on token ids / bags of words."""
