@@ -16,6 +16,7 @@ once per variant, each in its own process:
 * ``threads2``: the native instruction set on two cores;
 * ``devices4``: four forced host devices on one core (the client axis sharded four ways);
 * ``avx``: ``--xla_cpu_max_isa=AVX`` (no FMA in XLA's own code);
+* ``ci``: ``avx2`` and ``noynn`` together, the flags of ``.ci/run``'s second golden pass;
 * ``noynn``: matrix products and reductions by Eigen instead of YNNPACK
   (``--xla_cpu_experimental_ynn_fusion_type=``): YNNPACK chooses its kernels from the CPU it
   runs on, which ``--xla_cpu_max_isa`` does not reach, so this is the variant that changes
@@ -61,6 +62,9 @@ VARIANTS = {
                  '4 forced host devices, 1 thread'),
     'avx': (f'--xla_cpu_max_isa=AVX {ONE_THREAD}', '1', 'AVX without FMA, 1 thread'),
     'noynn': (f'{NO_YNNPACK} {ONE_THREAD}', '1', 'matrix products by Eigen, not YNNPACK, 1 thread'),
+    # The flags of .ci/run's second golden pass.
+    'ci': (f'--xla_cpu_max_isa=AVX2 {NO_YNNPACK} {ONE_THREAD}', '1',
+           "CI's second pass: AVX2, Eigen products, 1 thread"),
 }
 
 
@@ -70,8 +74,8 @@ def _cases(which: str) -> list[tuple[str, str]]:
   tiny = [('tiny', a) for a in test_golden.TINY]
   if which == 'tiny':
     return tiny
-  if which == 'ci':
-    return sorted(test_golden.CI_CASES)
+  if which == 'ci':   # what .ci/run's second pass over tests/test_golden.py runs
+    return tiny + sorted(test_golden.CI_CASES)
   every = [(c[0], 'device') for c in test_golden.CASES]
   return tiny + every + sorted(test_golden.CI_CASES)
 
@@ -160,14 +164,17 @@ def _fmt(kind: str, v: float) -> str:
   return f'{v:.1e}' if v else '0'
 
 
-def report(results: dict[str, dict], variants: list[str], cases: str) -> str:
+def report(results: dict[str, dict], variants: list[str], cases: dict[str, str]) -> str:
   """A markdown table: per metric kind, then per float column, the largest spread per
   variant."""
   kinds = ('accuracy', 'float', 'exact')
-  lines = [f'Golden cases: `{cases}` ({len(_cases(cases))} runs a variant). Largest deviation '
-           'from `tests/golden_metrics.json` over every round of every case:', '',
-           '| metric kind | ' + ' | '.join(variants) + ' |',
-           '|---|' + '---|' * len(variants)]
+  head = [f'{v} ({len(_cases(cases[v]))} runs)' for v in variants]
+  lines = ['Largest deviation from `tests/golden_metrics.json` over every round of every case '
+           'a variant ran (`--cases`: all = the tiny cases, every shipped config on the device '
+           "store and CI's host-store subset; ci = the tiny cases and CI's subset):", '',
+           '| variant | what it is |', '|---|---|']
+  lines += [f'| {v} | {VARIANTS[v][2]} (`XLA_FLAGS={VARIANTS[v][0]}`) |' for v in variants]
+  lines += ['', '| metric kind | ' + ' | '.join(head) + ' |', '|---|' + '---|' * len(variants)]
   for kind in kinds:
     cells = []
     for v in variants:
@@ -175,40 +182,44 @@ def report(results: dict[str, dict], variants: list[str], cases: str) -> str:
       top = max((e['max'] for e in cols), default=0.0)
       cells.append(_fmt(kind, top))
     lines.append(f'| {kind} | ' + ' | '.join(cells) + ' |')
-  lines += ['', '| float column | ' + ' | '.join(variants) + ' |',
+  lines += ['', '| float column (relative) | ' + ' | '.join(variants) + ' |',
             '|---|' + '---|' * len(variants)]
-  columns = sorted({c for v in variants for c, e in results[v].items() if e['kind'] != 'exact'})
+  columns = sorted({c for v in variants for c, e in results[v].items() if e['kind'] == 'float'})
   for col in columns:
-    cells = [_fmt(results[v][col]['kind'], results[v][col]['max']) if col in results[v] else ''
+    cells = [_fmt('float', results[v][col]['max']) if col in results[v] else ''
              for v in variants]
     lines.append(f'| {col} | ' + ' | '.join(cells) + ' |')
-  lines += ['', 'Where each variant deviates most (relative floats):', '']
+  lines += ['', 'Where each variant deviates most (floats, relative to the larger of the '
+            f'recorded value and {test_golden.FLOAT_FLOOR}):', '']
   for v in variants:
     floats = [(e['max'], c, e['where']) for c, e in results[v].items() if e['kind'] == 'float']
     if floats:
       dev, col, where = max(floats)
-      lines.append(f'* {v} ({VARIANTS[v][2]}): `{col}` {dev:.1e} at {where}')
+      lines.append(f'* {v}: `{col}` {dev:.1e} at {where}')
   return '\n'.join(lines) + '\n'
 
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--out', default='runs/golden_spread')
-  p.add_argument('--variants', default='avx2,threads1,devices4,threads2')
+  p.add_argument('--variants', default='avx2,threads1,devices4,noynn,ci@ci',
+                 help='NAME or NAME@CASES, comma-separated')
   p.add_argument('--cases', default='all', choices=('all', 'ci', 'tiny'))
   p.add_argument('--report', default='')
   p.add_argument('--core', default='1', help='the CPU that one-thread variants run on')
   a = p.parse_args(argv)
-  variants = [v for v in a.variants.split(',') if v]
+  # NAME or NAME@CASES (that variant's own --cases).
+  cases = {v.split('@')[0]: (v.split('@') + [a.cases])[1] for v in a.variants.split(',') if v}
+  variants = list(cases)
   unknown = [v for v in variants if v not in VARIANTS]
   if unknown:
     p.error(f'--variants: unknown {unknown}; choose from {sorted(VARIANTS)}')
   os.makedirs(a.out, exist_ok=True)
   with open(test_golden.GOLDEN) as f:
     golden = json.load(f)
-  cases = _cases(a.cases)
-  results = {v: deviations(_run_variant(v, cases, a.out, a.core), golden) for v in variants}
-  text = report(results, variants, a.cases)
+  results = {v: deviations(_run_variant(v, _cases(cases[v]), a.out, a.core), golden)
+             for v in variants}
+  text = report(results, variants, cases)
   print(text)
   if a.report:
     reproduction.update_block(a.report, text.rstrip('\n').split('\n'), BEGIN, END)

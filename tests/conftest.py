@@ -41,12 +41,19 @@ def _share_compilations() -> None:
   environment variables hand it to subprocesses (CLI runs, sweep workers,
   notebook kernels). ``$FEDJAX_KD_COMPILATION_CACHE`` names it too, so that the
   command lines (whose cache is on by default, :mod:`fedjax_kd.compile_cache`)
-  never write into the user's ``~/.cache`` from a test.
+  never write into the user's ``~/.cache`` from a test. The quick tier's pytest-xdist
+  workers inherit the directory that the controlling process made
+  (``$FEDJAX_KD_TEST_XLA_CACHE``), so a program compiled by one worker is loaded by the
+  other; JAX writes cache entries atomically.
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
   import jax  # pylint: disable=g-import-not-at-top
-  cache = tempfile.mkdtemp(prefix='fedjax_kd_xla_cache_')
+  worker = os.environ.get('PYTEST_XDIST_WORKER')
+  cache = os.environ.get('FEDJAX_KD_TEST_XLA_CACHE') if worker else None
+  if not cache or not os.path.isdir(cache):
+    cache = tempfile.mkdtemp(prefix='fedjax_kd_xla_cache_')
+    os.environ['FEDJAX_KD_TEST_XLA_CACHE'] = cache
   settings = {'jax_compilation_cache_dir': cache,
               'jax_persistent_cache_min_compile_time_secs': 0,
               'jax_persistent_cache_min_entry_size_bytes': 0}
