@@ -201,11 +201,11 @@ def metrics(key: str, tmp: pathlib.Path) -> list[dict]:
 
 
 # Tolerances, from the spread benchmarks/golden_spread.py measured (docs/testing.md): no
-# accuracy, count or byte moved in any build; floats moved by at most 3.2e-5 relative (the
-# KRR distillation loss on four devices) and 4e-6 absolute (ACE-pFL's L_GD of 1.1e-3, a
-# difference of nearly equal terms); a CPU with AVX2 alone moved the KRR loss by 1.1e-5.
+# accuracy, count or byte moved in any build; floats moved by at most 9e-5 (ACE-pFL's L_GD, a
+# difference of nearly equal terms, with matrix products by Eigen), 4.4e-5 on four devices and
+# 3.2e-5 for the KRR distillation loss; a CPU with AVX2 alone moved the KRR loss by 1.1e-5.
 ACC_SAMPLES = 1      # accuracies: one test sample (a single borderline prediction)
-REL_TOL = 2e-4       # other floats: relative, at least 5x the largest spread measured
+REL_TOL = 5e-4       # other floats: relative, over 5x the largest spread measured
 FLOAT_FLOOR = 0.1    # floats smaller than this (losses near zero) are held to REL_TOL * 0.1
 
 
