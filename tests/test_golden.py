@@ -45,7 +45,6 @@ import pytest
 
 from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
-from fedjax_kd import presets
 from fedjax_kd import runner
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -169,15 +168,12 @@ def shrunk_config(case: str, data_dir: pathlib.Path, store: str):
 def tiny_config(algorithm: str):
   """Two rounds of ``algorithm`` on 300 synthetic images: four clients and the server all one
   small MLP, so every tiny case runs on the same compiled kernels."""
-  c = presets.digits(algorithm)
-  c.rounds = 2
+  from tests.test_main import tiny  # pylint: disable=g-import-not-at-top
+  c = tiny(algorithm, rounds=2)
   c.data.source = 'synthetic:300'
   c.data.num_public = 60
-  c.clients.num_clients = 4
   c.clients.models = ['mlp@0.25']
   c.server.model = 'mlp@0.25'
-  c.train.epochs = 1
-  c.distill.epochs = 1
   c.distill.public_per_round = 50
   c.distill.batch_size = 25
   c.eval.every = 1
@@ -221,7 +217,7 @@ def kind(column: str, value) -> str:
 def num_test_samples(key: str, tmp: pathlib.Path) -> int:
   """How many samples the server's test set of a case holds (an accuracy moves in steps of
   one over this; the host-store run of a case tests on the same set)."""
-  from fedjax_kd.data import sources, splits  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.data import sources  # pylint: disable=g-import-not-at-top
   d = config_lib.validate(case_config(key, tmp)).data
   dataset = sources.load_source(d.source, data_dir=d.data_dir or None, seed=0, field='',
                                 label_key=d.label_key or None)
