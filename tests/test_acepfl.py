@@ -132,6 +132,7 @@ def test_bytes_by_hand(tmp_path):
     assert r['participants'] == K and r['round_time_s'] > 0
 
 
+@pytest.mark.slow
 def test_one_cluster_has_no_clustering_traffic(tmp_path):
   _, summary = run(tmp_path, ace_tiny(rounds=1, **{'acepfl.clustering': False}))
   assert summary['setup_bytes'] == 0

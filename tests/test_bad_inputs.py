@@ -221,6 +221,7 @@ def _finished(tmp_path, rounds=3):
   return work, cfg
 
 
+@pytest.mark.slow
 def test_resume_refusals_are_one_line(tmp_path, capsys, monkeypatch):
   work, cfg = _finished(tmp_path)
   _forbid_compute(monkeypatch)    # only after the real run above

@@ -125,6 +125,7 @@ def test_a_declared_table_gives_the_same_run_on_device_and_host(registered):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_a_forgotten_declaration_is_refused_on_the_first_partial_round(registered):
   del registered
   _play(_build('forgetful', 'device'))       # all K rows present: nothing to refuse

@@ -79,6 +79,7 @@ def test_exclude_own_and_cap(tmp_path):
   assert rows[1]['down_bytes'] == K * 5 * (PIXELS + LABEL)
 
 
+@pytest.mark.slow
 def test_png_bytes_are_pil_file_sizes(tmp_path):
   from fedjax_kd.ops import codec
   c = fc2_tiny(rounds=1, **{'fedcache2.encoding': 'png'})

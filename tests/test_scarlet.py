@@ -132,6 +132,7 @@ def test_cfd_uploads_hard_labels(tmp_path):
   assert rows[1]['up_bytes'] == K * N * 4 + K * N * 4 // 8     # int32 index + 4-bit label
 
 
+@pytest.mark.slow
 def test_cfd_with_cache_halves_uploads(tmp_path):
   rows = run(tmp_path, scarlet_tiny('cfd', rounds=3, **{'cache.mode': 'on',
                                                         'cache.duration': 10,
