@@ -2,7 +2,7 @@ r"""The reproduction report: fixed multi-seed sweeps per paper and a report from
 
   python benchmarks/reproduction.py run --runs=runs/repro --jobs=2 \
       [--only=dsfl,scarlet] [--data=all|digits|mnist] [--mnist=/path/to/mnist.npz] \
-      [--tiny] [--dry_run]
+      [--tiny] [--dry_run] [--sweeps=NAME,...]
   python benchmarks/reproduction.py archive --runs=runs/repro --out=docs/reproduction_runs
   python benchmarks/reproduction.py report --runs=docs/reproduction_runs \
       --out=docs/reproduction.md [--readme=README.md] [--only=...] [--tiny]
@@ -90,12 +90,18 @@ DSFL_MNIST_VARIANTS = (
     ('FD', 'fd', {'eval.every': 5}),
     ('Single client', 'single', {'eval.every': 5}),
 )
-# The independent PyTorch DS-FL (benchmarks/torch_dsfl.py) on the MNIST sweep's exact data,
-# partitions and open-set draws: the reference fedjax_kd's curve is read against, seed by seed.
-TORCH_DSFL_VARIANTS = (
-    ('PyTorch DS-FL ERA', 'dsfl', {'dsfl.aggregation': 'era'}),
-    ('PyTorch DS-FL SA', 'dsfl', {'dsfl.aggregation': 'sa'}),
-)
+# The independent PyTorch implementations (benchmarks/torch_ref) on the fedjax_kd sweeps' exact
+# data, partitions and draws: the references fedjax_kd's curves are read against, seed by seed.
+# (module, variant keys of its VARIANTS)
+TORCH_DSFL = ('dsfl', ('era', 'sa'))
+TORCH_DSFL_ABLATION = ('dsfl', ('lockstep', 'lockstep_bn', 'lockstep_init', 'lockstep_batches',
+                                'era_draws'))
+TORCH_DSFL_ABLATION_ROUNDS = 3      # the lag the ablation looks for is at round 3
+TORCH_FEDENTOPT = ('fedentopt', ('fedavg', 'fedprox', 'scaffold', 'fednova'))
+TORCH_FEDENTOPT_SELECTIONS = ('uniform', 'fedentopt')  # Power-of-Choice needs training losses
+# SCAFFOLD's learning rate on MNIST, in both implementations (FedEntOpt selection, where it
+# diverged most often at the preset's former 0.05).
+SCAFFOLD_LRS = (0.05, 0.02)
 SCARLET_VARIANTS = (
     ('SCARLET', 'scarlet', {}),
     ('DS-FL ERA', 'dsfl', {}),
@@ -130,6 +136,10 @@ FEDENTOPT_VARIANTS = (
     ('SCAFFOLD', 'scaffold', {}),
     ('FedNova', 'fednova', {}),
 )
+# On MNIST SCAFFOLD runs at its own, lower learning rate (presets.fedentopt_cpu says why).
+FEDENTOPT_VARIANTS_MNIST = tuple(
+    (label, algo, {**fields, 'train.learning_rate': presets.FEDENTOPT_CPU_SCAFFOLD_LR}
+     if algo == 'scaffold' else fields) for label, algo, fields in FEDENTOPT_VARIANTS)
 FEDENTOPT_SELECTIONS = ('uniform', 'fedentopt', 'power_of_choice')   # selection.method grid
 FEDENTOPT_SETTINGS = ('c2',)                                # presets.FEDENTOPT_SETTINGS
 
@@ -180,11 +190,18 @@ class SweepDef:
       of that variant (mean ± std over seeds) at every logged round; each metric
       must be among ``metrics``.
     engine: what makes the runs: ``'fedjax_kd'`` (:mod:`fedjax_kd.sweep`) or ``'torch'``
-      (the independent PyTorch DS-FL of ``benchmarks/torch_dsfl.py``, on the same data,
-      partition and open-set draws; skipped when PyTorch is not installed).
-    beside: ``(sweep, labels)``: variants of another sweep of the section shown next to
-      this sweep's in its curve and seed tables, and seen by the checks that read this
-      sweep (a paired comparison across the two sweeps).
+      (an independent PyTorch implementation of ``benchmarks/torch_ref``, module
+      ``torch_module``, on the same data, partition and draws; skipped when PyTorch is not
+      installed).
+    torch_module: the ``benchmarks/torch_ref`` module of a ``'torch'`` sweep; each
+      variant label is one of that module's ``VARIANTS`` labels.
+    pairs: ``(fedjax_kd label, reference label)`` pairs (the first from ``beside``): one
+      figure panel each, with both implementations' curves on the same axes.
+    beside: ``((sweep, labels), ...)``: variants of earlier sweeps of the section shown
+      next to this sweep's in its curve and seed tables, and seen by the checks that read
+      this sweep (a paired comparison across sweeps).
+    paired_rounds: rounds of a table of per-seed differences from ``pairs[0][0]`` (mean ±
+      std over seeds), one row per other variant: how far each is from fedjax_kd.
   """
   name: str
   title: str
@@ -206,7 +223,10 @@ class SweepDef:
   seed_curves: tuple[str, ...] = ()
   metric_curves: tuple[str, tuple[str, ...]] | None = None
   engine: str = 'fedjax_kd'
-  beside: tuple[str, tuple[str, ...]] | None = None
+  beside: tuple[tuple[str, tuple[str, ...]], ...] = ()
+  torch_module: str = ''
+  pairs: tuple[tuple[str, str], ...] = ()
+  paired_rounds: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -455,7 +475,81 @@ def matches(a: Ref, b: Ref, at_round: int | None = None, tol: float = 0.02) -> C
   return fn
 
 
+def stable(ref: Ref, floor: float = 0.5) -> Callable:
+  """Every seed of ``ref`` finished (no NaN or Inf) with a final accuracy of at least
+  ``floor`` (a model that collapsed to one class sits near 0.1)."""
+  def fn(t: Table):
+    c = t.find(ref)
+    if c is None or not (c['n'] or c.get('diverged')):
+      return None, f'not run: {_name(ref)}'
+    finals = c['stats']['final_acc']['values'] if c['n'] else {}
+    low = sorted(s for s, v in finals.items() if v < floor)
+    div = sorted(c.get('diverged', {}))
+    detail = (f'{_name(ref)}: {len(finals)} of {len(finals) + len(div)} seeds finished, '
+              f'final acc {_fmt(t.stat(ref, "final_acc"))}'
+              + (f'; diverged: seeds {", ".join(map(str, div))}' if div else '')
+              + (f'; below {floor:g}: seeds {", ".join(map(str, low))}' if low else ''))
+    return not div and not low, detail
+  return fn
+
+
+def within_draw_noise(a: Ref, b: Ref, noise_a: Ref, noise_b: Ref, at_round: int) -> Callable:
+  """The paired gap ``a - b`` at ``at_round`` is no larger than the gap random draws alone
+  make: two runs of one implementation that differ only in their random draws
+  (``noise_a - noise_b``, per seed).
+
+  Holds when ``|mean(a - b)| <= rms(noise_a - noise_b)`` (the typical size of a per-seed
+  difference that the draws make by themselves); None when a run is missing.
+  """
+  def fn(t: Table):
+    miss = _missing(t, (a, b, noise_a, noise_b), 'final_acc')
+    if miss:
+      return None, miss
+
+    def diff(x: Ref, y: Ref) -> dict[int, float]:
+      vx, vy = (_at_round(t.find(r), 'test_acc', at_round) for r in (x, y))
+      return {k: vx[k] - vy[k] for k in vx if k in vy}
+
+    d, noise = sweep.stat(diff(a, b)), diff(noise_a, noise_b)
+    if d['mean'] is None or not noise:
+      return None, f'not logged at round {at_round}'
+    rms = float(np.sqrt(np.mean(np.square(list(noise.values())))))
+    n = sweep.stat(noise)
+    detail = (f'round {at_round}: {_name(a)} - {_name(b)} {_fmt_delta(d)} (n={d["n"]}); '
+              f'{_name(noise_a)} - {_name(noise_b)} {_fmt_delta(n)} (n={n["n"]}), rms '
+              f'{rms:.3f}')
+    return abs(d['mean']) <= rms, detail
+  return fn
+
+
 # ------------------------------------------------------------ the sections
+def _torch_ref():
+  """``benchmarks/torch_ref`` (its ``__main__`` module, which loads the algorithms)."""
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+  import benchmarks.torch_ref.__main__ as ref  # pylint: disable=g-import-not-at-top
+  return ref
+
+
+def _torch_variants(module: str, keys: Sequence[str]) -> tuple[tuple[str, str, dict], ...]:
+  """``(label, algorithm, fields)`` of a ``benchmarks/torch_ref`` module's variants."""
+  ref = _torch_ref().load(module)
+  return tuple(ref.VARIANTS[k] for k in keys)
+
+
+def _torch_label(module: str, key: str) -> str:
+  return _torch_ref().load(module).VARIANTS[key][0]
+
+
+def _pair_checks(sweep_name: str, ours: Ref, ref: Ref,
+                 rounds: Sequence[int | None]) -> list[Check]:
+  """fedjax_kd's ``ours`` against the reference's ``ref``, paired by seed, within 2 points at
+  each of ``rounds`` (None: the last round)."""
+  return [Check(f"fedjax_kd's {_name(ours)} accuracy equals the reference's at "
+                f'{"round " + str(r) if r else "the last round"} (paired by seed, within '
+                '2 points)', sweep_name, matches(ours, ref, at_round=r)) for r in rounds]
+
+
 def _fe_preset(setting: str) -> Callable[[str], ml_collections.ConfigDict]:
   return lambda source: presets.fedentopt_cpu(setting, source, 'fedavg', 'uniform')
 
@@ -502,9 +596,11 @@ def _sections() -> tuple[Section, ...]:
                    # the checks read the server model (FD and single score their clients)
                    overrides=(('eval.clients', False),)),
           SweepDef('dsfl_mnist_torch',
-                   'MNIST, an independent PyTorch DS-FL beside fedjax_kd '
-                   '(`benchmarks/torch_dsfl.py`)', TORCH_DSFL_VARIANTS,
+                   'fedjax_kd against an independent implementation: PyTorch DS-FL on MNIST '
+                   '(`benchmarks/torch_ref/dsfl.py`)', _torch_variants(*TORCH_DSFL),
                    config='configs/dsfl_mnist_cpu.py', data='mnist', engine='torch',
+                   torch_module='dsfl',
+                   pairs=(('DS-FL ERA', 'PyTorch DS-FL ERA'), ('DS-FL SA', 'PyTorch DS-FL SA')),
                    # no wall column: these runs shared the cores with other work, and a
                    # speed comparison belongs in one benchmark run (benchmarks/speed.py)
                    columns=('acc', 'best', 'rounds_to', 'metric:label_acc',
@@ -513,8 +609,23 @@ def _sections() -> tuple[Section, ...]:
                    seed_curves=('DS-FL ERA', 'PyTorch DS-FL ERA', 'DS-FL SA',
                                 'PyTorch DS-FL SA'),
                    metric_curves=('PyTorch DS-FL ERA', _DSFL_METRICS),
-                   beside=('dsfl_mnist', ('DS-FL ERA', 'DS-FL SA')),
+                   beside=(('dsfl_mnist', ('DS-FL ERA', 'DS-FL SA')),),
                    overrides=(('eval.clients', False),)),
+          SweepDef('dsfl_mnist_torch_ablation',
+                   'Where the two DS-FL implementations differ: one difference at a time '
+                   f'(MNIST, first {TORCH_DSFL_ABLATION_ROUNDS} rounds)',
+                   _torch_variants(*TORCH_DSFL_ABLATION),
+                   config='configs/dsfl_mnist_cpu.py', data='mnist', engine='torch',
+                   torch_module='dsfl', columns=('acc', 'metric:label_acc'),
+                   metrics=_DSFL_METRICS,
+                   curve_rounds=tuple(range(1, TORCH_DSFL_ABLATION_ROUNDS + 1)),
+                   beside=(('dsfl_mnist', ('DS-FL ERA',)),
+                           ('dsfl_mnist_torch', ('PyTorch DS-FL ERA',))),
+                   pairs=(('DS-FL ERA', _torch_label('dsfl', 'lockstep')),
+                          ('DS-FL ERA', 'PyTorch DS-FL ERA')),
+                   paired_rounds=tuple(range(1, TORCH_DSFL_ABLATION_ROUNDS + 1)),
+                   overrides=(('eval.clients', False),
+                              ('rounds', TORCH_DSFL_ABLATION_ROUNDS))),
       ),
       checks=tuple(c for s in ('dsfl_digits', 'dsfl_mnist') for c in (
           Check("ERA's final server accuracy exceeds SA's", s, exceeds('DS-FL ERA', 'DS-FL SA')),
@@ -523,13 +634,25 @@ def _sections() -> tuple[Section, ...]:
                 exceeds('DS-FL ERA', 'Single client')),
           Check("DS-FL's server accuracy exceeds FD's", s, exceeds('DS-FL ERA', 'FD')),
       )) + tuple(
-          Check(f"fedjax_kd's DS-FL {agg} server accuracy equals the PyTorch reference's at "
-                f'{"round " + str(r) if r else "the last round"} (paired by seed, within '
-                '2 points)', 'dsfl_mnist_torch',
-                matches(f'DS-FL {agg}', f'PyTorch DS-FL {agg}', at_round=r))
-          for agg, r in (('ERA', 3), ('ERA', None), ('SA', None))) + (
+          c for agg in ('ERA', 'SA')
+          for c in _pair_checks('dsfl_mnist_torch', f'DS-FL {agg}', f'PyTorch DS-FL {agg}',
+                                (3, 8, None))) + (
           Check("ERA's final server accuracy exceeds SA's in the PyTorch reference too",
-                'dsfl_mnist_torch', exceeds('PyTorch DS-FL ERA', 'PyTorch DS-FL SA')),),
+                'dsfl_mnist_torch', exceeds('PyTorch DS-FL ERA', 'PyTorch DS-FL SA')),
+          Check('In lock-step (same initial weights, batches and BatchNorm rule) the PyTorch '
+                "DS-FL's round-3 accuracy is fedjax_kd's (paired by seed, within 1 point)",
+                'dsfl_mnist_torch_ablation',
+                matches(_torch_label('dsfl', 'lockstep'), 'DS-FL ERA', at_round=3, tol=0.01)),
+          Check("PyTorch's unbiased BatchNorm running variance moves the lock-step round-3 "
+                'accuracy by less than 1 point', 'dsfl_mnist_torch_ablation',
+                matches(_torch_label('dsfl', 'lockstep_bn'), _torch_label('dsfl', 'lockstep'),
+                        at_round=3, tol=0.01)),
+          Check("fedjax_kd's round-3 gap to the PyTorch DS-FL is no larger than the gap "
+                "between two PyTorch runs that differ only in their random draws",
+                'dsfl_mnist_torch_ablation',
+                within_draw_noise('DS-FL ERA', 'PyTorch DS-FL ERA',
+                                  _torch_label('dsfl', 'era_draws'), 'PyTorch DS-FL ERA',
+                                  at_round=3)),),
       notes=('acc is each method\'s headline accuracy: the server (global) model for DS-FL '
              'and FedAvg, the mean over client models for FD and single. On digits the '
              'clients mix two CNN widths and FedAvg, which averages parameters, runs one '
@@ -665,7 +788,9 @@ def _sections() -> tuple[Section, ...]:
       name = f'fedentopt_{setting.replace(".", "")}_{data}'
       fe_sweeps.append(SweepDef(
           name, f'{"Digits (embedded)" if data == "digits" else "MNIST"}, setting {setting}, '
-          '`presets.fedentopt_cpu`', FEDENTOPT_VARIANTS, preset=_fe_preset(setting),
+          '`presets.fedentopt_cpu`',
+          FEDENTOPT_VARIANTS if data == 'digits' else FEDENTOPT_VARIANTS_MNIST,
+          preset=_fe_preset(setting),
           preset_text=f"presets.fedentopt_cpu('{setting}', source)", data=data,
           grid=(('selection.method', FEDENTOPT_SELECTIONS),),
           metrics=('label_coverage', 'cohort_entropy'), columns=_FE_COLUMNS,
@@ -676,6 +801,53 @@ def _sections() -> tuple[Section, ...]:
             exceeds((label, {'selection.method': 'fedentopt'}),
                     (label, {'selection.method': 'uniform'}), key='last10_acc',
                     at_least=True)))
+  torch_fe = tuple((label, algo, {**fields, **mine}) for (label, algo, fields), (_, _, mine)
+                   in zip(_torch_variants(*TORCH_FEDENTOPT), FEDENTOPT_VARIANTS_MNIST))
+  fe_pairs = tuple((label, ref[0]) for (label, _, _), ref in zip(FEDENTOPT_VARIANTS, torch_fe))
+  fe_sweeps.append(SweepDef(
+      'fedentopt_c2_mnist_torch',
+      'fedjax_kd against an independent implementation: PyTorch FedAvg, FedProx, SCAFFOLD '
+      'and FedNova on the same cohorts (MNIST, setting c2, `benchmarks/torch_ref/fedentopt.py`)',
+      torch_fe, preset=_fe_preset('c2'), preset_text="presets.fedentopt_cpu('c2', source)",
+      data='mnist', engine='torch', torch_module='fedentopt',
+      grid=(('selection.method', TORCH_FEDENTOPT_SELECTIONS),),
+      metrics=('param_norm', 'control_norm'), columns=('acc', 'last10', 'best'),
+      curve_rounds=(1, 3, 10, 20, 30, 40, 50, 60),
+      beside=(('fedentopt_c2_mnist', tuple(label for label, _, _ in FEDENTOPT_VARIANTS)),),
+      pairs=fe_pairs))
+  lr_grid = (('train.learning_rate', SCAFFOLD_LRS),)
+  fe_sweeps.append(SweepDef(
+      'fedentopt_scaffold_lr_mnist', "SCAFFOLD's learning rate, fedjax_kd (MNIST, setting c2, "
+      'FedEntOpt selection)', (('SCAFFOLD', 'scaffold', {}),), preset=_fe_preset('c2'),
+      preset_text="presets.fedentopt_cpu('c2', source)", data='mnist', grid=lr_grid,
+      overrides=(('selection.method', 'fedentopt'),), columns=('acc', 'last10', 'best')))
+  fe_sweeps.append(SweepDef(
+      'fedentopt_scaffold_lr_mnist_torch', "SCAFFOLD's learning rate, fedjax_kd against the "
+      'PyTorch SCAFFOLD (`benchmarks/torch_ref/fedentopt.py`)', _torch_variants(
+          'fedentopt', ('scaffold',)), preset=_fe_preset('c2'),
+      preset_text="presets.fedentopt_cpu('c2', source)", data='mnist', engine='torch',
+      torch_module='fedentopt', grid=lr_grid, overrides=(('selection.method', 'fedentopt'),),
+      metrics=('param_norm', 'control_norm'), columns=('acc', 'last10', 'best'),
+      curve_rounds=(1, 10, 20, 30, 40, 50, 60),
+      metric_curves=('PyTorch SCAFFOLD', ('param_norm', 'control_norm')),
+      beside=(('fedentopt_scaffold_lr_mnist', ('SCAFFOLD',)),),
+      pairs=(('SCAFFOLD', 'PyTorch SCAFFOLD'),)))
+  for label in ('SCAFFOLD', 'PyTorch SCAFFOLD'):
+    for lr in SCAFFOLD_LRS:
+      fe_checks.append(Check(
+          f'{label} at learning rate {lr:g} stays finite and above 0.5 in every seed (MNIST, '
+          'FedEntOpt selection)', 'fedentopt_scaffold_lr_mnist_torch',
+          stable((label, {'train.learning_rate': lr}))))
+  for ours, ref in fe_pairs:
+    for sel in TORCH_FEDENTOPT_SELECTIONS:
+      cell = {'selection.method': sel}
+      fe_checks += _pair_checks('fedentopt_c2_mnist_torch', (ours, cell), (ref, cell),
+                                (3, 30, None))
+    fe_checks.append(Check(
+        "FedEntOpt's last-10-round accuracy is at least random selection's in the PyTorch "
+        f'reference too ({ref})', 'fedentopt_c2_mnist_torch',
+        exceeds((ref, {'selection.method': 'fedentopt'}), (ref, {'selection.method': 'uniform'}),
+                key='last10_acc', at_least=True)))
   fedentopt = Section(
       key='fedentopt', paper='FedEntOpt',
       title='FedEntOpt: client selection by label entropy',
@@ -691,11 +863,19 @@ def _sections() -> tuple[Section, ...]:
              'Power-of-Choice picks high-loss clients among d = 2M candidates. SCAFFOLD runs '
              'as NIID-Bench runs it: SGD with momentum 0.9, the correction applied after the '
              'step, and option II\'s control variate (model displacement divided by steps x '
-             'lr). That division assumes plain SGD steps; with momentum a step moves up to '
-             '1 / (1 - 0.9) = 10 times lr x gradient, so the variates overshoot the gradients '
-             'they estimate. Where SCAFFOLD diverges (two classes per client), the run is '
-             'listed under the table as diverged and left out of every mean; it is not rerun '
-             'with a gentler setting, since that would be another experiment.'))
+             'lr). On MNIST it runs at lr 0.02 instead of the other methods\' 0.05: at 0.05 '
+             'its control variates grow until the global model predicts one class and then '
+             'overflows, in fedjax_kd and in the independent PyTorch SCAFFOLD alike (the '
+             '"SCAFFOLD\'s learning rate" sweeps: runs that left NaN or Inf are listed as '
+             'diverged and left out of every mean, and the PyTorch rows show the norms of the '
+             'global model and of the server\'s variate c growing). At 0.05 a run is also '
+             'chaotic: perturbing the initial weights in their sixth digit changes the '
+             'training loss within a few rounds, so two implementations, or two runs of one, '
+             'part ways after a few rounds however exactly they agree at first. The PyTorch '
+             'references (`benchmarks/torch_ref/fedentopt.py`) run on fedjax_kd\'s cohorts, '
+             'data and partitions per seed, with PyTorch\'s initialisation and shuffles; '
+             'Power-of-Choice is not among them (it selects by the losses of the run\'s own '
+             'models).'))
   return (dsfl, scarlet, fedcache2, acepfl, fedentopt)
 
 
@@ -790,8 +970,12 @@ def plan_sweep(section: Section, d: SweepDef, runs_dir: str, mnist: str,
   if tiny:
     overrides.update(_tiny_overrides(base))
   out = os.path.join(runs_dir, d.name)
-  runs = sweep.plan(base, _variants(d, tiny), TINY_SEEDS if tiny else d.seeds,
-                    _grid(d, tiny), out, overrides)
+  if d.engine == 'torch':
+    runs = _torch_ref().common.plan(base, _variants(d, tiny), TINY_SEEDS if tiny else d.seeds,
+                                    out, overrides, _grid(d, tiny))
+  else:
+    runs = sweep.plan(base, _variants(d, tiny), TINY_SEEDS if tiny else d.seeds,
+                      _grid(d, tiny), out, overrides)
   thresholds = tuple(float(x) for x in runs[0].config.comm.thresholds)
   return Planned(section, d, out, tuple(runs), overrides, thresholds, tiny)
 
@@ -840,14 +1024,26 @@ def sweep_command(plan_doc: dict[str, Any], out: str) -> str | None:
   return ' '.join(parts)
 
 
-def torch_command(plan_doc: dict[str, Any], out: str) -> str:
-  """The ``benchmarks/torch_dsfl.py`` command of a PyTorch reference sweep's ``sweep.json``."""
-  aggs = [v.get('overrides', {}).get('dsfl.aggregation', 'era')
-          for v in plan_doc.get('variants', [])]
-  parts = ['python benchmarks/torch_dsfl.py', f'--config={plan_doc.get("config")}',
-           '--mnist=/path/to/mnist.npz',
-           '--seeds=' + ','.join(str(x) for x in plan_doc.get('seeds', [])),
-           '--aggregations=' + ','.join(aggs), f'--out={out}']
+def torch_command(plan_doc: dict[str, Any], out: str, module: str) -> str:
+  """The ``python -m benchmarks.torch_ref`` command of a PyTorch reference sweep's
+  ``sweep.json`` (its variants by their keys in the module's ``VARIANTS``)."""
+  ref = _torch_ref().load(module)
+  keys = {label: key for key, (label, _, _) in ref.VARIANTS.items()}
+  parts = ['python -m benchmarks.torch_ref', f'--algorithm={module}']
+  config = str(plan_doc.get('config') or '')
+  if '.py' in config:
+    parts.append(f'--config={config}')
+  parts += ['--mnist=/path/to/mnist.npz',
+            '--seeds=' + ','.join(str(x) for x in plan_doc.get('seeds', [])),
+            '--variants=' + ','.join(keys.get(v['label'], v['label'])
+                                     for v in plan_doc.get('variants', []))]
+  fixed = dict(ref.FIXED)
+  for f, val in (plan_doc.get('overrides') or {}).items():
+    if f != 'data.source' and fixed.get(f, object()) != val:
+      parts.append('--set ' + shlex.quote(f'{f}={flag_literal(val)}'))
+  for f, vals in (plan_doc.get('grid') or {}).items():
+    parts.append('--set ' + shlex.quote(f + '=' + ','.join(flag_literal(v) for v in vals)))
+  parts.append(f'--out={out}')
   return ' '.join(parts)
 
 
@@ -896,8 +1092,15 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
   planned: list[Planned] = []
   skipped: list[tuple[SweepDef, str]] = []
   try:
-    for section in _select(args.only):
+    sections = _select(args.only)
+    names = [n.strip() for n in args.sweeps.split(',') if n.strip()]
+    unknown = sorted(set(names) - {d.name for s in sections for d in s.sweeps})
+    if unknown:
+      raise ConfigError('--sweeps', ','.join(unknown), 'sweep names of the chosen sections')
+    for section in sections:
       for d in section.sweeps:
+        if names and d.name not in names:
+          continue
         if args.data != 'all' and d.data != args.data:
           skipped.append((d, f'not run yet (`run --data={d.data}` runs it)'))
           continue
@@ -936,13 +1139,14 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                      metrics=list(p.sweep.metrics), engine=p.sweep.engine,
                      meta={**meta, 'section': p.section.key, 'sweep': p.sweep.name})
   runs = [r for p in planned if p.sweep.engine == 'fedjax_kd' for r in p.runs]
-  torch_runs = [r for p in planned if p.sweep.engine == 'torch' for r in p.runs]
+  torch_runs = [(p.sweep.torch_module, r) for p in planned if p.sweep.engine == 'torch'
+                for r in p.runs]
   print(f'reproduction: {len(planned)} sweeps, {len(runs) + len(torch_runs)} runs in '
         f'{args.runs}', flush=True)
   results = sweep.execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
                           compilation_cache=os.path.join(args.runs, 'jax_cache'))
   if torch_runs:   # one after the other in this process: PyTorch uses every core itself
-    results += run_torch(torch_runs)
+    results += run_torch(torch_runs, args.torch_threads)
   for p in planned:
     cells = sweep.aggregate(p.out)
     sweep.write_outputs(p.out, cells, p.thresholds, title=f'{p.section.paper}: {p.sweep.name}')
@@ -959,31 +1163,24 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 
-def _torch_dsfl():
-  """``benchmarks/torch_dsfl.py`` as a module (this file is run as a script, or loaded by path)."""
-  name = 'fedjax_kd_benchmarks_torch_dsfl'
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(REPO, 'benchmarks', 'torch_dsfl.py'))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-  return sys.modules[name]
-
-
-def run_torch(runs: Sequence[sweep.Run]) -> list[sweep.RunResult]:
-  """Runs the PyTorch reference's runs (finished ones are skipped) as :func:`sweep.execute`
-  reports its own."""
-  ref = _torch_dsfl()
+def run_torch(runs: Sequence[tuple[str, sweep.Run]], threads: int = 0
+              ) -> list[sweep.RunResult]:
+  """Runs the PyTorch references' ``(module, run)`` pairs (finished ones are skipped) as
+  :func:`sweep.execute` reports its own; ``threads``: PyTorch's threads (0: its default)."""
+  ref = _torch_ref()
   out = []
-  for r in runs:
+  for module, r in runs:
     state = 'skipped' if sweep.is_complete(workdir_lib.read_json(r.workdir, 'summary.json'),
                                            r.rounds) else 'done'
     start = datetime.datetime.now()
     try:
-      (summary,) = ref.execute([r], log=lambda s: print(s, flush=True))
+      (summary,) = ref.common.execute(ref.load(module), [r], threads,
+                                      log=lambda s: print(s, flush=True))
     except Exception as e:  # pylint: disable=broad-except
       out.append(sweep.RunResult(r, 'failed', message=f'{type(e).__name__}: {e}'))
+      continue
+    if 'diverged' in summary:
+      out.append(sweep.RunResult(r, 'diverged', message=f'round {summary["diverged"]}'))
       continue
     out.append(sweep.RunResult(r, state, (datetime.datetime.now() - start).total_seconds(),
                                f'acc {summary["final_acc"]:.4f}', summary))
@@ -1147,6 +1344,72 @@ def _figures(out: str, prefix: str, cells: Sequence[dict[str, Any]],
   return made or sweep.write_figures(prefix, cells, title=title)
 
 
+def _cell_name(c: dict[str, Any]) -> str:
+  return c['variant'] + (f' ({sweep.cell_label(list(c["cell"].items()))})' if c['cell'] else '')
+
+
+def paired_round_table(ref: str, rounds: Sequence[int], cells: Sequence[dict[str, Any]]) -> str:
+  """Per-seed differences of each other cell's accuracy from ``ref``'s (the same grid cell,
+  the same seed) at ``rounds``: mean ± std over the seeds both logged (n)."""
+  head = ['variant'] + [f'round {r}' for r in rounds]
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  base = {tuple(sorted(c['cell'].items())): c for c in cells if c['variant'] == ref}
+  for c in cells:
+    b = base.get(tuple(sorted(c['cell'].items())))
+    if c['variant'] == ref or b is None:
+      continue
+    row = [_esc(_cell_name(c))]
+    for r in rounds:
+      va, vb = _at_round(c, 'test_acc', r), _at_round(b, 'test_acc', r)
+      d = sweep.stat({k: va[k] - vb[k] for k in va if k in vb})
+      row.append('–' if d['mean'] is None else f'{_fmt_delta(d)} (n={d["n"]})')
+    lines.append('| ' + ' | '.join(row) + ' |')
+  return '\n'.join(lines)
+
+
+def pair_figure(path: str, cells: Sequence[dict[str, Any]], pairs: Sequence[tuple[str, str]],
+                title: str) -> str | None:
+  """One panel per ``(fedjax_kd, reference)`` pair: both implementations' test accuracy by
+  round on the same axes (mean ± std band over seeds; one colour per grid cell, fedjax_kd
+  solid, the reference dashed). None without matplotlib or without any curve."""
+  if importlib.util.find_spec('matplotlib') is None:
+    return None
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.plot import run_color  # pylint: disable=g-import-not-at-top
+  panels = [(a, b, [c for c in cells if c['variant'] in (a, b) and c['n']]) for a, b in pairs]
+  panels = [p for p in panels if {c['variant'] for c in p[2]} == {p[0], p[1]}]
+  if not panels:
+    return None
+  cols = min(len(panels), 2)
+  rows = -(-len(panels) // cols)
+  fig = Figure(figsize=(6.5 * cols, 4.2 * rows), layout='constrained')
+  axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+  for ax, (a, b, group) in zip(axes, panels):
+    keys = list(dict.fromkeys(tuple(sorted(c['cell'].items())) for c in group))
+    for c in group:
+      curves = [cv['test_acc'] for cv in c['curves'].values() if len(cv['test_acc']['round'])]
+      if not curves:
+        continue
+      rounds, _, mean, std = sweep._band(curves)  # pylint: disable=protected-access
+      # One colour per grid cell; without a grid, one per implementation.
+      color = run_color(keys.index(tuple(sorted(c['cell'].items()))) if len(keys) > 1
+                        else int(c['variant'] != a))
+      style = '-' if c['variant'] == a else '--'
+      ax.plot(rounds, mean * 100, style, color=color, linewidth=1.5,
+              label=f'{_cell_name(c)} (n={c["n"]})')
+      ax.fill_between(rounds, np.clip(mean - std, 0, 1) * 100, np.clip(mean + std, 0, 1) * 100,
+                      color=color, alpha=0.15, linewidth=0)
+    ax.set_title(f'{a} vs {b}', fontsize='medium')
+    ax.set_xlabel('round')
+    ax.set_ylabel('test accuracy (%), mean ± std over seeds')
+    ax.grid(True, alpha=0.35)
+    ax.legend(loc='lower right', fontsize='small', framealpha=0.85)
+  for ax in axes[len(panels):]:
+    fig.delaxes(ax)
+  fig.suptitle(title, fontsize='medium')
+  return sweep.save_figure(fig, path)
+
+
 def _rel(path: str, start: str) -> str:
   return os.path.relpath(path, start).replace(os.sep, '/')
 
@@ -1191,8 +1454,8 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       metrics = tuple(dict.fromkeys(tuple(plan_doc.get('metrics') or ()) + d.metrics))
       cells = sweep.aggregate(out, metrics=metrics)
       # Another sweep's variants read beside this one's (its curve and seed tables, checks).
-      near = [c for c in (tables[d.beside[0]].cells if d.beside and d.beside[0] in tables
-                          else ()) if c['variant'] in d.beside[1]]
+      near = [c for name, labels in d.beside if name in tables
+              for c in tables[name].cells if c['variant'] in labels]
       tables[d.name] = Table(cells + near)
       seeds_seen.update(plan_doc.get('seeds', []))
       done = sum(c['n'] for c in cells)
@@ -1206,7 +1469,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
                f'{done} of {planned} runs finished (n per row). Outputs: `{out}`.', '']
       if plan_doc.get('engine') == 'torch':
         body += ['The same runs with the reference\'s own command: '
-                 f'`{torch_command(plan_doc, os.path.join(run_dir, d.name))}`', '']
+                 f'`{torch_command(plan_doc, os.path.join(run_dir, d.name), d.torch_module)}`', '']
       elif p_cmd := sweep_command(plan_doc, os.path.join(run_dir, d.name)):
         body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
       body += [_table(d, cells), '']
@@ -1221,8 +1484,9 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
         order = list(d.seed_curves) or [c['variant'] for c in shown]
         shown = sorted(shown, key=lambda c: order.index(c['variant'])
                        if c['variant'] in order else len(order))
-        body += [f'Read beside {", ".join(d.beside[1])} of `{d.beside[0]}` (same data, '
-                 'partitions and open-set draws per seed):', '']
+        body += ['Read beside ' + '; '.join(f'{", ".join(labels)} of `{name}`'
+                                            for name, labels in d.beside)
+                 + ' (same data, partitions and draws per seed):', '']
       if rounds:
         body += ['Accuracy (acc) by round:', '', curve_table(rounds, shown), '']
       if d.metric_curves:
@@ -1232,8 +1496,20 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       if d.seed_curves and not args.tiny:
         body += ['Every round, seed by seed:', '',
                  seed_curve_table(d.seed_curves, shown, by_seed=bool(near)), '']
-      figs = _figures(out, os.path.join(fig_dir, f'{d.name}_'), cells,
-                      title=f'{section.paper}: {d.name}')
+      if d.paired_rounds:
+        body += [f'Accuracy minus {d.pairs[0][0]}\'s on the same seed, by round (mean ± std '
+                 'of the per-seed differences):', '',
+                 paired_round_table(d.pairs[0][0], d.paired_rounds, shown), '']
+      if d.pairs:   # both implementations on the same axes, never the reference alone
+        figs = {}
+        made = pair_figure(os.path.join(fig_dir, f'{d.name}_pairs.png'), shown, d.pairs,
+                           title=f'{section.paper}: fedjax_kd (solid) and the reference '
+                           '(dashed), same seeds')
+        if made:
+          figs['pairs'] = made
+      else:
+        figs = _figures(out, os.path.join(fig_dir, f'{d.name}_'), cells,
+                        title=f'{section.paper}: {d.name}')
       for metric, path in figs.items():
         body.append(f'![{d.name}: {metric}]({_rel(path, out_dir)})')
       if figs:
@@ -1419,6 +1695,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   r.add_argument('--data', default='all', choices=('all', 'digits', 'mnist'),
                  help='run only the sweeps on this data set (the others are marked not run)')
   r.add_argument('--dry_run', action='store_true', help='plan and validate only')
+  r.add_argument('--torch_threads', type=int, default=0,
+                 help="PyTorch's threads for the reference runs (0: its default; 1 when the "
+                 'cores are shared: its thread pool slows down badly when oversubscribed)')
+  r.add_argument('--sweeps', default='', help='comma-separated sweep names: run only these '
+                 '(of the chosen sections; the others are left as they are)')
   q = sub.add_parser('report', help='write the markdown from the outputs')
   q.add_argument('--runs', default='runs/repro')
   q.add_argument('--out', default='docs/reproduction.md')

@@ -1211,8 +1211,9 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   Returns:
     A :class:`matplotlib.figure.Figure` (not registered with pyplot) with two
     axes: accuracy vs round and vs cumulative communication (MB, log scale;
-    cells that send nothing are left out of it); None when no cell has the
-    metric.
+    cells that send nothing are left out of it); only the first when no cell
+    logs bytes (e.g. a reference implementation that counts none); None when
+    no cell has the metric.
   """
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
@@ -1226,10 +1227,11 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   if not drawn:
     return None
   many = len(drawn) > 6
-  fig = Figure(figsize=(13.0 + (3.0 if many else 0.0), 4.8), layout='constrained')
-  ax_r, ax_b = fig.subplots(1, 2)
+  any_bytes = any(np.any(np.isfinite(b) & (b > 0)) for _, _, (_, b, _, _) in drawn)
+  fig = Figure(figsize=((13.0 if any_bytes else 7.0) + (3.0 if many else 0.0), 4.8),
+               layout='constrained')
+  ax_r, ax_b = fig.subplots(1, 2) if any_bytes else (fig.subplots(1, 1), None)
   name = METRIC_NAMES[metric]
-  any_bytes = False
   for i, c, (rounds, b, mean, std) in drawn:
     color = run_color(i)
     label = legend_label(c, metric)
@@ -1241,14 +1243,13 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
                       linewidth=0)
     keep = np.isfinite(b) & (b > 0)
     if keep.any():
-      any_bytes = True
       ax_b.plot(b[keep] / MB, mean[keep] * 100, color=color, label=label, marker=marker,
                 markersize=3, linewidth=1.5)
       ax_b.fill_between(b[keep] / MB, lo[keep], hi[keep],
                         color=color, alpha=0.2, linewidth=0)
   ax_r.set_xlabel('round')
   ax_r.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-  for ax in (ax_r, ax_b):
+  for ax in (ax_r, ax_b) if any_bytes else (ax_r,):
     ax.set_ylabel(f'{name} (%), mean ± std over seeds')
     ax.grid(True, alpha=0.35)
   if any_bytes:
@@ -1263,9 +1264,9 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
 
     ax_b.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f'{v:g}'))
     ax_b.xaxis.set_minor_formatter(ticker.FuncFormatter(minor))
-  ax_b.set_xlabel('cumulative communication (MB, log scale)')
+    ax_b.set_xlabel('cumulative communication (MB, log scale)')
+    ax_b.set_title(f'{title or name} vs communication', fontsize='medium')
   ax_r.set_title(f'{title or name} vs round', fontsize='medium')
-  ax_b.set_title(f'{title or name} vs communication', fontsize='medium')
   handles, labels = ax_r.get_legend_handles_labels()
   if many:
     fig.legend(handles, labels, loc='outside right upper', fontsize='small', frameon=False)

@@ -300,10 +300,19 @@ def test_seed_table_by_seed_and_torch_command():
   plan = {'config': 'configs/dsfl_mnist_cpu.py', 'seeds': [0, 1, 2],
           'variants': [{'label': 'PyTorch DS-FL ERA', 'overrides': {'dsfl.aggregation': 'era'}},
                        {'label': 'PyTorch DS-FL SA', 'overrides': {'dsfl.aggregation': 'sa'}}]}
-  assert rep.torch_command(plan, 'runs/repro/dsfl_mnist_torch') == (
-      'python benchmarks/torch_dsfl.py --config=configs/dsfl_mnist_cpu.py '
-      '--mnist=/path/to/mnist.npz --seeds=0,1,2 --aggregations=era,sa '
+  assert rep.torch_command(plan, 'runs/repro/dsfl_mnist_torch', 'dsfl') == (
+      'python -m benchmarks.torch_ref --algorithm=dsfl --config=configs/dsfl_mnist_cpu.py '
+      '--mnist=/path/to/mnist.npz --seeds=0,1,2 --variants=era,sa '
       '--out=runs/repro/dsfl_mnist_torch')
+  # A grid and a field the module does not fix travel as --set flags; variants by key.
+  plan = {'config': "presets.fedentopt_cpu('c2', source)", 'seeds': [0],
+          'variants': [{'label': 'PyTorch SCAFFOLD'}], 'grid': {'selection.method':
+                                                                ['uniform', 'fedentopt']},
+          'overrides': {'data.source': 'npz:/x/mnist.npz', 'rounds': 60}}
+  assert rep.torch_command(plan, 'out', 'fedentopt') == (
+      "python -m benchmarks.torch_ref --algorithm=fedentopt --mnist=/path/to/mnist.npz "
+      "--seeds=0 --variants=scaffold --set rounds=60 "
+      "--set selection.method=uniform,fedentopt --out=out")
 
 
 def _fake_sweep(out, engine, variants, finals, r3):
@@ -346,9 +355,10 @@ def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
   r = _script('report', f'--runs={runs}', f'--out={out}', '--only=dsfl')
   assert r.returncode == 0, r.stderr[-3000:]
   md = out.read_text()
-  part = md.split('### MNIST, an independent PyTorch DS-FL')[1].split('**Checks.**')[0]
-  assert ('python benchmarks/torch_dsfl.py --config=configs/dsfl_mnist_cpu.py '
-          '--mnist=/path/to/mnist.npz --seeds=0,1,2 --aggregations=era,sa') in part
+  part = md.split('### fedjax_kd against an independent implementation: PyTorch DS-FL')[1]
+  part = part.split('### ')[0]
+  assert ('python -m benchmarks.torch_ref --algorithm=dsfl --config=configs/dsfl_mnist_cpu.py '
+          '--mnist=/path/to/mnist.npz --seeds=0,1,2 --variants=era,sa') in part
   assert 'python -m fedjax_kd.sweep' not in part
   seeds = [ln for ln in part.split('Every round, seed by seed:')[1].splitlines()
            if ln.startswith('| ') and not ln.startswith('| variant')]
@@ -358,10 +368,14 @@ def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
   assert seeds[1] == '| PyTorch DS-FL ERA | 0 | 0.100 | 0.500 | 0.930 |'
   checks = {ln.split(' | ')[0][2:]: ln for ln in md.splitlines()
             if ln.startswith('| ') and 'dsfl_mnist_torch' in ln and 'PyTorch' in ln}
-  era = [v for k, v in checks.items() if 'ERA server accuracy equals' in k and 'last' in k][0]
+  era = [v for k, v in checks.items() if 'DS-FL ERA accuracy equals' in k and 'last' in k][0]
   assert 'paired difference +0.003 ± 0.012 (n=3)' in era and era.endswith('**holds** |')
-  sa = [v for k, v in checks.items() if 'SA server accuracy equals' in k][0]
+  sa = [v for k, v in checks.items() if 'DS-FL SA accuracy equals' in k and 'last' in k][0]
   assert 'paired difference -0.083 ± 0.006' in sa and sa.endswith(
       '**does not hold at this scale** |')
   both = [v for k, v in checks.items() if 'in the PyTorch reference too' in k][0]
   assert both.endswith('**holds** |')
+  # One figure with both implementations on the same axes; never the reference alone.
+  assert '(figures/reproduction/dsfl_mnist_torch_pairs.png)' in part
+  assert 'dsfl_mnist_torch_test_acc.png' not in md
+  assert (tmp_path / 'figures' / 'reproduction' / 'dsfl_mnist_torch_pairs.png').exists()
