@@ -266,6 +266,9 @@ class Section:
   notes: str = ''
 
 
+MIN_PAIRED_SEEDS = 3    # a paired comparison with fewer seeds decides nothing
+
+
 # ------------------------------------------------------------ tables of cells
 Ref = Any   # a variant label, or (label, {grid field: value})
 
@@ -467,6 +470,8 @@ def matches(a: Ref, b: Ref, at_round: int | None = None, tol: float = 0.02) -> C
       return None, f'not logged at {where}'
     detail = (f'{where}: {_name(a)} {_fmt(sa)} vs {_name(b)} {_fmt(sb)}; paired difference '
               f'{_fmt_delta(d)} (n={d["n"]}); tolerance ±{tol:g}')
+    if d['n'] < MIN_PAIRED_SEEDS:
+      return None, detail + f'; fewer than {MIN_PAIRED_SEEDS} paired seeds'
     if abs(d['mean']) <= tol:
       return True, detail
     if d['std'] is None or abs(d['mean']) <= d['std']:
@@ -485,11 +490,16 @@ def stable(ref: Ref, floor: float = 0.5) -> Callable:
     finals = c['stats']['final_acc']['values'] if c['n'] else {}
     low = sorted(s for s, v in finals.items() if v < floor)
     div = sorted(c.get('diverged', {}))
-    detail = (f'{_name(ref)}: {len(finals)} of {len(finals) + len(div)} seeds finished, '
+    ran = len(finals) + len(div)
+    detail = (f'{_name(ref)}: {len(finals)} of {c["planned"]} seeds finished, '
               f'final acc {_fmt(t.stat(ref, "final_acc"))}'
               + (f'; diverged: seeds {", ".join(map(str, div))}' if div else '')
               + (f'; below {floor:g}: seeds {", ".join(map(str, low))}' if low else ''))
-    return not div and not low, detail
+    if div or low:
+      return False, detail
+    if ran < max(c['planned'], MIN_PAIRED_SEEDS):
+      return None, detail + f'; {ran} of {c["planned"]} seeds ran'
+    return True, detail
   return fn
 
 
@@ -671,10 +681,17 @@ def _sections() -> tuple[Section, ...]:
              'then the clients start keeping what they distil and the labels sharpen; when '
              'that turn comes differs between seeds, which is the spread at round 15 '
              '([DS-FL on MNIST](dsfl_mnist.md) explains the diagnostics). The PyTorch '
-             'reference (`benchmarks/torch_dsfl.py`) runs each seed on the same data, '
+             'reference (`benchmarks/torch_ref/dsfl.py`) runs each seed on the same data, '
              'partition and open-set draws with its own initialisation, shuffles and '
              'BatchNorm; its rows are read next to fedjax_kd\'s seed by seed, so a seed '
-             'that is slow in both is slow because of its setting.'))
+             'that is slow in both is slow because of its setting. The ablation sweep '
+             'switches the reference\'s known differences to fedjax_kd\'s one at a time: '
+             'lock-step (fedjax_kd\'s initial weights, minibatch order and biased BatchNorm '
+             'running variance) and then each of them back to PyTorch\'s; "other random '
+             'draws" is the PyTorch reference with another RNG seed on the same data, the '
+             'gap that chance alone makes between two correct implementations. Both run in '
+             'the paper\'s phase order (train, predict, aggregate, distil, score), so the '
+             'order is not a switch.'))
 
   scarlet_checks = []
   for s in ('scarlet_digits', 'scarlet_mnist'):
@@ -1075,7 +1092,10 @@ def _select(only: str) -> list[Section]:
 
 
 def _command(argv: Sequence[str]) -> str:
-  shown = [a for a in argv if not a.startswith('--jobs')]
+  """The command as a reader reruns it: without the flags that only say how the runs were
+  scheduled (``--jobs``, ``--torch_threads``, ``--plan_only``)."""
+  shown = [a for a in argv
+           if not a.startswith(('--jobs', '--torch_threads', '--plan_only'))]
   return _placeholder_paths(
       'python benchmarks/reproduction.py ' + ' '.join(shlex.quote(a) for a in shown))
 
@@ -1138,6 +1158,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                      overrides=p.overrides, thresholds=list(p.thresholds),
                      metrics=list(p.sweep.metrics), engine=p.sweep.engine,
                      meta={**meta, 'section': p.section.key, 'sweep': p.sweep.name})
+  if args.plan_only:   # the runs were made, or are being made, by other processes
+    print(f'reproduction: wrote the plans of {len(planned)} sweeps; nothing run', flush=True)
+    return 0
   runs = [r for p in planned if p.sweep.engine == 'fedjax_kd' for r in p.runs]
   torch_runs = [(p.sweep.torch_module, r) for p in planned if p.sweep.engine == 'torch'
                 for r in p.runs]
@@ -1695,6 +1718,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   r.add_argument('--data', default='all', choices=('all', 'digits', 'mnist'),
                  help='run only the sweeps on this data set (the others are marked not run)')
   r.add_argument('--dry_run', action='store_true', help='plan and validate only')
+  r.add_argument('--plan_only', action='store_true',
+                 help="write each sweep's plan (sweep.json) and run nothing")
   r.add_argument('--torch_threads', type=int, default=0,
                  help="PyTorch's threads for the reference runs (0: its default; 1 when the "
                  'cores are shared: its thread pool slows down badly when oversubscribed)')

@@ -288,6 +288,48 @@ def test_matches_on_known_numbers():
   assert rep.matches('ours', 'gone')(t) == (None, 'not run: gone')
 
 
+def test_reference_checks_need_three_seeds_and_read_the_draw_noise():
+  """Paired checks decide nothing on fewer than 3 seeds; the stability and draw-noise checks
+  on worked-out numbers; the paired-difference table."""
+  rep = _module()
+
+  def cell(label, r3, grid=None, diverged=None):
+    c = _cell(label, r3, grid)
+    c['curves'] = {s: {'test_acc': _series([1, 3], [0.1, v])} for s, v in enumerate(r3)}
+    c['diverged'] = diverged or {}
+    c['planned'] = len(r3) + len(c['diverged'])
+    return c
+
+  t = rep.Table([cell('one', [0.80]), cell('ref1', [0.80]),
+                 cell('ours', [0.70, 0.75, 0.72]), cell('ref', [0.73, 0.76, 0.74]),
+                 cell('ref, other draws', [0.76, 0.73, 0.75]),
+                 cell('flat', [0.10, 0.93, 0.94]), cell('gone', [0.9], diverged={1: 40, 2: 12}),
+                 cell('fine', [0.93, 0.94, 0.95]), cell('short', [0.93, 0.94])])
+  holds, detail = rep.matches('one', 'ref1', at_round=3)(t)
+  assert holds is None and detail.endswith('fewer than 3 paired seeds')
+  # ours - ref: -0.03, -0.01, -0.02 (mean -0.02); other draws - ref: +0.03, -0.03, +0.01,
+  # rms sqrt((9 + 9 + 1) / 3) / 100 = 0.0252 >= 0.02: the gap is the size of the draws' own.
+  holds, detail = rep.within_draw_noise('ours', 'ref', 'ref, other draws', 'ref', 3)(t)
+  assert holds is True and detail == ('round 3: ours - ref -0.020 ± 0.010 (n=3); ref, other '
+                                      'draws - ref +0.003 ± 0.031 (n=3), rms 0.025')
+  t2 = rep.Table([cell('ours', [0.70, 0.70, 0.70]), cell('ref', [0.75, 0.76, 0.74]),
+                  cell('ref, other draws', [0.76, 0.75, 0.74])])
+  assert rep.within_draw_noise('ours', 'ref', 'ref, other draws', 'ref', 3)(t2)[0] is False
+  assert rep.stable('fine')(t)[0] is True
+  # 0.10, 0.93, 0.94: mean 0.657, std sqrt(0.4649 / 2) = 0.482
+  assert rep.stable('flat')(t) == (False, 'flat: 3 of 3 seeds finished, final acc 0.657 ± '
+                                          '0.482; below 0.5: seeds 0')
+  holds, detail = rep.stable('gone')(t)
+  assert holds is False and detail.endswith('diverged: seeds 1, 2')
+  short = t.find('short')
+  short['planned'] = 3
+  assert rep.stable('short')(t)[0] is None
+  assert rep.stable('absent')(t) == (None, 'not run: absent')
+  table = rep.paired_round_table('ref', [3], [t.find(x) for x in ('ref', 'ours', 'one')])
+  assert table.splitlines()[2:] == ['| ours | -0.020 ± 0.010 (n=3) |',
+                                    '| one | +0.070 ± – (n=1) |']
+
+
 def test_seed_table_by_seed_and_torch_command():
   rep = _module()
   curves = lambda *v: {s: {'test_acc': _series([1], [x])} for s, x in enumerate(v)}
