@@ -110,6 +110,13 @@ SCARLET_VARIANTS = (
     ('Selective-FD', 'selective_fd', {}),
 )
 SCARLET_DURATIONS = (0, 5, 10, 20)      # cache.duration D (0: a cached label is never reused)
+# The SCARLET authors' code (benchmarks/scarlet_official.py, from a checkout given with
+# --scarlet_checkout and run by --scarlet_python) beside fedjax_kd on the same MNIST setting,
+# both on the authors' ResNet-20 (a 1-channel stem), for the first rounds only: one round of
+# theirs takes about three minutes on one CPU thread.
+SCARLET_OFFICIAL_ROUNDS = 5
+SCARLET_RESNET = (('clients.models', ('resnet20@1.0',)), ('server.model', 'resnet20@1.0'))
+SCARLET_OFFICIAL_VARIANTS = (('SCARLET', 'scarlet', {}), ('DS-FL ERA', 'dsfl', {}))
 FEDCACHE2_VARIANTS = (
     ('FedCache 2.0', 'fedcache2', {}),
     ('Single client', 'single', {}),
@@ -189,12 +196,17 @@ class SweepDef:
     metric_curves: ``(variant, metrics)``: a table of those per-round metrics
       of that variant (mean ± std over seeds) at every logged round; each metric
       must be among ``metrics``.
-    engine: what makes the runs: ``'fedjax_kd'`` (:mod:`fedjax_kd.sweep`) or ``'torch'``
+    engine: what makes the runs: ``'fedjax_kd'`` (:mod:`fedjax_kd.sweep`),
+      ``'scarlet_official'`` (the SCARLET authors' code through
+      ``benchmarks/scarlet_official.py``, skipped without ``--scarlet_checkout`` and
+      ``--scarlet_python``) or ``'torch'``
       (an independent PyTorch implementation of ``benchmarks/torch_ref``, module
       ``torch_module``, on the same data, partition and draws; skipped when PyTorch is not
       installed).
     torch_module: the ``benchmarks/torch_ref`` module of a ``'torch'`` sweep; each
       variant label is one of that module's ``VARIANTS`` labels.
+    official: for ``engine='scarlet_official'``: the authors' variants are
+      ``benchmarks/scarlet_official.py``'s (its ``LABELS``).
     pairs: ``(fedjax_kd label, reference label)`` pairs (the first from ``beside``): one
       figure panel each, with both implementations' curves on the same axes.
     beside: ``((sweep, labels), ...)``: variants of earlier sweeps of the section shown
@@ -541,6 +553,18 @@ def _torch_ref():
   return ref
 
 
+def _scarlet_official():
+  """``benchmarks/scarlet_official.py`` as a module (it is a script; loaded by path)."""
+  name = 'fedjax_kd_benchmarks_scarlet_official'
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(REPO, 'benchmarks', 'scarlet_official.py'))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[name]
+
+
 def _torch_variants(module: str, keys: Sequence[str]) -> tuple[tuple[str, str, dict], ...]:
   """``(label, algorithm, fields)`` of a ``benchmarks/torch_ref`` module's variants."""
   ref = _torch_ref().load(module)
@@ -702,6 +726,14 @@ def _sections() -> tuple[Section, ...]:
               not_worse('SCARLET', 'DS-FL ERA', tol=0.01)),
         Check('SCARLET sends fewer bytes in total than DS-FL', s, lower('SCARLET', 'DS-FL ERA')),
     ]
+  for label, algo, _ in SCARLET_OFFICIAL_VARIANTS:
+    scarlet_checks += _pair_checks('scarlet_mnist_official', label,
+                                   _scarlet_official().LABELS[algo],
+                                   (3, SCARLET_OFFICIAL_ROUNDS))
+  scarlet_checks.append(Check(
+      "SCARLET sends fewer bytes in total than DS-FL in the authors' code too",
+      'scarlet_mnist_official', lower(_scarlet_official().LABELS['scarlet'],
+                                      _scarlet_official().LABELS['dsfl'])))
   scarlet_checks.append(Check('A longer cache duration D sends fewer bytes',
                               'scarlet_duration_digits',
                               grid_trend('SCARLET', 'cache.duration')))
@@ -721,6 +753,25 @@ def _sections() -> tuple[Section, ...]:
                    preset=lambda src: presets.scarlet_cpu(src, 'scarlet'),
                    preset_text='presets.scarlet_cpu(source)', data='mnist',
                    metrics=('hit_ratio',), columns=_SCARLET_COLUMNS),
+          SweepDef('scarlet_mnist_resnet20',
+                   f'MNIST on ResNet-20, first {SCARLET_OFFICIAL_ROUNDS} rounds (the setting the '
+                   "authors' code runs below)", SCARLET_OFFICIAL_VARIANTS,
+                   config='configs/scarlet_mnist_cpu.py', data='mnist', metrics=('hit_ratio',),
+                   columns=_SCARLET_COLUMNS,
+                   overrides=(*SCARLET_RESNET, ('rounds', SCARLET_OFFICIAL_ROUNDS))),
+          SweepDef('scarlet_mnist_official',
+                   "fedjax_kd against an independent implementation: the SCARLET authors' "
+                   'code (`benchmarks/scarlet_official.py`)',
+                   tuple((_scarlet_official().LABELS[algo], algo,
+                          dict(_scarlet_official().MATCHING_OVERRIDES))
+                         for _, algo, _ in SCARLET_OFFICIAL_VARIANTS),
+                   config='configs/scarlet_mnist_cpu.py', data='mnist', engine='scarlet_official',
+                   metrics=('hit_ratio',), columns=('acc', 'client', 'bytes', 'metric:hit_ratio'),
+                   curve_rounds=tuple(range(1, SCARLET_OFFICIAL_ROUNDS + 1)),
+                   beside=(('scarlet_mnist_resnet20', ('SCARLET', 'DS-FL ERA')),),
+                   pairs=tuple((label, _scarlet_official().LABELS[algo])
+                               for label, algo, _ in SCARLET_OFFICIAL_VARIANTS),
+                   overrides=(('rounds', SCARLET_OFFICIAL_ROUNDS),)),
           SweepDef('scarlet_duration_digits', 'Cache duration D, digits', SCARLET_VARIANTS[:1],
                    preset=lambda src: presets.scarlet_cpu(src, 'scarlet'),
                    preset_text='presets.scarlet_cpu(source)',
@@ -960,8 +1011,11 @@ class Planned:
 
 
 def plan_sweep(section: Section, d: SweepDef, runs_dir: str, mnist: str,
-               tiny: bool) -> Planned | str:
+               tiny: bool, official: tuple[str, str] = ('', '')) -> Planned | str:
   """Plans one sweep (every config validated); a string says why it is skipped.
+
+  ``official``: ``(python, checkout)`` for the SCARLET authors' code (``--scarlet_python``,
+  ``--scarlet_checkout``); its sweep is skipped without them.
 
   Raises:
     ConfigError: a run's config is bad.
@@ -978,6 +1032,10 @@ def plan_sweep(section: Section, d: SweepDef, runs_dir: str, mnist: str,
     source = f'npz:{os.path.abspath(mnist)}'
   else:
     source = 'digits'
+  if d.engine == 'scarlet_official' and not all(official):
+    return ("the SCARLET authors' code needs --scarlet_checkout (a clone of "
+            'kitsuyaazuma/SCARLET, branch main) and --scarlet_python (a Python with torch, '
+            'torchvision, tyro, tqdm and fedjax_kd; docs/scarlet_official.md has the steps)')
   if d.engine == 'torch' and importlib.util.find_spec('torch') is None:
     return ('PyTorch is not installed (`pip install -e .[bench]`; a benchmark extra, never a '
             'dependency)')
@@ -987,7 +1045,12 @@ def plan_sweep(section: Section, d: SweepDef, runs_dir: str, mnist: str,
   if tiny:
     overrides.update(_tiny_overrides(base))
   out = os.path.join(runs_dir, d.name)
-  if d.engine == 'torch':
+  if d.engine == 'scarlet_official':
+    ref = _scarlet_official()
+    runs = ref.plan(d.config, out, TINY_SEEDS if tiny else d.seeds,
+                    [algo for _, algo, _ in d.variants], int(dict(d.overrides)['rounds']),
+                    [(k, v) for k, v in overrides.items() if k != 'rounds'])
+  elif d.engine == 'torch':
     runs = _torch_ref().common.plan(base, _variants(d, tiny), TINY_SEEDS if tiny else d.seeds,
                                     out, overrides, _grid(d, tiny))
   else:
@@ -1124,7 +1187,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.data != 'all' and d.data != args.data:
           skipped.append((d, f'not run yet (`run --data={d.data}` runs it)'))
           continue
-        p = plan_sweep(section, d, args.runs, mnist, args.tiny)
+        p = plan_sweep(section, d, args.runs, mnist, args.tiny,
+                       (args.scarlet_python, args.scarlet_checkout))
         if isinstance(p, str):
           skipped.append((d, p))
         else:
@@ -1171,6 +1235,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
   if torch_runs:   # one after the other in this process: PyTorch uses every core itself
     results += run_torch(torch_runs, args.torch_threads)
   for p in planned:
+    if p.sweep.engine == 'scarlet_official':
+      results += run_official(p, args.scarlet_python, args.scarlet_checkout, mnist)
+  for p in planned:
     cells = sweep.aggregate(p.out)
     sweep.write_outputs(p.out, cells, p.thresholds, title=f'{p.section.paper}: {p.sweep.name}')
   failed = [r for r in results if r.status == 'failed']
@@ -1184,6 +1251,42 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f'failed: {r.run.workdir}: {r.message}', file=sys.stderr)
   return 1 if failed else sweep.stopped_status(results) if stopped else 0
 
+
+
+def official_command(plan_doc: dict[str, Any], out: str, python: str = 'python') -> str:
+  """The ``benchmarks/scarlet_official.py`` command of the authors'-code sweep's plan."""
+  algos = [v.get('algorithm', '') for v in plan_doc.get('variants', [])]
+  rounds = {r.get('rounds') for r in plan_doc.get('runs', [])}
+  return ' '.join([f'{python} benchmarks/scarlet_official.py', '--checkout=/path/to/SCARLET',
+                   '--mnist=/path/to/mnist.npz',
+                   '--seeds=' + ','.join(str(x) for x in plan_doc.get('seeds', [])),
+                   '--algorithms=' + ','.join(algos)]
+                  + ([f'--rounds={rounds.pop()}'] if len(rounds) == 1 else [])
+                  + ['--threads=1', f'--out={out}'])
+
+
+def run_official(p: 'Planned', python: str, checkout: str, mnist: str
+                 ) -> list[sweep.RunResult]:
+  """Runs the SCARLET authors' code for a sweep's unfinished runs (one process; the driver
+  skips finished runs) and reports each run as :func:`sweep.execute` does."""
+  rounds = {r.rounds for r in p.runs}
+  cmd = [python, os.path.join(REPO, 'benchmarks', 'scarlet_official.py'),
+         f'--checkout={checkout}', f'--mnist={mnist}',
+         '--seeds=' + ','.join(str(s) for s in dict.fromkeys(r.seed for r in p.runs)),
+         '--algorithms=' + ','.join(dict.fromkeys(r.variant.algorithm for r in p.runs)),
+         f'--rounds={rounds.pop()}', '--threads=1', f'--out={p.out}']
+  print('reproduction: ' + ' '.join(shlex.quote(c) for c in cmd), flush=True)
+  start = datetime.datetime.now()
+  rc = subprocess.run(cmd, check=False).returncode
+  wall = (datetime.datetime.now() - start).total_seconds()
+  out = []
+  for r in p.runs:
+    summary = workdir_lib.read_json(r.workdir, 'summary.json')
+    done = sweep.is_complete(summary, r.rounds)
+    out.append(sweep.RunResult(r, 'done' if done else 'failed', wall / len(p.runs),
+                               f'acc {summary["final_acc"]:.4f}' if done else
+                               f'the driver exited {rc}; see {r.workdir}', summary))
+  return out
 
 
 def run_torch(runs: Sequence[tuple[str, sweep.Run]], threads: int = 0
@@ -1490,7 +1593,11 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       seeds = ', '.join(map(str, plan_doc.get('seeds', [])))
       body += [f'Base: `{plan_doc.get("config")}`. {setting} Seeds {seeds}; '
                f'{done} of {planned} runs finished (n per row). Outputs: `{out}`.', '']
-      if plan_doc.get('engine') == 'torch':
+      if d.engine == 'scarlet_official':
+        body += ["The same runs with the driver of the authors' code (run by a Python that has "
+                 'their dependencies, docs/scarlet_official.md): '
+                 f'`{official_command(plan_doc, os.path.join(run_dir, d.name))}`', '']
+      elif plan_doc.get('engine') == 'torch':
         body += ['The same runs with the reference\'s own command: '
                  f'`{torch_command(plan_doc, os.path.join(run_dir, d.name), d.torch_module)}`', '']
       elif p_cmd := sweep_command(plan_doc, os.path.join(run_dir, d.name)):
@@ -1720,6 +1827,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   r.add_argument('--dry_run', action='store_true', help='plan and validate only')
   r.add_argument('--plan_only', action='store_true',
                  help="write each sweep's plan (sweep.json) and run nothing")
+  r.add_argument('--scarlet_checkout', default='',
+                 help="a clone of the SCARLET authors' repository (branch main) for "
+                 'scarlet_mnist_official')
+  r.add_argument('--scarlet_python', default='',
+                 help="a Python with the authors' dependencies and fedjax_kd "
+                 '(docs/scarlet_official.md)')
   r.add_argument('--torch_threads', type=int, default=0,
                  help="PyTorch's threads for the reference runs (0: its default; 1 when the "
                  'cores are shared: its thread pool slows down badly when oversubscribed)')
