@@ -892,20 +892,25 @@ def _sections() -> tuple[Section, ...]:
   fe_sweeps.append(SweepDef(
       'fedentopt_scaffold_lr_mnist_torch', "SCAFFOLD's learning rate, fedjax_kd against the "
       'PyTorch SCAFFOLD (`benchmarks/torch_ref/fedentopt.py`)', _torch_variants(
-          'fedentopt', ('scaffold',)), preset=_fe_preset('c2'),
+          'fedentopt', ('scaffold', 'scaffold_fedjax_init')), preset=_fe_preset('c2'),
       preset_text="presets.fedentopt_cpu('c2', source)", data='mnist', engine='torch',
       torch_module='fedentopt', grid=lr_grid, overrides=(('selection.method', 'fedentopt'),),
       metrics=('param_norm', 'control_norm'), columns=('acc', 'last10', 'best'),
       curve_rounds=(1, 10, 20, 30, 40, 50, 60),
       metric_curves=('PyTorch SCAFFOLD', ('param_norm', 'control_norm')),
       beside=(('fedentopt_scaffold_lr_mnist', ('SCAFFOLD',)),),
-      pairs=(('SCAFFOLD', 'PyTorch SCAFFOLD'),)))
+      pairs=(('SCAFFOLD', 'PyTorch SCAFFOLD'),
+             ('SCAFFOLD', 'PyTorch SCAFFOLD, fedjax_kd init'))))
   for label in ('SCAFFOLD', 'PyTorch SCAFFOLD'):
     for lr in SCAFFOLD_LRS:
       fe_checks.append(Check(
           f'{label} at learning rate {lr:g} stays finite and above 0.5 in every seed (MNIST, '
           'FedEntOpt selection)', 'fedentopt_scaffold_lr_mnist_torch',
           stable((label, {'train.learning_rate': lr}))))
+  for ref in ('PyTorch SCAFFOLD', 'PyTorch SCAFFOLD, fedjax_kd init'):
+    lr02 = {'train.learning_rate': 0.02}
+    fe_checks += _pair_checks('fedentopt_scaffold_lr_mnist_torch', ('SCAFFOLD', lr02),
+                              (ref, lr02), (3, 30, None))
   for ours, ref in fe_pairs:
     for sel in TORCH_FEDENTOPT_SELECTIONS:
       cell = {'selection.method': sel}
