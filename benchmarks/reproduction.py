@@ -352,8 +352,11 @@ def exceeds(a: Ref, b: Ref, key: str = 'final_acc', kind: str = 'acc',
     sa, sb = t.stat(a, key), t.stat(b, key)
     holds = sa['mean'] >= sb['mean'] + margin if at_least else sa['mean'] > sb['mean'] + margin
     d = paired(sa, sb)
-    return holds, (f'{_name(a)} {_fmt(sa, kind)} vs {_name(b)} {_fmt(sb, kind)}; paired '
-                   f'difference {_fmt_delta(d, kind)} (n={d["n"]})')
+    detail = (f'{_name(a)} {_fmt(sa, kind)} vs {_name(b)} {_fmt(sb, kind)}; paired '
+              f'difference {_fmt_delta(d, kind)} (n={d["n"]})')
+    if d['n'] < MIN_PAIRED_SEEDS:
+      return None, detail + f'; fewer than {MIN_PAIRED_SEEDS} paired seeds'
+    return holds, detail
   return fn
 
 
