@@ -531,15 +531,13 @@ def within_draw_noise(a: Ref, b: Ref, noise_a: Ref, noise_b: Ref, at_round: int)
     if miss:
       return None, miss
 
-    def diff(x: Ref, y: Ref) -> dict[int, float]:
-      vx, vy = (_at_round(t.find(r), 'test_acc', at_round) for r in (x, y))
-      return {k: vx[k] - vy[k] for k in vx if k in vy}
+    def diff(x: Ref, y: Ref) -> dict[str, Any]:
+      return paired(*(sweep.stat(_at_round(t.find(r), 'test_acc', at_round)) for r in (x, y)))
 
-    d, noise = sweep.stat(diff(a, b)), diff(noise_a, noise_b)
-    if d['mean'] is None or not noise:
+    d, n = diff(a, b), diff(noise_a, noise_b)
+    if d['mean'] is None or not n['values']:
       return None, f'not logged at round {at_round}'
-    rms = float(np.sqrt(np.mean(np.square(list(noise.values())))))
-    n = sweep.stat(noise)
+    rms = float(np.sqrt(np.mean(np.square(list(n['values'].values())))))
     detail = (f'round {at_round}: {_name(a)} - {_name(b)} {_fmt_delta(d)} (n={d["n"]}); '
               f'{_name(noise_a)} - {_name(noise_b)} {_fmt_delta(n)} (n={n["n"]}), rms '
               f'{rms:.3f}')
@@ -1494,8 +1492,7 @@ def paired_round_table(ref: str, rounds: Sequence[int], cells: Sequence[dict[str
       continue
     row = [_esc(_cell_name(c))]
     for r in rounds:
-      va, vb = _at_round(c, 'test_acc', r), _at_round(b, 'test_acc', r)
-      d = sweep.stat({k: va[k] - vb[k] for k in va if k in vb})
+      d = paired(*(sweep.stat(_at_round(x, 'test_acc', r)) for x in (c, b)))
       row.append('–' if d['mean'] is None else f'{_fmt_delta(d)} (n={d["n"]})')
     lines.append('| ' + ' | '.join(row) + ' |')
   return '\n'.join(lines)

@@ -62,7 +62,6 @@ def rounds(ctx) -> Iterator[dict[str, Any]]:
   selector = s.experiment.ctx.selector
   n = np.array([len(r) for r in s.client_rows], np.float64)
   glob = ctx.model(None)
-  params = lambda m: [p for p in m.parameters()]
   zeros = lambda: [torch.zeros_like(p) for p in glob.parameters()]
   c, c_k = (zeros(), [None] * ctx.num_clients) if algo == 'scaffold' else (None, None)
   for t in range(1, spec.rounds + 1):
