@@ -521,7 +521,8 @@ def execute(runs, checkout: str, config_path: str, threads: int,
         'patches': [dict(zip(('id', 'file', 'what', 'why'), p)) for p in PATCHES]}})
     workdir_lib.write_json(os.path.join(r.workdir, 'config.json'), config, indent=2)
     log(f'{name}: starting ({r.rounds} rounds) -> {r.workdir}')
-    cmd = [sys.executable, os.path.abspath(__file__), f'--_run={r.workdir}',
+    # the child runs in the run's directory: a relative --out must not be resolved twice
+    cmd = [sys.executable, os.path.abspath(__file__), f'--_run={os.path.abspath(r.workdir)}',
            f'--checkout={checkout}', f'--threads={threads}']
     t0 = time.time()
     with open(os.path.join(r.workdir, LOG), 'w', encoding='utf-8') as f, subprocess.Popen(

@@ -53,7 +53,8 @@ def test_setting_is_fixed_by_the_seed(tmp_path):
   b = common.export_setting(_dsfl(path, 0, **{'dsfl.aggregation': 'sa'}), ('dsfl',))
   c = common.export_setting(_dsfl(path, 1), ('dsfl',))
   assert a.train == (5, 100, 0.1) and a.distill == (5, 100, 0.1)   # the paper's DS-FL
-  assert a.model == 'dsfl_cnn' and a.x_private.shape[1:] == (28, 28, 1)
+  assert common._parse_model(a.client_models[0]) == ('dsfl_cnn', 1.0)  # pylint: disable=protected-access
+  assert a.client_models == (a.server_model,) * 2 and a.x_private.shape[1:] == (28, 28, 1)
   rows = np.concatenate(a.client_rows)   # 2 clients x 2 label-sorted shards of 100
   assert len(a.client_rows) == 2 and len(rows) == len(np.unique(rows)) == 400
   for name in ('x_private', 'y_private', 'x_public', 'x_test', 'draws'):
@@ -78,14 +79,14 @@ def test_reference_switches_are_checked():
     common.split_reference({'reference.seed_offset': 1.5})
 
 
-@pytest.mark.parametrize('name', ['dsfl_cnn', 'lenet5'])
+@pytest.mark.parametrize('name', ['dsfl_cnn@1.0', 'lenet5@1.0', 'cnn@0.5', 'cnn@1.0', 'mlp@0.5'])
 def test_fedjax_kd_weights_give_the_same_predictions_in_pytorch(name):
   """The layout conversion (HWIO -> OIHW kernels, NHWC -> NCHW flattening, BatchNorm
   statistics): the same weights predict the same logits in both frameworks."""
   torch = pytest.importorskip('torch')
   import jax  # pylint: disable=g-import-not-at-top
   from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
-  module = registry.get_model(f'{name}@1.0', num_classes=10, input_shape=(28, 28, 1))
+  module = registry.get_model(name, num_classes=10, input_shape=(28, 28, 1))
   x = np.random.default_rng(1).normal(size=(6, 28, 28, 1)).astype(np.float32)
   variables = module.init(jax.random.PRNGKey(3), x, train=False)
   stats = dict(variables.get('batch_stats', {}))
@@ -94,7 +95,8 @@ def test_fedjax_kd_weights_give_the_same_predictions_in_pytorch(name):
         size=v.shape)).astype(np.float32), stats)
     variables = {**variables, 'batch_stats': stats}
   want = np.asarray(module.apply(variables, x, train=False))
-  model = common.MODELS[name](10, 1)
+  base, width = common._parse_model(name)  # pylint: disable=protected-access
+  model = common.MODELS[base](10, 1, **({'width': width} if base in ('cnn', 'mlp') else {}))
   sd = common.from_flax(model, variables['params'], stats)
   model.load_state_dict({k: torch.tensor(v) for k, v in sd.items()}, strict=False)
   model.eval()

@@ -107,7 +107,8 @@ class Setting:
     x_test, y_test: the server's test set.
     draws: ``[rounds, n]`` the open samples of each round.
     num_classes: number of classes.
-    model: the fedjax_kd model name every client and the server run (``'dsfl_cnn'``).
+    client_models: per client, its fedjax_kd model spec (``'cnn@0.5'``: name@width).
+    server_model: the server model's spec.
     train: ``(epochs, batch_size, learning_rate)`` of private training.
     distill: ``(epochs, batch_size, learning_rate)`` of distillation.
     spec: fedjax_kd's validated spec (the algorithm's options are ``spec.options``).
@@ -124,7 +125,8 @@ class Setting:
   y_test: np.ndarray
   draws: np.ndarray
   num_classes: int
-  model: str
+  client_models: tuple[str, ...]
+  server_model: str
   train: tuple[int, int, float]
   distill: tuple[int, int, float]
   spec: Any = dataclasses.field(repr=False)
@@ -143,10 +145,10 @@ def export_setting(cfg, algorithms: Sequence[str]) -> Setting:
   spec = config_lib.validate(cfg)
   if spec.algorithm not in algorithms:
     raise ConfigError('algorithm', spec.algorithm, tuple(algorithms))
-  models = {m.split('@')[0] for m in list(cfg.clients.models) + [cfg.server.model]}
-  if len(models) != 1 or not models <= set(MODELS):
-    raise ConfigError('clients.models', list(cfg.clients.models),
-                      f'one model for every client and the server, one of {tuple(MODELS)}')
+  for field, names in (('clients.models', list(spec.client_models)),
+                       ('server.model', [spec.server_model])):
+    if not {_parse_model(m)[0] for m in names} <= set(MODELS):
+      raise ConfigError(field, names, f'models the reference has: {tuple(MODELS)}')
   exp = experiment.build(spec)
   d = exp.ctx.data
   idx, n = np.asarray(d.client_idx), np.asarray(d.client_n)
@@ -161,7 +163,8 @@ def export_setting(cfg, algorithms: Sequence[str]) -> Setting:
       x_public=d.normalize.host(np.asarray(d.x_public)),
       y_public=np.asarray(d.y_public if d.y_public is not None else np.zeros(0, np.int64)),
       x_test=d.normalize.host(np.asarray(d.x_test)), y_test=np.asarray(d.y_test), draws=draws,
-      num_classes=d.num_classes, model=models.pop(),
+      num_classes=d.num_classes, client_models=tuple(spec.client_models),
+      server_model=spec.server_model,
       train=(tr.epochs, tr.batch_size, tr.learning_rate),
       distill=(spec.distill_epochs, spec.distill_batch_size, di.learning_rate),
       spec=spec, config=json.loads(cfg.to_json_best_effort()), experiment=exp)
@@ -277,8 +280,45 @@ def from_flax(model, params: dict, stats: dict) -> dict:
   return sd
 
 
-# fedjax_kd model name -> PyTorch builder
-MODELS: dict[str, Callable] = {'dsfl_cnn': dsfl_cnn, 'lenet5': lenet5}
+def cnn(num_classes: int, in_channels: int = 1, biased_bn: bool = False, width: float = 1.0,
+        hw: int = 28):
+  """The small CNN of McMahan et al. (AISTATS 2017) at a width multiplier, as fedjax_kd's
+  ``cnn``: Conv5x5(16w) SAME -> ReLU -> MaxPool2 -> Conv5x5(32w) SAME -> ReLU -> MaxPool2 ->
+  Dense(128w) -> ReLU -> Dense(C) (no BatchNorm; hidden sizes ``round(n * w)``)."""
+  del biased_bn
+  import torch.nn as nn  # pylint: disable=g-import-not-at-top
+  c1, c2, h = (_scaled(n, width) for n in (16, 32, 128))
+  side = hw // 4
+  return nn.Sequential(
+      nn.Conv2d(in_channels, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+      nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+      nn.Flatten(), nn.Linear(c2 * side * side, h), nn.ReLU(), nn.Linear(h, num_classes))
+
+
+def mlp(num_classes: int, in_channels: int = 1, biased_bn: bool = False, width: float = 1.0,
+        hw: int = 28):
+  """McMahan et al.'s 2NN at a width multiplier, as fedjax_kd's ``mlp``: Flatten ->
+  Dense(200w) -> ReLU -> Dense(200w) -> ReLU -> Dense(C)."""
+  del biased_bn
+  import torch.nn as nn  # pylint: disable=g-import-not-at-top
+  h = _scaled(200, width)
+  return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * hw * hw, h), nn.ReLU(),
+                       nn.Linear(h, h), nn.ReLU(), nn.Linear(h, num_classes))
+
+
+def _scaled(n: int, width: float) -> int:
+  return max(1, int(np.floor(n * width + 0.5)))
+
+
+def _parse_model(spec: str) -> tuple[str, float]:
+  """``'cnn@0.5'`` -> ``('cnn', 0.5)``; a bare name has width 1."""
+  name, _, width = spec.partition('@')
+  return name, float(width) if width else 1.0
+
+
+# fedjax_kd model name -> PyTorch builder (the width-scaled ones take ``width`` and ``hw``)
+MODELS: dict[str, Callable] = {'dsfl_cnn': dsfl_cnn, 'lenet5': lenet5, 'cnn': cnn, 'mlp': mlp}
+_WIDTH_MODELS = ('cnn', 'mlp')
 
 
 def nchw(a: np.ndarray):
@@ -377,8 +417,13 @@ class Context:
 
   def model(self, client: int | None):
     """A new model for client ``client`` (None: the server), initialised as the switch says."""
-    m = MODELS[self.setting.model](self.setting.num_classes, self.xp.shape[1],
-                                   biased_bn=self.options.bn_running_var == 'biased')
+    s = self.setting
+    name, width = _parse_model(s.server_model if client is None else s.client_models[client])
+    kw = {'width': width, 'hw': self.xp.shape[2]} if name in _WIDTH_MODELS else {}
+    if name not in _WIDTH_MODELS and width != 1.0:
+      raise ValueError(f'the reference runs {name} at width 1 only, got {width}')
+    m = MODELS[name](s.num_classes, self.xp.shape[1],
+                     biased_bn=self.options.bn_running_var == 'biased', **kw)
     if self.options.init == 'fedjax':
       variables = (self.lockstep.server_variables() if client is None
                    else self.lockstep.client_variables(client))
