@@ -105,6 +105,8 @@ class Setting:
     client_rows: per client, its rows of ``x_private``.
     x_public, y_public: the open set (its labels only feed diagnostics).
     x_test, y_test: the server's test set.
+    client_test_rows: per client, its personalised test split (rows of ``x_test``), or
+      None when the config makes none.
     draws: ``[rounds, n]`` the open samples of each round.
     num_classes: number of classes.
     client_models: per client, its fedjax_kd model spec (``'cnn@0.5'``: name@width).
@@ -123,6 +125,7 @@ class Setting:
   y_public: np.ndarray
   x_test: np.ndarray
   y_test: np.ndarray
+  client_test_rows: tuple[np.ndarray, ...] | None
   draws: np.ndarray
   num_classes: int
   client_models: tuple[str, ...]
@@ -162,7 +165,10 @@ def export_setting(cfg, algorithms: Sequence[str]) -> Setting:
       client_rows=tuple(idx[k, :n[k]] for k in range(len(n))),
       x_public=d.normalize.host(np.asarray(d.x_public)),
       y_public=np.asarray(d.y_public if d.y_public is not None else np.zeros(0, np.int64)),
-      x_test=d.normalize.host(np.asarray(d.x_test)), y_test=np.asarray(d.y_test), draws=draws,
+      x_test=d.normalize.host(np.asarray(d.x_test)), y_test=np.asarray(d.y_test),
+      client_test_rows=None if d.test_idx is None else tuple(
+          np.asarray(d.test_idx)[k, :int(d.test_n[k])] for k in range(len(d.test_n))),
+      draws=draws,
       num_classes=d.num_classes, client_models=tuple(spec.client_models),
       server_model=spec.server_model,
       train=(tr.epochs, tr.batch_size, tr.learning_rate),
@@ -491,6 +497,18 @@ class Context:
 
   def test_acc(self, model) -> float:
     return float((self.predict(model, self.x_test).argmax(1) == self.y_test).float().mean())
+
+  def client_test_acc(self, model, k: int) -> float:
+    """``model``'s accuracy on client ``k``'s personalised test split (inference mode)."""
+    rows = self.setting.client_test_rows
+    if rows is None:
+      raise ValueError('the config makes no per-client test splits')
+    j = self._rows(rows[k])
+    return float((self.predict(model, self.x_test[j]).argmax(1) == self.y_test[j]).float().mean())
+
+  def mean_client_acc(self, models) -> float:
+    """UA: the mean over clients of each client model's personalised test accuracy."""
+    return float(np.mean([self.client_test_acc(m, k) for k, m in enumerate(models)]))
 
 
 def run(module, setting: Setting, options: RefOptions, seed: int, workdir: str,
