@@ -24,7 +24,7 @@ from benchmarks.torch_ref import common
 from fedjax_kd import sweep
 from fedjax_kd.errors import ConfigError
 
-ALGORITHMS = ('dsfl', 'fedentopt')
+ALGORITHMS = ('dsfl', 'fedentopt', 'scarlet', 'acepfl', 'fedcache2')
 
 
 def load(algorithm: str):

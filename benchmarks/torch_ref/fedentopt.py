@@ -34,13 +34,15 @@ import numpy as np
 
 ALGORITHMS = ('fedavg', 'fedprox', 'scaffold', 'fednova')
 CONFIG = 'configs/fedentopt_mnist_cpu.py'
-# variant key -> (label, fedjax_kd algorithm, fedjax_kd fields). 'scaffold_fedjax_init' starts
-# from fedjax_kd's initial weights (Flax's LeCun-normal LeNet-5, about 1.7 times PyTorch's
-# default scale) instead of PyTorch's own draw: the one switch between the two defaults.
+# variant key -> (label, fedjax_kd algorithm, fedjax_kd fields). '<algorithm>_fedjax_init'
+# starts from fedjax_kd's initial weights (Flax's LeCun-normal LeNet-5, about 1.7 times
+# PyTorch's default scale) instead of PyTorch's own draw: the one switch between the two
+# defaults.
 VARIANTS = {a: (f'PyTorch {n}', a, {})
             for a, n in zip(ALGORITHMS, ('FedAvg', 'FedProx', 'SCAFFOLD', 'FedNova'))}
-VARIANTS['scaffold_fedjax_init'] = ('PyTorch SCAFFOLD, fedjax_kd init', 'scaffold',
-                                    {'reference.init': 'fedjax'})
+VARIANTS.update({f'{a}_fedjax_init': (f'PyTorch {n}, fedjax_kd init', a,
+                                        {'reference.init': 'fedjax'})
+                 for a, n in zip(ALGORITHMS, ('FedAvg', 'FedProx', 'SCAFFOLD', 'FedNova'))})
 DEFAULT_VARIANTS = ALGORITHMS
 FIXED = ()
 METRICS = ('param_norm', 'control_norm')
