@@ -846,7 +846,18 @@ def _sections() -> tuple[Section, ...]:
              'client acc the mean over clients of their own test splits. The hit ratio is '
              'the share of a round\'s public samples served from the cache; at |P^t|/|P| = '
              '0.1 it rises for a few times D rounds, so short runs understate the saving '
-             'at the paper\'s 2000 rounds. D = 0 never reuses a cached label.'))
+             'at the paper\'s 2000 rounds. D = 0 never reuses a cached label. Two '
+             'independent implementations run beside fedjax_kd. The authors\' code '
+             '(`benchmarks/scarlet_official.py`, changes listed in '
+             '[scarlet_official.md](scarlet_official.md)) runs their ResNet-20 for 5 '
+             'rounds, against fedjax_kd on the same model, data and draws. The plain-PyTorch '
+             'SCARLET (`benchmarks/torch_ref/scarlet.py`: a dict for the cache, DS-FL in the '
+             'same round order) runs the CPU setting\'s CNN for 10 rounds from PyTorch\'s '
+             'default initialisation, which every paper\'s code uses; fedjax_kd\'s '
+             'default for `cnn` is Flax\'s LeCun normal (about 1.7 times the scale), so '
+             'fedjax_kd runs the pair with `model.init=torch`, and its default-init rows '
+             'beside them show what the initialisation family alone moves. The hit ratio '
+             'depends only on the draws and D, so it must be the same number in all three.'))
 
   fc2_checks = tuple(
       Check("FedCache 2.0's UA exceeds single-client training by more than the seed noise", s,
@@ -899,7 +910,12 @@ def _sections() -> tuple[Section, ...]:
              'method\'s own rules (FedCache 2.0: encoded distilled samples, 1 B per label '
              'and the label distribution once; DS-FL: float32 labels and the open-data '
              'broadcast). The paper\'s comparison is against parameter exchange, which this '
-             'table does not run.'))
+             'table does not run. The PyTorch FedCache 2.0 (`benchmarks/torch_ref/fedcache2.py`: '
+             'kernel ridge regression on the penultimate features solved by Cholesky, the '
+             'cache as a clients x slots tensor, a Python loop over clients) starts from '
+             'fedjax_kd\'s initial weights of each seed (`reference.init=fedjax`) and draws '
+             'its own batches, cache samples and distillation order; it runs 10 rounds (about '
+             '40 s a round on one thread).'))
 
   ace_checks = tuple(
       Check(f'Removing a component lowers UA: {ab}', s, drop_beyond_noise('ACE-pFL', ab))
@@ -967,7 +983,11 @@ def _sections() -> tuple[Section, ...]:
              'when Δ < 0 within one std. At T = 35-50 the soft labels are almost uniform and '
              'the KD loss tends to logit matching that does not depend on T, so the '
              'temperature, clustering weights and L_GD can move UA much less here than on '
-             'CIFAR-10. Bytes follow the `acepfl` rules for every method.'))
+             'CIFAR-10. Bytes follow the `acepfl` rules for every method. The PyTorch ACE-pFL '
+             '(`benchmarks/torch_ref/acepfl.py`: exact 1-D k-means on the label-histogram '
+             'distances to a reference client it draws itself, Eq. 2\'s temperature, Eq. 3\'s '
+             'cluster weights, Eq. 4\'s four losses in its own loop) runs 15 rounds from '
+             'PyTorch\'s default initialisation beside fedjax_kd with `model.init=torch`.'))
 
   fe_sweeps, fe_checks = [], []
   for data in ('digits', 'mnist'):
@@ -1060,7 +1080,10 @@ def _sections() -> tuple[Section, ...]:
              'training loss within a few rounds, so two implementations, or two runs of one, '
              'part ways after a few rounds however exactly they agree at first. The PyTorch '
              'references (`benchmarks/torch_ref/fedentopt.py`) run on fedjax_kd\'s cohorts, '
-             'data and partitions per seed, with PyTorch\'s initialisation and shuffles; '
+             'data and partitions per seed with their own shuffles; the four-method pairing '
+             'starts them from fedjax_kd\'s initial weights, because LeNet-5\'s '
+             'initialisation family alone moves SCAFFOLD\'s curve (PyTorch\'s default draw '
+             'learns slower at lr 0.02: the learning-rate sweep\'s "PyTorch SCAFFOLD" rows). '
              'Power-of-Choice is not among them (it selects by the losses of the run\'s own '
              'models).'))
   return (dsfl, scarlet, fedcache2, acepfl, fedentopt)
