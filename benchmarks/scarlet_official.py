@@ -486,6 +486,16 @@ def _log(line: str) -> None:
   print(line, flush=True)
 
 
+def child_command(workdir: str, checkout: str, threads: int) -> list[str]:
+  """The command of the process that runs one run of the authors' code.
+
+  The child runs in the run's directory, so every path it gets is absolute (a relative
+  ``--out`` would otherwise be resolved twice).
+  """
+  return [sys.executable, os.path.abspath(__file__), f'--_run={os.path.abspath(workdir)}',
+          f'--checkout={os.path.abspath(checkout)}', f'--threads={threads}']
+
+
 def execute(runs, checkout: str, config_path: str, threads: int,
             overrides: Sequence[tuple[str, Any]] = (), log=_log) -> list[Any]:
   """Runs every unfinished run in its own process; a finished one is skipped."""
@@ -521,9 +531,7 @@ def execute(runs, checkout: str, config_path: str, threads: int,
         'patches': [dict(zip(('id', 'file', 'what', 'why'), p)) for p in PATCHES]}})
     workdir_lib.write_json(os.path.join(r.workdir, 'config.json'), config, indent=2)
     log(f'{name}: starting ({r.rounds} rounds) -> {r.workdir}')
-    # the child runs in the run's directory: a relative --out must not be resolved twice
-    cmd = [sys.executable, os.path.abspath(__file__), f'--_run={os.path.abspath(r.workdir)}',
-           f'--checkout={checkout}', f'--threads={threads}']
+    cmd = child_command(r.workdir, checkout, threads)
     t0 = time.time()
     with open(os.path.join(r.workdir, LOG), 'w', encoding='utf-8') as f, subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

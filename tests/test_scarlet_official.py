@@ -1,0 +1,30 @@
+"""benchmarks/scarlet_official.py, the driver of the SCARLET authors' code: what runs here
+without their checkout (which CI does not have)."""
+
+import importlib.util
+import os
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _module():
+  spec = importlib.util.spec_from_file_location(
+      'scarlet_official_under_test', REPO / 'benchmarks' / 'scarlet_official.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_child_gets_absolute_paths_for_a_relative_out(tmp_path, monkeypatch):
+  """The child process runs in the run's directory: a relative run directory (from a
+  relative ``--out``) handed to it as is was resolved twice and every run failed with
+  ``No such file or directory: 'runs/.../official_scratch/setting.npz'``."""
+  official = _module()
+  monkeypatch.chdir(tmp_path)
+  cmd = official.child_command('runs/x/seed1', 'checkout', 1)
+  run = next(a for a in cmd if a.startswith('--_run='))
+  checkout = next(a for a in cmd if a.startswith('--checkout='))
+  assert run == f'--_run={tmp_path}/runs/x/seed1' and os.path.isabs(run.split('=', 1)[1])
+  assert checkout == f'--checkout={tmp_path}/checkout'
+  assert cmd[-1] == '--threads=1'
