@@ -149,6 +149,7 @@ def test_lockstep_reference_reproduces_fedjax_kd(tmp_path, algorithm):
                                  err_msg=f'round {g["round"]} {k}')
 
 
+@pytest.mark.slow   # two full DS-FL runs on 28x28 images: a minute and more on 2 cores
 def test_tiny_reference_run_is_a_sweep(tmp_path):
   """Two rounds with 2 clients: a sweep directory that aggregate reads, and that a rerun
   skips."""
