@@ -547,6 +547,41 @@ def stable(ref: Ref, floor: float = 0.5) -> Callable:
   return fn
 
 
+def no_steady_gap(a: Ref, b: Ref, from_round: int = 2, tol: float = 0.01) -> Callable:
+  """``a`` does not trail (or lead) ``b`` steadily: per seed, the mean of ``a - b`` over
+  every round from ``from_round`` on that both logged; then mean ± std over seeds.
+
+  A one-round gap can be a draw's accident; a steady lag shows in every seed's average over
+  the whole curve. True when ``|mean| <= tol`` over at least :data:`MIN_PAIRED_SEEDS` seeds,
+  None with fewer seeds, False otherwise. The detail also counts the rounds ``a`` is lower.
+  """
+  def fn(t: Table):
+    miss = _missing(t, (a, b), 'final_acc')
+    if miss:
+      return None, miss
+    ca, cb = t.find(a), t.find(b)
+    per_seed, lower, total = {}, 0, 0
+    for seed in sorted(set(ca['curves']) & set(cb['curves'])):
+      xa, xb = ca['curves'][seed]['test_acc'], cb['curves'][seed]['test_acc']
+      rb = {int(r): v for r, v in zip(xb['round'], xb['acc'])}
+      d = [v - rb[int(r)] for r, v in zip(xa['round'], xa['acc'])
+           if int(r) >= from_round and int(r) in rb]
+      if d:
+        per_seed[seed] = float(np.mean(d))
+        lower += sum(x < 0 for x in d)
+        total += len(d)
+    g = sweep.stat(per_seed)
+    if g['mean'] is None:
+      return None, f'no shared rounds from round {from_round}'
+    detail = (f'rounds {from_round}-last: mean per-seed gap {_name(a)} - {_name(b)} '
+              f'{_fmt_delta(g)} (n={g["n"]}); lower in {lower} of {total} (seed, round) '
+              f'pairs; tolerance ±{tol:g}')
+    if g['n'] < MIN_PAIRED_SEEDS:
+      return None, detail + f'; fewer than {MIN_PAIRED_SEEDS} paired seeds'
+    return abs(g['mean']) <= tol, detail
+  return fn
+
+
 def within_draw_noise(a: Ref, b: Ref, noise_a: Ref, noise_b: Ref, at_round: int) -> Callable:
   """The paired gap ``a - b`` at ``at_round`` is no larger than the gap random draws alone
   make: two runs of one implementation that differ only in their random draws
@@ -702,7 +737,11 @@ def _sections() -> tuple[Section, ...]:
           for c in _pair_checks('dsfl_mnist_torch', f'DS-FL {agg}', f'PyTorch DS-FL {agg}',
                                 (3, 8, None))) + (
           Check("ERA's final server accuracy exceeds SA's in the PyTorch reference too",
-                'dsfl_mnist_torch', exceeds('PyTorch DS-FL ERA', 'PyTorch DS-FL SA')),
+                'dsfl_mnist_torch', exceeds('PyTorch DS-FL ERA', 'PyTorch DS-FL SA')),) + tuple(
+          Check(f'fedjax_kd\'s DS-FL {agg} does not trail the reference steadily: the '
+                'per-seed mean gap over rounds 2-15 is within 1 point', 'dsfl_mnist_torch',
+                no_steady_gap(f'DS-FL {agg}', f'PyTorch DS-FL {agg}'))
+          for agg in ('ERA', 'SA')) + (
           Check('In lock-step (same initial weights, batches and BatchNorm rule) the PyTorch '
                 "DS-FL's round-3 accuracy is fedjax_kd's (paired by seed, within 1 point)",
                 'dsfl_mnist_torch_ablation',

@@ -330,6 +330,33 @@ def test_reference_checks_need_three_seeds_and_read_the_draw_noise():
                                     '| one | +0.070 ± – (n=1) |']
 
 
+def test_no_steady_gap_on_known_numbers():
+  """A gap in one round is not a lag: the check averages each seed's gap over the rounds
+  from round 2 and counts the rounds one curve is lower."""
+  rep = _module()
+
+  def cell(label, curves):
+    c = _cell(label, [v[-1] for v in curves])
+    c['curves'] = {s: {'test_acc': _series([1, 2, 3, 4], v)} for s, v in enumerate(curves)}
+    return c
+
+  ref = [[0.1, 0.50, 0.70, 0.80], [0.1, 0.60, 0.70, 0.90], [0.1, 0.40, 0.60, 0.80]]
+  # per round - ref: seed 0: -0.03 (r3) only: mean -0.01; seed 1: +0.02, -0.02, 0: mean 0;
+  # seed 2: 0, -0.03, +0.03: mean 0. Round 1 (0.9 vs 0.1) is left out.
+  ours = [[0.9, 0.50, 0.67, 0.80], [0.9, 0.62, 0.68, 0.90], [0.9, 0.40, 0.57, 0.83]]
+  lag = [[0.1, 0.45, 0.65, 0.75], [0.1, 0.55, 0.65, 0.85], [0.1, 0.35, 0.55, 0.75]]
+  t = rep.Table([cell('ours', ours), cell('ref', ref), cell('lag', lag),
+                 cell('two', ours[:2])])
+  holds, detail = rep.no_steady_gap('ours', 'ref')(t)
+  assert holds is True and detail == ('rounds 2-last: mean per-seed gap ours - ref -0.003 ± '
+                                      '0.006 (n=3); lower in 3 of 9 (seed, round) pairs; '
+                                      'tolerance ±0.01')
+  holds, detail = rep.no_steady_gap('lag', 'ref')(t)   # -0.05 in every round of every seed
+  assert holds is False and 'gap lag - ref -0.050 ± 0.000 (n=3); lower in 9 of 9' in detail
+  assert rep.no_steady_gap('two', 'ref')(t)[0] is None
+  assert rep.no_steady_gap('ours', 'gone')(t) == (None, 'not run: gone')
+
+
 def test_seed_table_by_seed_and_torch_command():
   rep = _module()
   curves = lambda *v: {s: {'test_acc': _series([1], [x])} for s, x in enumerate(v)}
