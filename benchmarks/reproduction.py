@@ -122,7 +122,10 @@ SCARLET_DURATIONS = (0, 5, 10, 20)      # cache.duration D (0: a cached label is
 # both on the authors' ResNet-20 (a 1-channel stem), for the first rounds only: one round of
 # theirs takes about three minutes on one CPU thread.
 SCARLET_OFFICIAL_ROUNDS = 5
-SCARLET_RESNET = (('clients.models', ('resnet20@1.0',)), ('server.model', 'resnet20@1.0'))
+# The authors' code on fedjax_kd's CPU model instead (`--model=cnn`: the cnn@1.0 in torch.nn,
+# PyTorch's default initialisation), beside fedjax_kd with model.init=torch, for the first
+# TORCH_SCARLET_ROUNDS rounds: the paired comparison (fedjax_kd's ResNet-20 takes minutes a
+# round on one CPU thread, so the ResNet-20 runs above show the authors' code alone).
 SCARLET_OFFICIAL_VARIANTS = (('SCARLET', 'scarlet', {}), ('DS-FL ERA', 'dsfl', {}))
 # The plain-PyTorch SCARLET (benchmarks/torch_ref/scarlet.py) beside fedjax_kd on the MNIST
 # setting, for the first rounds, where the curves move. Every paper's code draws PyTorch's
@@ -582,6 +585,35 @@ def no_steady_gap(a: Ref, b: Ref, from_round: int = 2, tol: float = 0.01) -> Cal
   return fn
 
 
+def same_metric(a: Ref, b: Ref, metric: str, tol: float = 1e-3) -> Callable:
+  """A per-round metric that depends only on the shared draws (SCARLET's hit ratio) is the
+  same in ``a`` and ``b``: every round both logged, every seed both ran, within ``tol``."""
+  def fn(t: Table):
+    miss = _missing(t, (a, b), 'final_acc')
+    if miss:
+      return None, miss
+    ca, cb = t.find(a), t.find(b)
+    worst, count, seeds = 0.0, 0, 0
+    for seed in sorted(set(ca['curves']) & set(cb['curves'])):
+      xa, xb = ca['curves'][seed].get(metric), cb['curves'][seed].get(metric)
+      if xa is None or xb is None:
+        continue
+      rb = {int(r): v for r, v in zip(xb['round'], xb['acc'])}
+      d = [abs(v - rb[int(r)]) for r, v in zip(xa['round'], xa['acc']) if int(r) in rb]
+      if d:
+        seeds += 1
+        count += len(d)
+        worst = max(worst, float(max(d)))
+    if not count:
+      return None, f'{metric} not logged by both'
+    detail = (f'{metric}: largest difference {worst:.4f} over {count} (seed, round) pairs of '
+              f'{seeds} seeds; tolerance {tol:g}')
+    if seeds < MIN_PAIRED_SEEDS:
+      return None, detail + f'; fewer than {MIN_PAIRED_SEEDS} paired seeds'
+    return bool(worst <= tol), detail
+  return fn
+
+
 def within_draw_noise(a: Ref, b: Ref, noise_a: Ref, noise_b: Ref, at_round: int) -> Callable:
   """The paired gap ``a - b`` at ``at_round`` is no larger than the gap random draws alone
   make: two runs of one implementation that differ only in their random draws
@@ -795,18 +827,28 @@ def _sections() -> tuple[Section, ...]:
               not_worse('SCARLET', 'DS-FL ERA', tol=0.01)),
         Check('SCARLET sends fewer bytes in total than DS-FL', s, lower('SCARLET', 'DS-FL ERA')),
     ]
-  for label, algo, _ in SCARLET_OFFICIAL_VARIANTS:
-    scarlet_checks += _pair_checks('scarlet_mnist_official', label,
+  for (label, algo, _), (ours, _, _) in zip(SCARLET_OFFICIAL_VARIANTS,
+                                            SCARLET_TORCHINIT_VARIANTS):
+    scarlet_checks += _pair_checks('scarlet_mnist_official_cnn', ours,
                                    _scarlet_official().LABELS[algo],
-                                   (3, SCARLET_OFFICIAL_ROUNDS))
+                                   (3, 5, TORCH_SCARLET_ROUNDS))
+  for s in ('scarlet_mnist_official_cnn', 'scarlet_mnist_official'):
+    scarlet_checks.append(Check(
+        "SCARLET sends fewer bytes in total than DS-FL in the authors' code too", s,
+        lower(_scarlet_official().LABELS['scarlet'], _scarlet_official().LABELS['dsfl'])))
   scarlet_checks.append(Check(
-      "SCARLET sends fewer bytes in total than DS-FL in the authors' code too",
-      'scarlet_mnist_official', lower(_scarlet_official().LABELS['scarlet'],
-                                      _scarlet_official().LABELS['dsfl'])))
+      "The cache's hit ratio is the authors' code's, round by round (paired by seed, equal to "
+      '0.001)', 'scarlet_mnist_official_cnn',
+      same_metric('SCARLET, PyTorch init', _scarlet_official().LABELS['scarlet'],
+                  'hit_ratio')))
   for (ours, _, _), (ref, _, _) in zip(SCARLET_TORCHINIT_VARIANTS,
                                        _torch_variants(*TORCH_SCARLET)):
     scarlet_checks += _pair_checks('scarlet_mnist_torch', ours, ref,
                                    (3, 5, TORCH_SCARLET_ROUNDS))
+  scarlet_checks.append(Check(
+      "The cache's hit ratio is the PyTorch reference's, round by round (paired by seed, equal "
+      'to 0.001)', 'scarlet_mnist_torch',
+      same_metric('SCARLET, PyTorch init', _torch_label('scarlet', 'scarlet'), 'hit_ratio')))
   scarlet_checks.append(Check(
       "SCARLET's final server accuracy is within 1 point of DS-FL's (or above) in the PyTorch "
       'reference too', 'scarlet_mnist_torch',
@@ -830,24 +872,15 @@ def _sections() -> tuple[Section, ...]:
                    preset=lambda src: presets.scarlet_cpu(src, 'scarlet'),
                    preset_text='presets.scarlet_cpu(source)', data='mnist',
                    metrics=('hit_ratio',), columns=_SCARLET_COLUMNS),
-          SweepDef('scarlet_mnist_resnet20',
-                   f'MNIST on ResNet-20, first {SCARLET_OFFICIAL_ROUNDS} rounds (the setting the '
-                   "authors' code runs below)", SCARLET_OFFICIAL_VARIANTS,
-                   config='configs/scarlet_mnist_cpu.py', data='mnist', metrics=('hit_ratio',),
-                   columns=_SCARLET_COLUMNS,
-                   overrides=(*SCARLET_RESNET, ('rounds', SCARLET_OFFICIAL_ROUNDS))),
           SweepDef('scarlet_mnist_official',
-                   "fedjax_kd against an independent implementation: the SCARLET authors' "
-                   'code (`benchmarks/scarlet_official.py`)',
+                   f"The SCARLET authors' code on their ResNet-20 (MNIST, first "
+                   f'{SCARLET_OFFICIAL_ROUNDS} rounds, `benchmarks/scarlet_official.py`)',
                    tuple((_scarlet_official().LABELS[algo], algo,
                           dict(_scarlet_official().MATCHING_OVERRIDES))
                          for _, algo, _ in SCARLET_OFFICIAL_VARIANTS),
                    config='configs/scarlet_mnist_cpu.py', data='mnist', engine='scarlet_official',
                    metrics=('hit_ratio',), columns=('acc', 'client', 'bytes', 'metric:hit_ratio'),
                    curve_rounds=tuple(range(1, SCARLET_OFFICIAL_ROUNDS + 1)),
-                   beside=(('scarlet_mnist_resnet20', ('SCARLET', 'DS-FL ERA')),),
-                   pairs=tuple((label, _scarlet_official().LABELS[algo])
-                               for label, algo, _ in SCARLET_OFFICIAL_VARIANTS),
                    overrides=(('rounds', SCARLET_OFFICIAL_ROUNDS),)),
           SweepDef('scarlet_mnist_torchinit',
                    f'MNIST with PyTorch\'s default initialisation (`model.init=torch`), first '
@@ -871,6 +904,23 @@ def _sections() -> tuple[Section, ...]:
                    pairs=tuple(zip((label for label, _, _ in SCARLET_TORCHINIT_VARIANTS),
                                    (label for label, _, _ in _torch_variants(*TORCH_SCARLET))))
                    + (('SCARLET', _torch_label('scarlet', 'scarlet')),),
+                   paired_rounds=(1, 2, 3, 5, TORCH_SCARLET_ROUNDS),
+                   overrides=(('rounds', TORCH_SCARLET_ROUNDS),)),
+          SweepDef('scarlet_mnist_official_cnn',
+                   "fedjax_kd against an independent implementation: the SCARLET authors' "
+                   "code on the CPU setting's CNN (`benchmarks/scarlet_official.py "
+                   f'--model=cnn`), first {TORCH_SCARLET_ROUNDS} rounds',
+                   tuple((_scarlet_official().LABELS[algo], algo,
+                          dict(_scarlet_official().OFFICIAL_MODELS['cnn']))
+                         for _, algo, _ in SCARLET_OFFICIAL_VARIANTS),
+                   config='configs/scarlet_mnist_cpu.py', data='mnist', engine='scarlet_official',
+                   metrics=('hit_ratio',), columns=('acc', 'client', 'bytes', 'metric:hit_ratio'),
+                   curve_rounds=(1, 2, 3, 5, TORCH_SCARLET_ROUNDS),
+                   beside=(('scarlet_mnist_torchinit',
+                            tuple(label for label, _, _ in SCARLET_TORCHINIT_VARIANTS)),),
+                   pairs=tuple((ours, _scarlet_official().LABELS[algo])
+                               for (_, algo, _), (ours, _, _) in zip(
+                                   SCARLET_OFFICIAL_VARIANTS, SCARLET_TORCHINIT_VARIANTS)),
                    paired_rounds=(1, 2, 3, 5, TORCH_SCARLET_ROUNDS),
                    overrides=(('rounds', TORCH_SCARLET_ROUNDS),)),
           SweepDef('scarlet_duration_digits', 'Cache duration D, digits', SCARLET_VARIANTS[:1],
@@ -1232,9 +1282,10 @@ def plan_sweep(section: Section, d: SweepDef, runs_dir: str, mnist: str,
   out = os.path.join(runs_dir, d.name)
   if d.engine == 'scarlet_official':
     ref = _scarlet_official()
+    model = str(d.variants[0][2].get('server.model', ref.MODEL)).partition('@')[0]
     runs = ref.plan(d.config, out, TINY_SEEDS if tiny else d.seeds,
                     [algo for _, algo, _ in d.variants], int(dict(d.overrides)['rounds']),
-                    [(k, v) for k, v in overrides.items() if k != 'rounds'])
+                    [(k, v) for k, v in overrides.items() if k != 'rounds'], model)
   elif d.engine == 'torch':
     runs = _torch_ref().common.plan(base, _variants(d, tiny), TINY_SEEDS if tiny else d.seeds,
                                     out, overrides, _grid(d, tiny))
@@ -1442,10 +1493,13 @@ def official_command(plan_doc: dict[str, Any], out: str, python: str = 'python')
   """The ``benchmarks/scarlet_official.py`` command of the authors'-code sweep's plan."""
   algos = [v.get('algorithm', '') for v in plan_doc.get('variants', [])]
   rounds = {r.get('rounds') for r in plan_doc.get('runs', [])}
+  models = {str(v.get('overrides', {}).get('server.model', 'resnet20')).partition('@')[0]
+            for v in plan_doc.get('variants', [])}
   return ' '.join([f'{python} benchmarks/scarlet_official.py', '--checkout=/path/to/SCARLET',
                    '--mnist=/path/to/mnist.npz',
                    '--seeds=' + ','.join(str(x) for x in plan_doc.get('seeds', [])),
                    '--algorithms=' + ','.join(algos)]
+                  + ([f'--model={m}' for m in models if m != 'resnet20'])
                   + ([f'--rounds={rounds.pop()}'] if len(rounds) == 1 else [])
                   + ['--threads=1', f'--out={out}'])
 
@@ -1459,6 +1513,7 @@ def run_official(p: 'Planned', python: str, checkout: str, mnist: str
          f'--checkout={checkout}', f'--mnist={mnist}',
          '--seeds=' + ','.join(str(s) for s in dict.fromkeys(r.seed for r in p.runs)),
          '--algorithms=' + ','.join(dict.fromkeys(r.variant.algorithm for r in p.runs)),
+         '--model=' + str(p.runs[0].config.server.model).partition('@')[0],
          f'--rounds={rounds.pop()}', '--threads=1', f'--out={p.out}']
   print('reproduction: ' + ' '.join(shlex.quote(c) for c in cmd), flush=True)
   start = datetime.datetime.now()

@@ -20,7 +20,9 @@ docs/scarlet_official.md:
      their own ``FilteredDataset`` objects, instead of downloading CIFAR-10/100 and running
      their Dirichlet partition; everything that reads the data is theirs;
   P3 ``scarlet.models.selector.resnet20``: the authors' ResNet-20 with a 1-channel stem
-     (MNIST), in this process and in every pool worker;
+     (MNIST), or with ``--model=cnn`` fedjax_kd's ``cnn@1.0`` in torch.nn (PyTorch's
+     default initialisation; fedjax_kd then runs ``model.init=torch``), in this process and
+     in every pool worker;
   P4 ``CommonServerHandler.get_next_indices``: the round's public draw is fedjax_kd's
      ``sample_public(t)`` instead of ``torch.randperm`` (SCARLET still decides, with its own
      cache, which of them are requested);
@@ -69,6 +71,16 @@ MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')
 # fedjax_kd's config fields that make its run the same experiment as the authors' code here.
 MODEL = 'resnet20@1.0'
 MATCHING_OVERRIDES = (('clients.models', (MODEL,)), ('server.model', MODEL))
+# --model: what every client and the server run in the authors' code, and the fedjax_kd fields
+# that make fedjax_kd's run the same experiment. 'cnn' is fedjax_kd's cnn@1.0 (the CPU
+# setting's own model) written in torch.nn, with PyTorch's default initialisation on both
+# sides: a round takes seconds instead of ResNet-20's minutes.
+OFFICIAL_MODELS = {
+    'resnet20': MATCHING_OVERRIDES,
+    'cnn': (('clients.models', ('cnn@1.0',)), ('server.model', 'cnn@1.0'),
+            ('model.init', 'torch')),
+}
+MODEL_ENV = 'SCARLET_OFFICIAL_MODEL'   # set in a run process: pool workers build this model
 # A run of ResNet-20 on one CPU thread takes ~3 minutes a round here (docs/scarlet_official.md):
 # 5 rounds keep one run within roughly 15 minutes. ``--rounds=30`` is the config's own length.
 DEFAULT_ROUNDS = 5
@@ -88,9 +100,10 @@ PATCHES = (
      'TEST/test.pkl, TEST/<cid>.pkl) as their FilteredDataset, already normalised, without '
      'transform; instead of CIFAR-10/100 downloads, their partition and flip/crop augmentation'),
     ('P3', 'scarlet/models/selector.py', 'resnet20 (the name CommonModelSelector calls)',
-     'their ResNet-20 with conv1 = Conv2d(1, 16, 3, padding=1, bias=False), Kaiming-normal, '
-     'built inside their seeded fork_rng, so every client and the server still start equal; '
-     'applied in the run process and in each spawned pool worker'),
+     'their ResNet-20 with conv1 = Conv2d(1, 16, 3, padding=1, bias=False), Kaiming-normal '
+     '(--model=resnet20), or fedjax_kd\'s cnn@1.0 in torch.nn with PyTorch\'s default init '
+     '(--model=cnn); built inside their seeded fork_rng, so every client and the server still '
+     'start equal; applied in the run process and in each spawned pool worker'),
     ('P4', 'scarlet/algorithm/common.py', 'CommonServerHandler.get_next_indices',
      'returns fedjax_kd\'s draw sample_public(round + 1) (300 sorted indices) instead of '
      'randperm(|P|)[:300]; SCARLET\'s override still filters it through its cache'),
@@ -117,13 +130,13 @@ def _thread_env(threads: int) -> dict[str, str]:
 
 # ------------------------------------------------------------ the shared setting
 def build_config(config_path: str, algorithm: str, seed: int, rounds: int | None,
-                 overrides: Sequence[tuple[str, Any]] = ()):
-  """The fedjax_kd config a run matches: the file, the algorithm, ResNet-20, seed, rounds."""
+                 overrides: Sequence[tuple[str, Any]] = (), model: str = 'resnet20'):
+  """The fedjax_kd config a run matches: the file, the algorithm, the model, seed, rounds."""
   from fedjax_kd import config as config_lib   # pylint: disable=g-import-not-at-top
   from fedjax_kd import sweep   # pylint: disable=g-import-not-at-top
   path = config_path if os.path.isabs(config_path) else os.path.join(REPO, config_path)
   cfg = config_lib.load_file(path)
-  fields = [('algorithm', algorithm), *MATCHING_OVERRIDES, ('seed', seed), *overrides]
+  fields = [('algorithm', algorithm), *OFFICIAL_MODELS[model], ('seed', seed), *overrides]
   if rounds is not None:
     fields.append(('rounds', rounds))
   return sweep.apply_overrides(cfg, fields)
@@ -139,7 +152,7 @@ def fedjax_command(config_path: str, overrides: Sequence[tuple[str, Any]]) -> st
                   [f'--config.{k}={show(v)}' for k, v in overrides])
 
 
-def check_spec(spec) -> None:
+def check_spec(spec, model: str = 'resnet20') -> None:
   """Refuses (ValueError) what the authors' code cannot run as fedjax_kd would."""
   problems = []
   if spec.algorithm not in LABELS:
@@ -155,11 +168,11 @@ def check_spec(spec) -> None:
   if spec.data.augment != 'none':
     problems.append('data.augment: none only (P2 feeds prepared tensors)')
 
-  def is_resnet20(m: str) -> bool:
+  def is_model(m: str) -> bool:
     name, _, width = m.partition('@')
-    return name == 'resnet20' and float(width or 1) == 1.0
-  if not all(is_resnet20(m) for m in (*spec.client_models, spec.server_model)):
-    problems.append(f'clients.models / server.model: {MODEL} only (their ResNet-20)')
+    return name == model and float(width or 1) == 1.0
+  if not all(is_model(m) for m in (*spec.client_models, spec.server_model)):
+    problems.append(f'clients.models / server.model: {model}@1.0 only (--model={model})')
   if problems:
     raise ValueError('; '.join(problems))
 
@@ -174,7 +187,7 @@ def export_setting(cfg, path: str) -> dict[str, Any]:
   from fedjax_kd import config as config_lib   # pylint: disable=g-import-not-at-top
   from fedjax_kd import experiment   # pylint: disable=g-import-not-at-top
   spec = config_lib.validate(cfg)
-  check_spec(spec)
+  check_spec(spec, spec.server_model.partition('@')[0])
   tr = spec.train
   di = spec.distill or spec.train
   exp = experiment.build(spec)
@@ -216,8 +229,22 @@ def _checkout_src(checkout: str) -> str:
   return os.path.join(os.path.abspath(checkout), 'src')
 
 
-def _patch_model_stem() -> None:
-  """P3: their ResNet-20, conv1 taking 1 channel; called inside their seeded fork_rng."""
+def _cnn(num_classes: int = 10, **unused):
+  """fedjax_kd's ``cnn@1.0`` in torch.nn, PyTorch's default initialisation: Conv5x5(16)
+  SAME -> ReLU -> MaxPool2 -> Conv5x5(32) SAME -> ReLU -> MaxPool2 -> Dense(128) -> ReLU ->
+  Dense(C), on 28x28x1 inputs."""
+  del unused
+  from torch import nn   # pylint: disable=g-import-not-at-top
+  return nn.Sequential(
+      nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+      nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+      nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, num_classes))
+
+
+def _patch_model_stem(model: str = 'resnet20') -> None:
+  """P3: what their selector builds under the name ``resnet20`` (called inside their seeded
+  fork_rng, so every client and the server start equal): their ResNet-20 with conv1 taking
+  1 channel, or with ``model='cnn'`` :func:`_cnn`."""
   import torch   # pylint: disable=g-import-not-at-top
   from scarlet.models import selector   # pylint: disable=g-import-not-at-top
   if getattr(selector.resnet20, '_scarlet_official', False):
@@ -225,10 +252,12 @@ def _patch_model_stem() -> None:
   original = selector.resnet20
 
   def resnet20(**kwargs):
-    model = original(**kwargs)
-    model.conv1 = torch.nn.Conv2d(1, 16, kernel_size=3, stride=1, padding=1, bias=False)
-    torch.nn.init.kaiming_normal_(model.conv1.weight)   # their _weights_init
-    return model
+    if model == 'cnn':
+      return _cnn(**kwargs)
+    net = original(**kwargs)
+    net.conv1 = torch.nn.Conv2d(1, 16, kernel_size=3, stride=1, padding=1, bias=False)
+    torch.nn.init.kaiming_normal_(net.conv1.weight)   # their _weights_init
+    return net
 
   resnet20._scarlet_official = True
   selector.resnet20 = resnet20
@@ -243,7 +272,7 @@ if __name__ == '__mp_main__' and os.environ.get(CHILD_ENV):
   if os.environ.get('OMP_NUM_THREADS') == '1':   # intra-op threads follow the variable
     import torch   # pylint: disable=g-import-not-at-top
     torch.set_num_interop_threads(1)
-  _patch_model_stem()
+  _patch_model_stem(os.environ.get(MODEL_ENV, 'resnet20'))
 
 
 class _Meter:
@@ -315,8 +344,8 @@ def _install(setting: dict[str, np.ndarray], params: dict[str, Any], recorder) -
 
   dataset_mod.CommonPartitionedDataset._preprocess = _preprocess
 
-  # P3: the model's stem (here; the pool workers apply it through CHILD_ENV).
-  _patch_model_stem()
+  # P3: the model (here; the pool workers apply it through CHILD_ENV and MODEL_ENV).
+  _patch_model_stem(params.get('model', 'resnet20'))
 
   # P4: the public draw.
   draws = setting['draws']
@@ -411,6 +440,7 @@ def run_process(workdir: str, checkout: str, threads: int) -> int:
   with np.load(os.path.join(scratch, 'setting.npz')) as z:
     setting = {k: z[k] for k in z.files}
   os.environ[CHILD_ENV] = os.path.abspath(checkout)
+  os.environ[MODEL_ENV] = params.get('model', 'resnet20')
   mp.set_start_method('spawn')   # as their entry point does
   recorder = _Recorder(workdir, params['rounds'])
   _install(setting, params, recorder)
@@ -467,16 +497,17 @@ def _git(checkout: str, *args: str) -> str | None:
 
 
 def plan(config_path: str, out: str, seeds: Sequence[int], algorithms: Sequence[str],
-         rounds: int | None, overrides: Sequence[tuple[str, Any]] = ()):
+         rounds: int | None, overrides: Sequence[tuple[str, Any]] = (),
+         model: str = 'resnet20'):
   """One run per (algorithm, seed) at ``<out>/runs/<variant>/seed<k>``, as a sweep lays out."""
   from fedjax_kd import sweep   # pylint: disable=g-import-not-at-top
   from fedjax_kd import config as config_lib   # pylint: disable=g-import-not-at-top
   runs = []
   for a in algorithms:
-    v = sweep.Variant(LABELS[a], a, dict(MATCHING_OVERRIDES))
+    v = sweep.Variant(LABELS[a], a, dict(OFFICIAL_MODELS[model]))
     for s in seeds:
-      cfg = build_config(config_path, a, s, rounds, overrides)
-      check_spec(config_lib.validate(cfg))
+      cfg = build_config(config_path, a, s, rounds, overrides, model)
+      check_spec(config_lib.validate(cfg), model)
       runs.append(sweep.Run(v, (), s, os.path.join(out, sweep.RUNS_DIR, v.slug, f'seed{s}'),
                             cfg))
   return runs
@@ -519,6 +550,7 @@ def execute(runs, checkout: str, config_path: str, threads: int,
       if os.path.exists(os.path.join(r.workdir, f)):
         os.remove(os.path.join(r.workdir, f))
     params = export_setting(r.config, os.path.join(scratch, 'setting.npz'))
+    params['model'] = str(r.config.server.model).partition('@')[0]   # P3's choice
     params['matching_fedjax_kd_command'] = fedjax_command(
         config_path, [('algorithm', r.variant.algorithm), *r.variant.overrides,
                       ('seed', r.seed), ('rounds', r.rounds), *overrides])
@@ -564,6 +596,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--config', default=CONFIG, help='a SCARLET config file (default %(default)s)')
   p.add_argument('--seeds', default='0,1,2')
   p.add_argument('--algorithms', default='scarlet,dsfl')
+  p.add_argument('--model', default='resnet20',
+                 help=f'what every client and the server run: {", ".join(OFFICIAL_MODELS)} '
+                 '(default %(default)s)')
   p.add_argument('--rounds', type=int, default=DEFAULT_ROUNDS,
                  help='rounds (default %(default)s; 0: the config\'s own)')
   p.add_argument('--threads', type=int, default=1,
@@ -605,6 +640,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if bad or not algorithms:
     return _error('--algorithms', f'{bad[0] if bad else a.algorithms!r}; allowed: '
                   f'{", ".join(LABELS)}')
+  if a.model not in OFFICIAL_MODELS:
+    return _error('--model', f'{a.model!r}; allowed: {", ".join(OFFICIAL_MODELS)}')
   if a.rounds < 0:
     return _error('--rounds', f'{a.rounds}: a positive number, or 0 for the config\'s')
   if a.threads == 1:   # fedjax_kd builds the setting with JAX in this process
@@ -623,12 +660,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _error('--set', 'one value per field here')
   overrides = [('data.source', f'npz:{os.path.abspath(a.mnist)}'), *fixed.items()]
   try:
-    runs = plan(a.config, a.out, seeds, algorithms, a.rounds or None, overrides)
+    runs = plan(a.config, a.out, seeds, algorithms, a.rounds or None, overrides, a.model)
   except (ConfigError, ValueError) as e:
     return _error('--set', str(e))
   sweep.write_plan(a.out, runs, config=a.config, engine='torch (official SCARLET code)',
                    metrics=list(METRICS), overrides={**dict(overrides),
-                                                    **dict(MATCHING_OVERRIDES)},
+                                                    **dict(OFFICIAL_MODELS[a.model])},
                    thresholds=list(runs[0].config.comm.thresholds),
                    meta={'checkout': os.path.abspath(a.checkout),
                          'commit': _git(a.checkout, 'rev-parse', 'HEAD')})

@@ -357,6 +357,29 @@ def test_no_steady_gap_on_known_numbers():
   assert rep.no_steady_gap('ours', 'gone')(t) == (None, 'not run: gone')
 
 
+def test_same_metric_on_known_numbers():
+  """A metric fixed by the shared draws (the cache's hit ratio) must agree round by round."""
+  rep = _module()
+
+  def cell(label, hits):
+    c = _cell(label, [0.9] * len(hits))
+    c['curves'] = {s: {'test_acc': _series([1, 2, 3], [0.1, 0.5, 0.9]),
+                       'hit_ratio': _series([1, 2, 3], h)} for s, h in enumerate(hits)}
+    return c
+
+  ours = [[0.0, 0.1, 0.24], [0.0, 0.093, 0.16], [0.0, 0.103, 0.18]]
+  off = [[0.0, 0.1, 0.24], [0.0, 0.093, 0.163], [0.0, 0.103, 0.18]]
+  t = rep.Table([cell('ours', ours), cell('same', ours), cell('off', off),
+                 cell('two', ours[:2])])
+  assert rep.same_metric('ours', 'same', 'hit_ratio')(t) == (
+      True, 'hit_ratio: largest difference 0.0000 over 9 (seed, round) pairs of 3 seeds; '
+            'tolerance 0.001')
+  holds, detail = rep.same_metric('ours', 'off', 'hit_ratio')(t)    # 0.003 at seed 1, round 3
+  assert holds is False and 'largest difference 0.0030' in detail
+  assert rep.same_metric('ours', 'two', 'hit_ratio')(t)[0] is None
+  assert rep.same_metric('ours', 'same', 'entropy')(t) == (None, 'entropy not logged by both')
+
+
 def test_seed_table_by_seed_and_torch_command():
   rep = _module()
   curves = lambda *v: {s: {'test_acc': _series([1], [x])} for s, x in enumerate(v)}

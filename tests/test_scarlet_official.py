@@ -5,6 +5,8 @@ import importlib.util
 import os
 import pathlib
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -28,3 +30,24 @@ def test_child_gets_absolute_paths_for_a_relative_out(tmp_path, monkeypatch):
   assert run == f'--_run={tmp_path}/runs/x/seed1' and os.path.isabs(run.split('=', 1)[1])
   assert checkout == f'--checkout={tmp_path}/checkout'
   assert cmd[-1] == '--threads=1'
+
+
+def test_model_flag_selects_the_matching_fedjax_kd_fields(tmp_path):
+  """--model=cnn runs fedjax_kd's CPU CNN in their code: the matching fedjax_kd run sets the
+  same model and PyTorch's initialisation; a config of another model is refused."""
+  official = _module()
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  cfg = official.build_config(official.CONFIG, 'scarlet', 0, 2,
+                              [('data.source', 'synthetic:400')], model='cnn')
+  spec = config_lib.validate(cfg)
+  assert spec.server_model.startswith('cnn@') and cfg.model.init == 'torch'
+  official.check_spec(spec, 'cnn')
+  with pytest.raises(ValueError, match='resnet20@1.0 only'):
+    official.check_spec(spec, 'resnet20')
+  from tests.test_reproduction import _module as reproduction  # pylint: disable=g-import-not-at-top
+  rep = reproduction()
+  doc = {'variants': [{'algorithm': 'scarlet',
+                       'overrides': dict(official.OFFICIAL_MODELS['cnn'])}],
+         'seeds': [0, 1], 'runs': [{'rounds': 10}]}
+  cmd = rep.official_command(doc, 'runs/x')
+  assert '--model=cnn' in cmd and '--rounds=10' in cmd and '--seeds=0,1' in cmd
