@@ -160,7 +160,7 @@ ACEPFL_VARIANTS = (
 # The plain-PyTorch ACE-pFL (benchmarks/torch_ref/acepfl.py): ACE-pFL, single-client training
 # and two ablations, for the first rounds, beside fedjax_kd with PyTorch's initialisation.
 TORCH_ACEPFL = ('acepfl', ('acepfl', 'single'))
-TORCH_ACEPFL_ROUNDS = 15
+TORCH_ACEPFL_ROUNDS = 10
 ACEPFL_TORCHINIT_VARIANTS = tuple(   # in TORCH_ACEPFL's order: paired one to one
     (f'{label}, PyTorch init', algo, {**fields, **dict(TORCH_INIT)})
     for want in ('ACE-pFL', 'Single client')
@@ -1039,12 +1039,12 @@ def _sections() -> tuple[Section, ...]:
                    reference='ACE-pFL'),
           SweepDef('acepfl_mnist_torchinit',
                    'MNIST with PyTorch\'s default initialisation (`model.init=torch`), first '
-                   f'{TORCH_ACEPFL_ROUNDS} rounds', ACEPFL_TORCHINIT_VARIANTS,
+                   '15 rounds', ACEPFL_TORCHINIT_VARIANTS,
                    preset=lambda src: presets.acepfl_cpu(src, 'acepfl'),
                    preset_text='presets.acepfl_cpu(source)', data='mnist',
                    columns=('acc', 'delta', 'best'), headers=_UA,
                    reference='ACE-pFL, PyTorch init',
-                   overrides=(('rounds', TORCH_ACEPFL_ROUNDS),)),
+                   overrides=(('rounds', 15),)),
           SweepDef('acepfl_mnist_torch',
                    'fedjax_kd against an independent implementation: PyTorch ACE-pFL '
                    '(`benchmarks/torch_ref/acepfl.py`)', _torch_variants(*TORCH_ACEPFL),
@@ -1053,20 +1053,20 @@ def _sections() -> tuple[Section, ...]:
                    torch_module='acepfl', metrics=('temperature', 'teacher_acc'),
                    columns=('acc', 'delta', 'best', 'metric:teacher_acc'), headers=_UA,
                    reference=_torch_label('acepfl', 'acepfl'),
-                   curve_rounds=(1, 2, 3, 5, 8, TORCH_ACEPFL_ROUNDS),
+                   curve_rounds=(1, 2, 3, 5, TORCH_ACEPFL_ROUNDS, 15),
                    beside=(('acepfl_mnist_torchinit',
                             tuple(label for label, _, _ in ACEPFL_TORCHINIT_VARIANTS)),
                            ('acepfl_mnist', ('ACE-pFL', 'Single client'))),
                    pairs=tuple(zip((label for label, _, _ in ACEPFL_TORCHINIT_VARIANTS),
                                    (label for label, _, _ in _torch_variants(*TORCH_ACEPFL))))
                    + (('ACE-pFL', _torch_label('acepfl', 'acepfl')),),
-                   paired_rounds=(1, 2, 3, 5, 8, TORCH_ACEPFL_ROUNDS),
+                   paired_rounds=(1, 2, 3, 5, TORCH_ACEPFL_ROUNDS),
                    overrides=(('rounds', TORCH_ACEPFL_ROUNDS),)),
       ),
       checks=ace_checks + tuple(
           c for (ours, _, _), (ref, _, _) in zip(ACEPFL_TORCHINIT_VARIANTS,
                                                  _torch_variants(*TORCH_ACEPFL))
-          for c in _pair_checks('acepfl_mnist_torch', ours, ref, (3, 8, TORCH_ACEPFL_ROUNDS))
+          for c in _pair_checks('acepfl_mnist_torch', ours, ref, (3, 5, TORCH_ACEPFL_ROUNDS))
       ) + (Check('ACE-pFL beats single-client training beyond the seed noise in the PyTorch '
                  'reference', 'acepfl_mnist_torch',
                  gain_beyond_noise(_torch_label('acepfl', 'acepfl'),
@@ -1084,7 +1084,7 @@ def _sections() -> tuple[Section, ...]:
              '(`benchmarks/torch_ref/acepfl.py`: exact 1-D k-means on the label-histogram '
              'distances to a reference client it draws itself, Eq. 2\'s temperature, Eq. 3\'s '
              'cluster weights, Eq. 4\'s four losses in its own loop) runs ACE-pFL and '
-             'single-client training for 15 rounds from PyTorch\'s default initialisation, '
+             'single-client training for 10 rounds from PyTorch\'s default initialisation, '
              'beside fedjax_kd with `model.init=torch`.'))
 
   fe_sweeps, fe_checks = [], []
