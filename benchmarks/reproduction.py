@@ -1556,6 +1556,9 @@ def run_torch(runs: Sequence[tuple[str, sweep.Run]], threads: int = 0
     if 'diverged' in summary:
       out.append(sweep.RunResult(r, 'diverged', message=f'round {summary["diverged"]}'))
       continue
+    if 'error' in summary:   # another process holds the run
+      out.append(sweep.RunResult(r, 'failed', message=summary['error']))
+      continue
     out.append(sweep.RunResult(r, state, (datetime.datetime.now() - start).total_seconds(),
                                f'acc {summary["final_acc"]:.4f}', summary))
   return out

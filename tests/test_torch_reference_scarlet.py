@@ -77,3 +77,20 @@ def test_reference_runs_and_its_hit_ratio_is_fedjax_kds(tmp_path, algorithm):
     want.append(float(np.mean(np.asarray(signals) == cache_ops.CACHED)))
   assert [r['hit_ratio'] for r in rows] == pytest.approx(want)
   assert algorithm == 'dsfl' or max(want) > 0         # the cache was hit at all
+
+
+def test_a_run_in_use_is_refused_not_interleaved(tmp_path):
+  """Two processes given the same reference run used to write their rows into one
+  metrics.jsonl (found when a restarted sweep met the one it replaced): the run directory is
+  now locked as fedjax_kd's are, and the second is refused with one line naming the holder."""
+  pytest.importorskip('torch')
+  from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.errors import DataError  # pylint: disable=g-import-not-at-top
+  path = _npz(tmp_path / 'm.npz')
+  setting = common.export_setting(_tiny(path, 'dsfl'), scarlet.ALGORITHMS)
+  run_dir = tmp_path / 'run'
+  with workdir_lib.DirLock(str(run_dir)):
+    with pytest.raises(DataError, match='is in use by another fedjax_kd run'):
+      common.run(scarlet, setting, common.RefOptions(), 0, str(run_dir), threads=1,
+                 log=lambda *_: None)
+  assert not (run_dir / 'metrics.jsonl').exists()

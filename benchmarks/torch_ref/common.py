@@ -44,7 +44,7 @@ if REPO not in sys.path:
 from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
 from fedjax_kd import sweep  # pylint: disable=g-import-not-at-top
 from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top
+from fedjax_kd.errors import ConfigError, DataError  # pylint: disable=g-import-not-at-top
 
 MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')
 
@@ -513,12 +513,25 @@ class Context:
 
 def run(module, setting: Setting, options: RefOptions, seed: int, workdir: str,
         threads: int = 0, log=print) -> dict[str, Any]:
-  """Runs ``module``'s rounds on ``setting``; writes the workdir; returns the summary."""
+  """Runs ``module``'s rounds on ``setting``; writes the workdir; returns the summary.
+
+  The workdir is locked for the whole run (:class:`fedjax_kd.workdir.DirLock`, as fedjax_kd's
+  runs are): a second process given the same run is refused instead of interleaving its rows
+  with the first one's.
+
+  Raises:
+    DataError: another live process is running in ``workdir``.
+  """
+  with workdir_lib.DirLock(workdir, 'workdir'):
+    return _run_locked(module, setting, options, seed, workdir, threads, log)
+
+
+def _run_locked(module, setting: Setting, options: RefOptions, seed: int, workdir: str,
+                threads: int, log) -> dict[str, Any]:
   import torch  # pylint: disable=g-import-not-at-top
   if threads:
     torch.set_num_threads(threads)
   ctx = Context(setting, options, seed)
-  os.makedirs(workdir, exist_ok=True)
   writer = workdir_lib.MetricsWriter(workdir)   # an unfinished earlier call's rows go
   workdir_lib.write_json(os.path.join(workdir, 'config.json'),
                          {**setting.config, 'reference': dataclasses.asdict(options),
@@ -603,8 +616,13 @@ def execute(module, runs: Sequence[sweep.Run], threads: int = 0,
           'earlier call, skipped')
     else:
       options, _ = split_reference(r.variant.overrides)
-      summary = run(module, export_setting(r.config, module.ALGORITHMS), options, r.seed,
-                    r.workdir, threads, log)
+      try:
+        summary = run(module, export_setting(r.config, module.ALGORITHMS), options, r.seed,
+                      r.workdir, threads, log)
+      except DataError as e:   # another process runs it: left to that one
+        log(f'{r.variant.label} seed {r.seed}: skipped: {e}')
+        out.append({'seed': r.seed, 'error': str(e)})
+        continue
       if 'diverged' not in summary:
         log(f'{r.variant.label} seed {r.seed}: final {summary["final_acc"]:.4f} in '
             f'{summary["wall_time_s"]:.0f} s')
