@@ -143,9 +143,12 @@ def test_lockstep_reference_reproduces_fedjax_kd(tmp_path, algorithm):
   got = list(module.rounds(common.Context(common.export_setting(cfg, module.ALGORITHMS),
                                           opts, 0)))
   assert [r['round'] for r in got] == [r['round'] for r in want] == [1, 2]
+  # test_acc counts 300 test images: with one intra-op thread instead of the default pool the
+  # two frameworks' float sums differ enough to flip one image of a model near chance
+  # (measured: 0.1000 against 0.0967 at round 1), so two images are allowed.
   for g, w in zip(got, want):
     for k in keys:
-      np.testing.assert_allclose(g[k], w[k], rtol=2e-3, atol=1e-3 if k == 'test_acc' else 0,
+      np.testing.assert_allclose(g[k], w[k], rtol=2e-3, atol=2 / 300 if k == 'test_acc' else 0,
                                  err_msg=f'round {g["round"]} {k}')
 
 
