@@ -20,14 +20,16 @@ from fedjax_kd.errors import ConfigError
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _npz(path: pathlib.Path, n_train: int = 1200, n_test: int = 300) -> str:
-  """A learnable 28x28 task in Keras' mnist.npz layout: noisy class prototypes."""
+def _npz(path: pathlib.Path, n_train: int = 1200, n_test: int = 300,
+         noise: float = 60.0) -> str:
+  """A learnable 28x28 task in Keras' mnist.npz layout: noisy class prototypes (pixel noise
+  of std ``noise``)."""
   rng = np.random.default_rng(0)
   protos = rng.uniform(0, 255, (10, 28, 28))
 
   def draw(n):
     y = rng.permutation(np.arange(n) % 10)
-    x = np.clip(protos[y] + rng.normal(0, 60, (n, 28, 28)), 0, 255).astype(np.uint8)
+    x = np.clip(protos[y] + rng.normal(0, noise, (n, 28, 28)), 0, 255).astype(np.uint8)
     return x, y.astype(np.uint8)
 
   (xtr, ytr), (xte, yte) = draw(n_train), draw(n_test)

@@ -17,23 +17,11 @@ from benchmarks.torch_ref import acepfl  # pylint: disable=g-import-not-at-top
 from benchmarks.torch_ref import common  # pylint: disable=g-import-not-at-top
 from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
 from fedjax_kd import sweep  # pylint: disable=g-import-not-at-top
+from tests.test_torch_reference import _npz  # pylint: disable=g-import-not-at-top
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _npz(path: pathlib.Path, n_train: int = 1200, n_test: int = 300) -> str:
-  """A learnable 28x28 task in Keras' mnist.npz layout: noisy class prototypes."""
-  rng = np.random.default_rng(0)
-  protos = rng.uniform(0, 255, (10, 28, 28))
-
-  def draw(n):
-    y = rng.permutation(np.arange(n) % 10)
-    x = np.clip(protos[y] + rng.normal(0, 60, (n, 28, 28)), 0, 255).astype(np.uint8)
-    return x, y.astype(np.uint8)
-
-  (xtr, ytr), (xte, yte) = draw(n_train), draw(n_test)
-  np.savez(path, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte)
-  return str(path)
 
 
 def test_dynamic_temperature_by_hand():

@@ -5,6 +5,7 @@ two-round runs of FedCache 2.0 and the single-client baseline on a small learnab
 task (a Keras-layout npz made here, no download).
 """
 
+import functools
 import json
 import math
 import pathlib
@@ -16,6 +17,7 @@ from benchmarks.torch_ref import common
 from benchmarks.torch_ref import fedcache2
 from fedjax_kd import config as config_lib
 from fedjax_kd import sweep
+from tests.test_torch_reference import _npz as shared_npz
 
 torch = pytest.importorskip('torch')
 torch.set_num_threads(1)
@@ -23,19 +25,8 @@ torch.set_num_threads(1)
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _npz(path: pathlib.Path, n_train: int = 1200, n_test: int = 600) -> str:
-  """A learnable 28x28 task in Keras' mnist.npz layout: noisy class prototypes."""
-  rng = np.random.default_rng(0)
-  protos = rng.uniform(0, 255, (10, 28, 28))
-
-  def draw(n):
-    y = rng.permutation(np.arange(n) % 10)
-    x = np.clip(protos[y] + rng.normal(0, 40, (n, 28, 28)), 0, 255).astype(np.uint8)
-    return x, y.astype(np.uint8)
-
-  (xtr, ytr), (xte, yte) = draw(n_train), draw(n_test)
-  np.savez(path, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte)
-  return str(path)
+# A less noisy task with a larger test split than the shared default.
+_npz = functools.partial(shared_npz, n_test=600, noise=40.0)
 
 
 def _config(path: str, algorithm: str = 'fedcache2', **fields):
