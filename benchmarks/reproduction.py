@@ -550,6 +550,23 @@ def stable(ref: Ref, floor: float = 0.5) -> Callable:
   return fn
 
 
+def _paired_rounds(ca: dict[str, Any], cb: dict[str, Any], metric: str,
+                   from_round: int = 1) -> dict[int, list[tuple[float, float]]]:
+  """Per seed both cells ran, ``(a, b)`` values of ``metric`` at every round from
+  ``from_round`` that both logged (seeds without the metric or a shared round are left out)."""
+  out = {}
+  for seed in sorted(set(ca['curves']) & set(cb['curves'])):
+    xa, xb = ca['curves'][seed].get(metric), cb['curves'][seed].get(metric)
+    if xa is None or xb is None:
+      continue
+    rb = {int(r): v for r, v in zip(xb['round'], xb['acc'])}
+    pairs = [(float(v), float(rb[int(r)])) for r, v in zip(xa['round'], xa['acc'])
+             if int(r) >= from_round and int(r) in rb]
+    if pairs:
+      out[seed] = pairs
+  return out
+
+
 def no_steady_gap(a: Ref, b: Ref, from_round: int = 2, tol: float = 0.01) -> Callable:
   """``a`` does not trail (or lead) ``b`` steadily: per seed, the mean of ``a - b`` over
   every round from ``from_round`` on that both logged; then mean ± std over seeds.
@@ -562,17 +579,12 @@ def no_steady_gap(a: Ref, b: Ref, from_round: int = 2, tol: float = 0.01) -> Cal
     miss = _missing(t, (a, b), 'final_acc')
     if miss:
       return None, miss
-    ca, cb = t.find(a), t.find(b)
     per_seed, lower, total = {}, 0, 0
-    for seed in sorted(set(ca['curves']) & set(cb['curves'])):
-      xa, xb = ca['curves'][seed]['test_acc'], cb['curves'][seed]['test_acc']
-      rb = {int(r): v for r, v in zip(xb['round'], xb['acc'])}
-      d = [v - rb[int(r)] for r, v in zip(xa['round'], xa['acc'])
-           if int(r) >= from_round and int(r) in rb]
-      if d:
-        per_seed[seed] = float(np.mean(d))
-        lower += sum(x < 0 for x in d)
-        total += len(d)
+    for seed, pairs in _paired_rounds(t.find(a), t.find(b), 'test_acc', from_round).items():
+      d = [x - y for x, y in pairs]
+      per_seed[seed] = float(np.mean(d))
+      lower += sum(x < 0 for x in d)
+      total += len(d)
     g = sweep.stat(per_seed)
     if g['mean'] is None:
       return None, f'no shared rounds from round {from_round}'
@@ -592,18 +604,9 @@ def same_metric(a: Ref, b: Ref, metric: str, tol: float = 1e-3) -> Callable:
     miss = _missing(t, (a, b), 'final_acc')
     if miss:
       return None, miss
-    ca, cb = t.find(a), t.find(b)
-    worst, count, seeds = 0.0, 0, 0
-    for seed in sorted(set(ca['curves']) & set(cb['curves'])):
-      xa, xb = ca['curves'][seed].get(metric), cb['curves'][seed].get(metric)
-      if xa is None or xb is None:
-        continue
-      rb = {int(r): v for r, v in zip(xb['round'], xb['acc'])}
-      d = [abs(v - rb[int(r)]) for r, v in zip(xa['round'], xa['acc']) if int(r) in rb]
-      if d:
-        seeds += 1
-        count += len(d)
-        worst = max(worst, float(max(d)))
+    paired = _paired_rounds(t.find(a), t.find(b), metric)
+    seeds, count = len(paired), sum(len(p) for p in paired.values())
+    worst = max((abs(x - y) for p in paired.values() for x, y in p), default=0.0)
     if not count:
       return None, f'{metric} not logged by both'
     detail = (f'{metric}: largest difference {worst:.4f} over {count} (seed, round) pairs of '
