@@ -67,7 +67,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.clients.models = ('cnn@1.0',)    # tuples, so --config.x="('a','b')" can override
   c.clients.assignment = 'round_robin'   # 'round_robin', 'blocks' or model indices '0,1,1,0'
   c.clients.participation = 1.0          # fraction of clients selected per round, in (0, 1]
-  c.clients.shared_init = False          # False: each client its own init (DS-FL shares no weights)
+  c.clients.shared_init = False          # True: clients and server start from one draw
   # Where client states live between rounds: 'device' (stacked on the accelerator),
   # 'host' (host memory; only a round's participants go to the device) or 'disk'
   # (.npy memory maps in store_dir, default <workdir>/client_store). For K >> clients per round.

@@ -49,6 +49,7 @@ import numpy as np
 from fedjax_kd import algorithms
 from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import compile_cache
+from fedjax_kd import config as config_lib
 from fedjax_kd import experiment as experiment_lib
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
@@ -71,8 +72,24 @@ def _fmt_time(s: float) -> str:
   return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
 
 
+def _with_defaults(cfg: Any, defaults: Any) -> Any:
+  """``cfg`` with every field of ``defaults`` it lacks added at its default (recursively)."""
+  if not isinstance(cfg, dict) or not isinstance(defaults, dict):
+    return cfg
+  out = dict(cfg)
+  for k, v in defaults.items():
+    out[k] = _with_defaults(cfg[k], v) if k in cfg else v
+  return out
+
+
 def _resumable(cfg: dict) -> dict:
-  """The part of a config that must match to resume (rounds may be extended)."""
+  """The part of a config that must match to resume (rounds may be extended).
+
+  A field that a run's ``config.json`` lacks was added to fedjax_kd after the run was made;
+  it counts at its default, which keeps what runs did before the field existed.
+  """
+  defaults = json.loads(config_lib.default_config().to_json_best_effort())
+  cfg = _with_defaults(cfg, defaults)
   return {k: v for k, v in cfg.items() if k not in ('rounds', 'checkpoint', 'eval', 'log')}
 
 

@@ -77,6 +77,21 @@ def test_result_does_not_depend_on_other_clients_padding():
   assert_trees_close(results[0], results[1], rtol=1e-5, atol=1e-6)
 
 
+def test_epoch_positions_visit_real_samples_in_the_same_batches_whatever_the_padding():
+  """A client's batches of real samples are the same at any padded length (the PyTorch
+  lock-step reference pads every client to one length and relies on it)."""
+  from fedjax_kd.core.kernels import epoch_positions  # pylint: disable=g-import-not-at-top
+  key = jax.random.PRNGKey(4)
+  batches = []
+  for n_max in (23, 24, 61):
+    pos, _ = epoch_positions(key, n_max, jnp.int32(23), 3, 5)
+    pos = np.asarray(pos)
+    batches.append([tuple(p[p < 23]) for p in pos if (p < 23).any()])
+  assert batches[0] == batches[1] == batches[2]
+  assert len(batches[0]) == 3 * 5   # 3 epochs of ceil(23 / 5) batches, the last of 3 samples
+  assert sorted(sum(map(list, batches[0][:5]), [])) == list(range(23))
+
+
 def test_keras_step_count_and_no_update_without_data():
   """ceil(n/B) steps per epoch; a client with no data is never updated."""
   data = make_data([7, 0])

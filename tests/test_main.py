@@ -107,6 +107,24 @@ def test_resume_refuses_a_different_config(tmp_path):
     runner.run(config_lib.validate(c), str(tmp_path), progress=False)
 
 
+def test_resume_takes_a_field_the_old_config_lacks_at_its_default(tmp_path):
+  """A run made before a field existed resumes (the field counts at its default), and a
+  lacking field whose default differs from the new value is still a different config."""
+  c = tiny(rounds=1)
+  c.checkpoint.every = 1
+  runner.run(config_lib.validate(c), str(tmp_path), progress=False)
+  path = tmp_path / 'config.json'
+  old = json.loads(path.read_text())
+  del old['data']['dominant_fraction']     # as written before the field was added
+  path.write_text(json.dumps(old))
+  c.rounds = 2
+  assert runner.run(config_lib.validate(c), str(tmp_path), progress=False)['rounds'] == 2
+  path.write_text(json.dumps(old))
+  c.rounds, c.data.dominant_fraction = 3, 0.5
+  with pytest.raises(Exception, match='--workdir'):
+    runner.run(config_lib.validate(c), str(tmp_path), progress=False)
+
+
 @pytest.mark.parametrize('algorithm', ['fedavg', 'fd', 'single'])
 @pytest.mark.slow
 def test_baselines_run_end_to_end(tmp_path, algorithm):

@@ -261,8 +261,35 @@ def test_readme_example_output_is_the_archived_default_run():
   assert "Its accuracy digits are that machine's" in readme
 
 
+def test_equivalence_on_known_numbers():
+  """Two one-sided t-tests against the margin, worked by hand (t(0.95, 2) = 2.920)."""
+  rep = _module()
+  # +0.01, 0, -0.01: mean 0, std 0.01, SE 0.01 / sqrt(3) = 0.00577, 90% CI 0 ± 0.0169:
+  # inside ±0.02; TOST p = P(T_2 > 0.02 / 0.00577 = 3.46) = 0.037.
+  assert rep.equivalence({0: 0.01, 1: 0.0, 2: -0.01}, 0.02) == (
+      True, '+0.000 ± 0.010 (n=3; SE 0.006; 90% CI [-0.017, +0.017]); margin ±0.02; within '
+      'it: TOST p = 0.037')
+  # The same seeds against ±0.01 cannot tell a gap of 0.01 from none.
+  holds, text = rep.equivalence({0: 0.01, 1: 0.0, 2: -0.01}, 0.01)
+  assert holds is None and text.endswith('more seeds decide')
+  # -0.13, -0.13, -0.05: mean -0.1033, std 0.0462, SE 0.0267, 90% CI [-0.181, -0.025]: wholly
+  # below -0.02; p = P(T_2 > (0.1033 - 0.02) / 0.0267 = 3.125) = 0.044.
+  assert rep.equivalence({0: -0.13, 1: -0.13, 2: -0.05}, 0.02) == (
+      False, '-0.103 ± 0.046 (n=3; SE 0.027; 90% CI [-0.181, -0.025]); margin ±0.02; beyond '
+      'it: p = 0.044')
+  # Five seeds narrow the interval: t(0.95, 4) = 2.132; +0.03 ± 0.01 -> SE 0.00447, CI
+  # [+0.020, +0.040]: beyond +0.01, not decided against +0.02... and inside ±0.05.
+  five = {0: 0.02, 1: 0.03, 2: 0.04, 3: 0.025, 4: 0.035}   # mean 0.03, std 0.0079
+  assert rep.equivalence(five, 0.01)[0] is False
+  assert rep.equivalence(five, 0.03)[0] is None
+  assert rep.equivalence(five, 0.05)[0] is True
+  # Every seed the same difference: the margin decides exactly.
+  assert rep.equivalence({0: 0.01, 1: 0.01, 2: 0.01}, 0.02)[0] is True
+  assert rep.equivalence({0: 0.05, 1: 0.05, 2: 0.05}, 0.02)[0] is False
+
+
 def test_matches_on_known_numbers():
-  """The reference check: the paired per-seed difference against a tolerance and its noise."""
+  """The reference check: the paired per-seed differences, tested against the margin."""
   rep = _module()
 
   def cell(label, finals, r3):
@@ -270,20 +297,22 @@ def test_matches_on_known_numbers():
     c['curves'] = {s: {'test_acc': _series([1, 3], [0.1, v])} for s, v in enumerate(r3)}
     return c
 
-  t = rep.Table([cell('ours', [0.94, 0.93, 0.85], [0.80, 0.76, 0.70]),
+  t = rep.Table([cell('ours', [0.94, 0.94, 0.83], [0.80, 0.76, 0.70]),
                  cell('ref', [0.93, 0.94, 0.84], [0.80, 0.77, 0.74]),
                  cell('far', [0.80, 0.81, 0.79], [0.5, 0.5, 0.5]),
                  cell('noisy', [0.99, 0.85, 0.99], [0.8, 0.8, 0.8])])
-  holds, detail = rep.matches('ours', 'ref')(t)          # differences +0.01, -0.01, +0.01
-  assert holds is True and detail == ('final: ours 0.907 ± 0.049 vs ref 0.903 ± 0.055; paired '
-                                      'difference +0.003 ± 0.012 (n=3); tolerance ±0.02')
-  holds, detail = rep.matches('ours', 'ref', at_round=3)(t)   # 0, -0.01, -0.04: mean -0.0167
-  assert holds is True and detail.startswith('round 3: ours 0.753 ± 0.050 vs ref 0.770 ± 0.030')
-  assert rep.matches('ours', 'ref', at_round=3, tol=0.01)(t)[0] is None   # within one std
+  holds, detail = rep.matches('ours', 'ref')(t)          # differences +0.01, 0, -0.01
+  assert holds is True and detail == (
+      'final: ours 0.903 ± 0.064 vs ref 0.903 ± 0.055; paired difference +0.000 ± 0.010 (n=3; '
+      'SE 0.006; 90% CI [-0.017, +0.017]); margin ±0.02; within it: TOST p = 0.037')
+  # Round 3: 0, -0.01, -0.04: mean -0.0167, SE 0.0120, 90% CI [-0.052, +0.018].
+  holds, detail = rep.matches('ours', 'ref', at_round=3)(t)
+  assert holds is None and detail.startswith('round 3: ours 0.753 ± 0.050 vs ref 0.770 ± 0.030')
+  assert '90% CI [-0.052, +0.018]' in detail and detail.endswith('more seeds decide')
   holds, detail = rep.matches('far', 'ref')(t)           # -0.13, -0.13, -0.05
-  assert holds is False and 'paired difference -0.103 ± 0.046' in detail
+  assert holds is False and 'paired difference -0.103 ± 0.046 (n=3' in detail
   holds, detail = rep.matches('noisy', 'ref')(t)         # +0.06, -0.09, +0.15: mean 0.04, std 0.12
-  assert holds is None and detail.endswith('within one std')
+  assert holds is None and detail.endswith('more seeds decide')
   assert rep.matches('ours', 'ref', at_round=2)(t) == (None, 'not logged at round 2')
   assert rep.matches('ours', 'gone')(t) == (None, 'not run: gone')
 
@@ -347,12 +376,15 @@ def test_no_steady_gap_on_known_numbers():
   lag = [[0.1, 0.45, 0.65, 0.75], [0.1, 0.55, 0.65, 0.85], [0.1, 0.35, 0.55, 0.75]]
   t = rep.Table([cell('ours', ours), cell('ref', ref), cell('lag', lag),
                  cell('two', ours[:2])])
-  holds, detail = rep.no_steady_gap('ours', 'ref')(t)
-  assert holds is True and detail == ('rounds 2-last: mean per-seed gap ours - ref -0.003 ± '
-                                      '0.006 (n=3); lower in 3 of 9 (seed, round) pairs; '
-                                      'tolerance ±0.01')
+  # Per-seed gaps -0.01, 0, 0: mean -0.0033, std 0.0058, SE 0.0033, 90% CI [-0.013, +0.006]
+  # (t(0.95, 2) = 2.920): inside ±0.02, not inside ±0.01.
+  holds, detail = rep.no_steady_gap('ours', 'ref', tol=0.02)(t)
+  assert holds is True and detail.startswith(
+      'rounds 2-last (ours lower in 3 of 9 (seed, round) pairs): mean per-seed gap ours - ref '
+      '-0.003 ± 0.006 (n=3; SE 0.003; 90% CI [-0.013, +0.006]); margin ±0.02; within it')
+  assert rep.no_steady_gap('ours', 'ref')(t)[0] is None
   holds, detail = rep.no_steady_gap('lag', 'ref')(t)   # -0.05 in every round of every seed
-  assert holds is False and 'gap lag - ref -0.050 ± 0.000 (n=3); lower in 9 of 9' in detail
+  assert holds is False and '(lag lower in 9 of 9' in detail and 'gap lag - ref -0.050' in detail
   assert rep.no_steady_gap('two', 'ref')(t)[0] is None
   assert rep.no_steady_gap('ours', 'gone')(t) == (None, 'not run: gone')
 
@@ -437,7 +469,7 @@ def _fake_sweep(out, engine, variants, finals, r3):
 def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
   """The PyTorch reference's sweep is read next to the fedjax_kd MNIST sweep, seed by seed."""
   runs = tmp_path / 'runs'
-  finals = {'DS-FL ERA': [0.94, 0.93, 0.85], 'DS-FL SA': [0.82, 0.83, 0.71],
+  finals = {'DS-FL ERA': [0.94, 0.94, 0.83], 'DS-FL SA': [0.82, 0.83, 0.71],
             'PyTorch DS-FL ERA': [0.93, 0.94, 0.84], 'PyTorch DS-FL SA': [0.90, 0.91, 0.80]}
   _fake_sweep(runs / 'dsfl_mnist', 'fedjax_kd', [('DS-FL ERA', 'era'), ('DS-FL SA', 'sa')],
               finals, None)
@@ -461,7 +493,8 @@ def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
   checks = {ln.split(' | ')[0][2:]: ln for ln in md.splitlines()
             if ln.startswith('| ') and 'dsfl_mnist_torch' in ln and 'PyTorch' in ln}
   era = [v for k, v in checks.items() if 'DS-FL ERA accuracy equals' in k and 'last' in k][0]
-  assert 'paired difference +0.003 ± 0.012 (n=3)' in era and era.endswith('**holds** |')
+  # +0.01, 0, -0.01: 90% CI [-0.017, +0.017], inside ±0.02 (test_equivalence_on_known_numbers)
+  assert 'paired difference +0.000 ± 0.010 (n=3; SE 0.006' in era and era.endswith('**holds** |')
   sa = [v for k, v in checks.items() if 'DS-FL SA accuracy equals' in k and 'last' in k][0]
   assert 'paired difference -0.083 ± 0.006' in sa and sa.endswith(
       '**does not hold at this scale** |')

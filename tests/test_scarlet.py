@@ -221,6 +221,20 @@ def test_scarlet_cifar10_is_the_papers_setting(alpha, beta, rounds):
   assert c100.options.beta == 1.25 and set(c100.client_models) == {'resnet32@1'}
 
 
+def test_shared_init_starts_every_client_and_the_server_from_one_model():
+  """clients.shared_init: the authors' code builds one model and copies it to every client
+  and to the server; without it each starts from its own draw."""
+  for shared in (True, False):
+    c = scarlet_tiny(rounds=1, **{'clients.models': ['mlp@0.25'], 'server.model': 'mlp@0.25',
+                                  'clients.shared_init': shared})
+    state = experiment.build(config_lib.validate(c)).algorithm.init()
+    clients = jax.tree.leaves(state.clients[0].params)
+    server = jax.tree.leaves(state.server.params)
+    same_clients = all(np.array_equal(a[0], a[k]) for a in clients for k in range(1, K))
+    same_server = all(np.array_equal(a[0], b[0]) for a, b in zip(clients, server))
+    assert same_clients is shared and same_server is shared
+
+
 def test_prediction_augmentation_is_per_client_and_optional():
   """Clients augment the public images they predict on with their own keys (as SCARLET's code)."""
 

@@ -350,6 +350,10 @@ class Lockstep:
     self.exp = setting.experiment
     self.root = self.exp.ctx.root
     self._state = None
+    # fedjax_kd's order of a client's real samples does not depend on how far the client is
+    # padded (kernels.epoch_positions), so one padded length serves every client: one compile
+    # instead of one per client size.
+    self.pad_to = max((len(r) for r in setting.client_rows), default=0)
 
   def _initial(self):
     if self._state is None:
@@ -383,7 +387,8 @@ class Lockstep:
       key = rng.server_key(self.root, t, phase)
     else:
       key = rng.client_keys(self.root, t, np.array([who]), phase)[0]
-    pos, _ = _epoch_positions()(key, n_max, self._jax.numpy.int32(n), epochs, batch_size)
+    pos, _ = _epoch_positions()(key, max(n_max, self.pad_to), self._jax.numpy.int32(n),
+                                epochs, batch_size)
     return np.asarray(pos)
 
 

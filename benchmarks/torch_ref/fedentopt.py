@@ -43,6 +43,12 @@ VARIANTS = {a: (f'PyTorch {n}', a, {})
 VARIANTS.update({f'{a}_fedjax_init': (f'PyTorch {n}, fedjax_kd init', a,
                                         {'reference.init': 'fedjax'})
                  for a, n in zip(ALGORITHMS, ('FedAvg', 'FedProx', 'SCAFFOLD', 'FedNova'))})
+# '<algorithm>_lockstep': fedjax_kd's initial weights, minibatch order and biased BatchNorm
+# running variance, so the two implementations compute the same rounds up to float rounding.
+VARIANTS.update({f'{a}_lockstep': (f'PyTorch {n}, lock-step', a,
+                                   {'reference.init': 'fedjax', 'reference.batches': 'fedjax',
+                                    'reference.bn_running_var': 'biased'})
+                 for a, n in zip(ALGORITHMS, ('FedAvg', 'FedProx', 'SCAFFOLD', 'FedNova'))})
 DEFAULT_VARIANTS = ALGORITHMS
 FIXED = ()
 METRICS = ('param_norm', 'control_norm')

@@ -41,6 +41,14 @@ VARIANTS = {
     'scarlet': ('PyTorch SCARLET', 'scarlet', {}),
     'dsfl': ('PyTorch DS-FL ERA (SCARLET order)', 'dsfl', {}),
 }
+# Lock-step: fedjax_kd's initial weights (of a run with model.init=torch, PyTorch's family),
+# minibatch order and biased BatchNorm running variance.
+LOCKSTEP = {'reference.init': 'fedjax', 'reference.batches': 'fedjax',
+            'reference.bn_running_var': 'biased', 'model.init': 'torch'}
+VARIANTS.update({
+    'scarlet_lockstep': ('PyTorch SCARLET, lock-step', 'scarlet', LOCKSTEP),
+    'dsfl_lockstep': ('PyTorch DS-FL ERA (SCARLET order), lock-step', 'dsfl', LOCKSTEP),
+})
 DEFAULT_VARIANTS = ('scarlet', 'dsfl')
 
 
@@ -115,6 +123,10 @@ def rounds(ctx) -> Iterator[dict[str, Any]]:
                                         phase='train')
                                 for k, (m, (x, y)) in enumerate(zip(clients, ctx.data))]))
     requested = [int(i) for i in draw if not (cache_on and cache.valid(int(i), t))]
+    # The authors' order: the requested samples first, then the cached ones, each in draw
+    # order; the labels, and the batches of both distillations, follow it.
+    asked = set(requested)
+    draw = np.array(requested + [int(i) for i in draw if int(i) not in asked], np.int64)
     fresh: dict[int, Any] = {}
     if requested:
       x_req = ctx.x_pub[torch.tensor(requested)]

@@ -168,10 +168,13 @@ class Algorithm:
     Subclasses extend it with ``state.replace(table=..., extra=...)``.
     """
     fed = self.ctx.fed
-    clients = fed.init(self.ctx.root, shared_init=self.spec.shared_init)
+    key = rng.server_key(self.ctx.root, 0, 'init')
+    # clients.shared_init: every client and the server start from one draw (the server's),
+    # as the papers' code builds one model and copies it.
+    clients = fed.init(self.ctx.root, shared_key=key if self.spec.shared_init else None)
     server = ()
     if self.server_model is not None:
-      server = self.server_model.init(rng.server_key(self.ctx.root, 0, 'init'))
+      server = self.server_model.init(key)
     return AlgState(clients=clients, server=server)
 
   def setup_payloads(self) -> list[comm.Payload]:

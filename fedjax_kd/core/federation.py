@@ -436,15 +436,26 @@ class Federation:
              np.where(ok, cohort.client_ids[prow], self.num_clients).astype(np.int32))
 
   # --------------------------------------------------------------- init
-  def init(self, root: Array, shared_init: bool = False) -> tuple[ModelState, ...]:
-    """Initial states, one per cohort. Keys depend on client id only (independent inits)."""
+  def init(self, root: Array, shared_key: Array | None = None) -> tuple[ModelState, ...]:
+    """Initial states, one per cohort.
+
+    Args:
+      root: the run's root key; client ``k`` initialises from ``(root, 0, k, 'init')``
+        (independent inits that depend on the client id only).
+      shared_key: instead, one key for every client: all clients of one model spec start
+        from the same weights (and from the weights of any other model built from it).
+    """
     states = []
     for cohort in self.cohorts:
-      ids = np.zeros_like(cohort.client_ids) if shared_init else cohort.client_ids
-      ids = self.global_ids[ids]
-      make = lambda rows, ids=ids, k=cohort.kernels: k.init(
-          rng.client_keys(root, 0, ids[rows], 'init'), self.data.input_shape,
-          self.data.model_input_dtype)
+      ids = self.global_ids[cohort.client_ids]
+
+      def keys(rows, ids=ids):
+        if shared_key is None:
+          return rng.client_keys(root, 0, ids[rows], 'init')
+        return jnp.broadcast_to(shared_key, (len(rows),) + shared_key.shape)
+
+      make = lambda rows, keys=keys, k=cohort.kernels: k.init(
+          keys(rows), self.data.input_shape, self.data.model_input_dtype)
       if self.store is None:
         states.append(make(np.arange(cohort.size)))
       else:   # built chunk by chunk straight into host memory (or disk)
