@@ -1873,8 +1873,8 @@ def pair_figure(path: str, cells: Sequence[dict[str, Any]], pairs: Sequence[tupl
                 title: str) -> str | None:
   """One panel per ``(fedjax_kd, reference)`` pair: both implementations' test accuracy by
   round on the same axes (mean ± std band over seeds; one colour per grid cell, fedjax_kd
-  solid, the reference dashed), over the grid cells and rounds the reference ran. None
-  without matplotlib or without any curve."""
+  solid, the reference dashed), over the grid cells, rounds and seeds the reference ran.
+  None without matplotlib or without any curve."""
   if importlib.util.find_spec('matplotlib') is None:
     return None
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
@@ -1893,8 +1893,10 @@ def pair_figure(path: str, cells: Sequence[dict[str, Any]], pairs: Sequence[tupl
     keys = list(dict.fromkeys(tuple(sorted(c['cell'].items())) for c in group))
     last = max((max(cv['test_acc']['round']) for c in group if c['variant'] == b
                 for cv in c['curves'].values() if len(cv['test_acc']['round'])), default=0)
+    both = set.intersection(*(set(c['curves']) for c in group))   # paired seeds only
     for c in group:
-      curves = [cv['test_acc'] for cv in c['curves'].values() if len(cv['test_acc']['round'])]
+      curves = [cv['test_acc'] for seed, cv in c['curves'].items()
+                if seed in both and len(cv['test_acc']['round'])]
       if not curves:
         continue
       rounds, _, mean, std = sweep._band(curves)  # pylint: disable=protected-access
@@ -1903,7 +1905,7 @@ def pair_figure(path: str, cells: Sequence[dict[str, Any]], pairs: Sequence[tupl
                         else int(c['variant'] != a))
       style = '-' if c['variant'] == a else '--'
       ax.plot(rounds, mean * 100, style, color=color, linewidth=1.5,
-              label=f'{_cell_name(c)} (n={c["n"]})')
+              label=f'{_cell_name(c)} (n={len(curves)})')
       ax.fill_between(rounds, np.clip(mean - std, 0, 1) * 100, np.clip(mean + std, 0, 1) * 100,
                       color=color, alpha=0.15, linewidth=0)
     ax.set_title(f'{a} vs {b}', fontsize='medium')
