@@ -837,11 +837,13 @@ def _sections() -> tuple[Section, ...]:
           Check("ERA's final server accuracy exceeds SA's in the PyTorch reference too",
                 'dsfl_mnist_torch', exceeds('PyTorch DS-FL ERA', 'PyTorch DS-FL SA')),) + tuple(
           Check(f'fedjax_kd\'s DS-FL {agg} does not trail the reference steadily: the '
-                'per-seed mean gap over rounds 2-15 is equivalent within 1 point', 'dsfl_mnist_torch',
+                'per-seed mean gap over rounds 2-15 is equivalent within 1 point',
+                'dsfl_mnist_torch',
                 no_steady_gap(f'DS-FL {agg}', f'PyTorch DS-FL {agg}'))
           for agg in ('ERA', 'SA')) + (
           Check('In lock-step (same initial weights, batches and BatchNorm rule) the PyTorch '
-                "DS-FL's round-3 accuracy is fedjax_kd's (paired by seed, equivalent within 1 point)",
+                "DS-FL's round-3 accuracy is fedjax_kd's (paired by seed, equivalent within 1 "
+                'point)',
                 'dsfl_mnist_torch_ablation',
                 matches(_torch_label('dsfl', 'lockstep'), 'DS-FL ERA', at_round=3, tol=0.01)),
           Check("PyTorch's unbiased BatchNorm running variance moves the lock-step round-3 "

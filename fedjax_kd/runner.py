@@ -34,6 +34,7 @@ time spent compiling (part of ``round_time_s``), and the ETA leaves it out
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -82,14 +83,19 @@ def _with_defaults(cfg: Any, defaults: Any) -> Any:
   return out
 
 
+@functools.cache
+def _defaults() -> dict:
+  """The default config as its JSON tree (what a run's ``config.json`` holds)."""
+  return json.loads(config_lib.default_config().to_json_best_effort())
+
+
 def _resumable(cfg: dict) -> dict:
   """The part of a config that must match to resume (rounds may be extended).
 
   A field that a run's ``config.json`` lacks was added to fedjax_kd after the run was made;
   it counts at its default, which keeps what runs did before the field existed.
   """
-  defaults = json.loads(config_lib.default_config().to_json_best_effort())
-  cfg = _with_defaults(cfg, defaults)
+  cfg = _with_defaults(cfg, _defaults())
   return {k: v for k, v in cfg.items() if k not in ('rounds', 'checkpoint', 'eval', 'log')}
 
 

@@ -63,6 +63,11 @@ class RefOptions:
     return self.init == 'fedjax' or self.batches == 'fedjax'
 
 
+# The switches that put the reference in lock-step with fedjax_kd: its initial weights, its
+# minibatch order and its biased BatchNorm running variance (only float rounding is left).
+LOCKSTEP = {'reference.init': 'fedjax', 'reference.batches': 'fedjax',
+            'reference.bn_running_var': 'biased'}
+
 # field -> allowed values (a tuple) or a type
 REFERENCE_FIELDS: dict[str, Any] = {
     'reference.bn_running_var': ('unbiased', 'biased'),

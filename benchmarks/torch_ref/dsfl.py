@@ -20,13 +20,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from benchmarks.torch_ref import common
+
 ALGORITHMS = ('dsfl',)
 CONFIG = 'configs/dsfl_mnist_cpu.py'
 FIXED = (('eval.clients', False),)    # the server model is what DS-FL scores
 METRICS = ('label_acc', 'upload_acc', 'entropy')
-# Switches of common.RefOptions for the ablation variants below.
-_LOCKSTEP = {'reference.init': 'fedjax', 'reference.batches': 'fedjax',
-             'reference.bn_running_var': 'biased'}
 # variant key -> (label, fedjax_kd algorithm, fields). The last five are the ablation of the
 # known differences between fedjax_kd and this reference (ERA), one at a time: from
 # lock-step (fedjax_kd's initial weights and batches, its biased running variance) back
@@ -36,14 +35,14 @@ VARIANTS = {
     'era': ('PyTorch DS-FL ERA', 'dsfl', {'dsfl.aggregation': 'era'}),
     'sa': ('PyTorch DS-FL SA', 'dsfl', {'dsfl.aggregation': 'sa'}),
     'lockstep': ('Lock-step (fedjax_kd init and batches, biased BN variance)', 'dsfl',
-                 {'dsfl.aggregation': 'era', **_LOCKSTEP}),
+                 {'dsfl.aggregation': 'era', **common.LOCKSTEP}),
     'lockstep_bn': ('Lock-step with PyTorch BN variance (unbiased)', 'dsfl',
-                    {'dsfl.aggregation': 'era', **_LOCKSTEP,
+                    {'dsfl.aggregation': 'era', **common.LOCKSTEP,
                      'reference.bn_running_var': 'unbiased'}),
     'lockstep_init': ('Lock-step with PyTorch init', 'dsfl',
-                      {'dsfl.aggregation': 'era', **_LOCKSTEP, 'reference.init': 'torch'}),
+                      {'dsfl.aggregation': 'era', **common.LOCKSTEP, 'reference.init': 'torch'}),
     'lockstep_batches': ('Lock-step with PyTorch batches', 'dsfl',
-                         {'dsfl.aggregation': 'era', **_LOCKSTEP,
+                         {'dsfl.aggregation': 'era', **common.LOCKSTEP,
                           'reference.batches': 'torch'}),
     'era_draws': ('PyTorch DS-FL ERA, other random draws', 'dsfl',
                   {'dsfl.aggregation': 'era', 'reference.seed_offset': 1000}),

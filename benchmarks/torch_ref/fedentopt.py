@@ -32,6 +32,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from benchmarks.torch_ref import common
+
 ALGORITHMS = ('fedavg', 'fedprox', 'scaffold', 'fednova')
 CONFIG = 'configs/fedentopt_mnist_cpu.py'
 # variant key -> (label, fedjax_kd algorithm, fedjax_kd fields). '<algorithm>_fedjax_init'
@@ -45,9 +47,7 @@ VARIANTS.update({f'{a}_fedjax_init': (f'PyTorch {n}, fedjax_kd init', a,
                  for a, n in zip(ALGORITHMS, ('FedAvg', 'FedProx', 'SCAFFOLD', 'FedNova'))})
 # '<algorithm>_lockstep': fedjax_kd's initial weights, minibatch order and biased BatchNorm
 # running variance, so the two implementations compute the same rounds up to float rounding.
-VARIANTS.update({f'{a}_lockstep': (f'PyTorch {n}, lock-step', a,
-                                   {'reference.init': 'fedjax', 'reference.batches': 'fedjax',
-                                    'reference.bn_running_var': 'biased'})
+VARIANTS.update({f'{a}_lockstep': (f'PyTorch {n}, lock-step', a, dict(common.LOCKSTEP))
                  for a, n in zip(ALGORITHMS, ('FedAvg', 'FedProx', 'SCAFFOLD', 'FedNova'))})
 DEFAULT_VARIANTS = ALGORITHMS
 FIXED = ()

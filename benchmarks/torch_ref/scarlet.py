@@ -33,6 +33,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from benchmarks.torch_ref import common
+
 ALGORITHMS = ('scarlet', 'dsfl')
 CONFIG = 'configs/scarlet_mnist_cpu.py'
 FIXED = ()
@@ -43,8 +45,7 @@ VARIANTS = {
 }
 # Lock-step: fedjax_kd's initial weights (of a run with model.init=torch, PyTorch's family),
 # minibatch order and biased BatchNorm running variance.
-LOCKSTEP = {'reference.init': 'fedjax', 'reference.batches': 'fedjax',
-            'reference.bn_running_var': 'biased', 'model.init': 'torch'}
+LOCKSTEP = {**common.LOCKSTEP, 'model.init': 'torch'}
 VARIANTS.update({
     'scarlet_lockstep': ('PyTorch SCARLET, lock-step', 'scarlet', LOCKSTEP),
     'dsfl_lockstep': ('PyTorch DS-FL ERA (SCARLET order), lock-step', 'dsfl', LOCKSTEP),
