@@ -267,12 +267,19 @@ def _same_kind(v: Any, default: Any) -> bool:
 
 
 def shipped_configs() -> dict[str, str]:
-  """The configs installed with the package (``fedjax_kd.configs``): name -> file path."""
+  """The configs installed with the package (``fedjax_kd.configs``): name -> file path.
+
+  Run from a source tree (``python -m fedjax_kd.main`` in a checkout imports the checkout's
+  ``fedjax_kd/``, which holds no ``configs`` package), they are the repository's ``configs/``.
+  """
   import importlib.resources  # pylint: disable=g-import-not-at-top
+  import pathlib  # pylint: disable=g-import-not-at-top
   try:
     folder = importlib.resources.files('fedjax_kd.configs')
   except ModuleNotFoundError:
-    return {}
+    folder = pathlib.Path(__file__).resolve().parent.parent / 'configs'
+    if not folder.is_dir():
+      return {}
   return {f.name[:-3]: str(f) for f in sorted(folder.iterdir(), key=lambda f: f.name)
           if f.name.endswith('.py') and not f.name.startswith('_')}
 

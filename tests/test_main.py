@@ -152,6 +152,24 @@ def test_import_fedjax_kd_reaches_every_op_module():
     fedjax_kd.nope
 
 
+def test_config_names_resolve_from_a_source_tree(monkeypatch):
+  """`python -m fedjax_kd.main --config=default` inside a checkout after a plain
+  `pip install .` imports the checkout's fedjax_kd/, which has no `configs` package: the
+  names then resolve to the repository's configs/."""
+  import importlib.resources  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import config as config_lib
+  files = importlib.resources.files
+
+  def no_configs_package(name):
+    if name == 'fedjax_kd.configs':
+      raise ModuleNotFoundError(name)
+    return files(name)
+
+  monkeypatch.setattr(importlib.resources, 'files', no_configs_package)
+  assert os.path.samefile(config_lib.resolve_path('default'),
+                          os.path.join(REPO, 'configs', 'default.py'))
+
+
 def test_config_names_resolve_to_the_shipped_configs(tmp_path, monkeypatch):
   """--config=NAME finds configs/NAME.py (installed as fedjax_kd.configs) from any folder;
   a path is taken as given; an unknown name lists the shipped ones."""
