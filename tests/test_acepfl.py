@@ -293,6 +293,21 @@ def test_paper_config_validates_for_every_setting():
   assert config_lib.validate(load_config('acepfl_cifar10.py', 'pat2')).data.classes_per_client == 2
 
 
+def test_scarce_setting_is_the_cpu_setting_with_small_clients():
+  base = config_lib.validate(load_config('acepfl_mnist_cpu.py', ''))
+  spec = config_lib.validate(load_config('acepfl_mnist_cpu.py', 'scarce'))
+  assert (spec.data.num_private, spec.data.alpha, spec.train.epochs) == (1000, 1.0, 5)
+  assert (spec.rounds, spec.options.r0) == (21, 7)     # three temperature stages of 7 rounds
+  assert (base.data.num_private, base.data.alpha, base.train.epochs) == (5400, 0.1, 1)
+  # Everything else is the CPU setting's: models, D0, loss, clients.
+  for field in ('num_clients', 'client_models'):
+    assert getattr(spec, field) == getattr(base, field)
+  assert spec.data.num_public == base.data.num_public == 600
+  assert spec.options.weights == base.options.weights
+  with pytest.raises(ValueError, match="expected no argument or ':scarce'"):
+    load_config('acepfl_mnist_cpu.py', 'scarse')
+
+
 def test_convergence_round_by_hand():
   from fedjax_kd import runner
   accs = [0.5, 0.6, 0.7, 0.7005] + [0.7] * 25

@@ -44,42 +44,71 @@ def _cell(label, values, grid=None, key='final_acc', thresholds=(), reached=None
           'stats': st, 'thresholds': list(thresholds), 'reached': reached or {}}
 
 
+def test_directional_test_on_known_numbers():
+  rep = _module()
+  # d = .01 .02 0 .015 .01: mean .011, sample std sqrt(220e-6 / 4) = .00742, SE .00332,
+  # t = 3.317 with 4 df: one-sided p = .0147; t(.95, 4) = 2.132 gives the 90% CI +-.00707.
+  holds, text = rep.directional({0: .01, 1: .02, 2: 0.0, 3: .015, 4: .01})
+  assert holds is True
+  assert text == ('+0.011 ± 0.007 (n=5; SE 0.003; 90% CI [+0.004, +0.018]); one-sided paired '
+                  't-test against a difference ≤ 0: p = 0.015')
+  # The same five seeds against a non-inferiority margin of 1 point: t = (.011 + .01) / SE.
+  assert rep.directional({0: .01, 1: .02, 2: 0.0, 3: .015, 4: .01}, margin=-0.01)[0] is True
+  # A positive mean that the seeds do not show at p < .05 does not hold (n = 5 decides) ...
+  holds, text = rep.directional({0: .01, 1: -.02, 2: 0.0, 3: .015, 4: .01})
+  assert holds is False and text.endswith('p = 0.328')
+  # ... but three seeds decide nothing, even a clear gain.
+  holds, text = rep.directional({0: .1, 1: .12, 2: .11})
+  assert holds is None and text.endswith('n < 5: more seeds decide')
+  # The same difference in every seed (bytes fixed by the config): the sign decides.
+  holds, text = rep.directional(dict.fromkeys(range(5), 2e6), kind='bytes')
+  assert holds is True and text.startswith('+2.00 ± 0.00 MB (n=5') and 'p < 0.001' in text
+  assert rep.directional(dict.fromkeys(range(5), -2e6), kind='bytes')[0] is False
+
+
 def test_checks_on_known_numbers():
   rep = _module()
-  t = rep.Table([_cell('ACE', [0.90, 0.92, 0.94]), _cell('noisy', [0.88, 0.93, 0.935]),
-                 _cell('clear', [0.80, 0.82, 0.84]), _cell('same', [0.90, 0.92, 0.94]),
-                 _cell('A', [0.5, 0.6, 0.7], grid={'selection.method': 'fedentopt'}),
-                 _cell('A', [0.5, 0.5, 0.5], grid={'selection.method': 'uniform'})])
+  five = lambda *v: list(v)
+  t = rep.Table([_cell('ACE', five(.90, .92, .94, .91, .93)),
+                 _cell('noisy', five(.88, .93, .935, .92, .93)),   # ACE - noisy: +.02 -.01 .005 -.01 0
+                 _cell('clear', five(.80, .82, .84, .81, .83)),
+                 _cell('same', five(.90, .92, .94, .91, .93)),
+                 _cell('three', [.80, .82, .84]),
+                 _cell('A', five(.5, .6, .7, .6, .6), grid={'selection.method': 'fedentopt'}),
+                 _cell('A', five(.5, .5, .5, .5, .5), grid={'selection.method': 'uniform'})])
   holds, detail = rep.drop_beyond_noise('ACE', 'clear')(t)
-  assert holds is True and 'Δ = -0.100 ± 0.000 (n=3)' in detail
-  holds, detail = rep.drop_beyond_noise('ACE', 'noisy')(t)    # deltas -0.02, +0.01, -0.005
-  assert holds is None and '|Δ| > std: no' in detail
+  assert holds is True and detail.startswith('ACE 0.920 ± 0.016 vs clear 0.820 ± 0.016; paired '
+                                             'difference +0.100 ± 0.000 (n=5')
+  assert rep.drop_beyond_noise('ACE', 'noisy')(t)[0] is False
   assert rep.drop_beyond_noise('ACE', 'same')(t)[0] is False
   assert rep.drop_beyond_noise('ACE', 'missing')(t) == (None, 'not run: missing')
+  holds, detail = rep.exceeds('ACE', 'three')(t)   # three paired seeds: not decided
+  assert holds is None and '(n=3;' in detail
   # A side that diverged in some seed makes the check inconclusive, and the detail says where.
   bad = _cell('bad', [0.95, 0.96])
   bad['diverged'] = {2: 17}
   holds, detail = rep.exceeds('bad', 'clear')(rep.Table([bad, _cell('clear', [0.8, 0.82, 0.84])]))
   assert holds is None and detail == 'diverged (a round left NaN or Inf): bad in seed 2'
-  holds, detail = rep.exceeds('ACE', 'clear')(t)
-  assert holds is True and detail.startswith('ACE 0.920 ± 0.020 vs clear 0.820 ± 0.020')
-  assert rep.gain_beyond_noise('ACE', 'clear')(t)[0] is True
-  assert rep.gain_beyond_noise('ACE', 'noisy')(t)[0] is None
+  assert rep.exceeds('ACE', 'clear')(t)[0] is True
   fe = ('A', {'selection.method': 'fedentopt'})
   uni = ('A', {'selection.method': 'uniform'})
-  assert rep.exceeds(fe, uni, at_least=True)(t)[0] is True
+  assert rep.exceeds(fe, uni)(t)[0] is True       # +.1 .0 .2 .1 .1: t = 3.16, p = .017
   assert rep.not_worse('clear', 'ACE', tol=0.01)(t)[0] is False
-  assert rep.not_worse('noisy', 'ACE', tol=0.01)(t)[0] is True
+  assert rep.not_worse('noisy', 'ACE', tol=0.01)(t)[0] is False   # mean -.001, SE .0058: p = .10
+  assert rep.not_worse('same', 'ACE', tol=0.01)(t)[0] is True
+  assert not rep.Check('c', 's', rep.matches('ACE', 'same')).paper_claim
+  assert rep.Check('c', 's', rep.exceeds('ACE', 'same')).paper_claim
   # Bytes to the highest threshold that both reach in every seed.
   bt = rep.Table([
-      _cell('S', [0.7, 0.7], key='final_acc', thresholds=(0.5, 0.6),
-            reached={'0.5': (2, 2), '0.6': (2, 2)}, **{'bytes_to_0.5': [1e6, 1e6],
-                                                        'bytes_to_0.6': [2e6, 2e6]}),
-      _cell('D', [0.7, 0.7], key='final_acc', thresholds=(0.5, 0.6),
-            reached={'0.5': (2, 2), '0.6': (1, 2)}, **{'bytes_to_0.5': [3e6, 3e6],
-                                                        'bytes_to_0.6': [4e6]})])
+      _cell('S', [0.7] * 5, key='final_acc', thresholds=(0.5, 0.6),
+            reached={'0.5': (5, 5), '0.6': (5, 5)}, **{'bytes_to_0.5': [1e6, 1e6, 2e6, 1e6, 1e6],
+                                                        'bytes_to_0.6': [2e6] * 5}),
+      _cell('D', [0.7] * 5, key='final_acc', thresholds=(0.5, 0.6),
+            reached={'0.5': (5, 5), '0.6': (4, 5)}, **{'bytes_to_0.5': [3e6] * 5,
+                                                        'bytes_to_0.6': [4e6] * 4})])
   holds, detail = rep.fewer_bytes_to_threshold('S', 'D')(bt)
-  assert holds is True and detail.startswith('to reach 0.5: S 1.00 ± 0.00 MB vs D 3.00 ± 0.00')
+  assert holds is True and detail.startswith('to reach 0.5: S 1.20 ± 0.45 MB vs D 3.00 ± 0.00')
+  assert 'paired saving +1.80 ± 0.45 MB (n=5' in detail
   assert rep.flag_literal(('cnn@1.0',)) == '("cnn@1.0",)'
   assert rep.flag_literal('era') == 'era' and rep.flag_literal('True') == '"True"'
   assert sweep.parse_value(rep.flag_literal(('a', 1))) == ('a', 1)
@@ -129,22 +158,34 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   assert md.startswith('# Reproduction report')
   assert re.search(r'at commit `[0-9a-f]+(\+dirty)?`|at commit `unknown`', md)
   assert 'Seeds: 0.' in md and '--tiny' in md
-  # The headline: one row per check of every section.
-  head, first = lines.index('## Headline'), lines.index(f'## 1. {rep.SECTIONS[0].title}')
+  # The headline: one row per paper claim of every section, then a second table with one row
+  # per check of fedjax_kd against a reference or of a setting.
+  head = lines.index("## Headline: the papers' claims")
+  second = lines.index('## fedjax_kd against the independent implementations, and setting checks')
+  first = lines.index(f'## 1. {rep.SECTIONS[0].title}')
   assert lines[head + 2] == '| paper | claim | sweep | our numbers | verdict |'
-  rows = [ln for ln in lines[head + 4:first] if ln.startswith('| ')]
-  assert len(rows) == sum(len(s.checks) for s in rep.SECTIONS)
-  assert {ln.split(' | ')[0][2:] for ln in rows} == {s.paper for s in rep.SECTIONS}
-  # The README's block: per paper and data set, the verdicts counted from those rows.
+  claims = [ln for ln in lines[head + 4:second] if ln.startswith('| ')]
+  others = [ln for ln in lines[second + 4:first] if ln.startswith('| ')]
+  assert len(claims) == sum(c.paper_claim for s in rep.SECTIONS for c in s.checks) > 0
+  assert len(others) == sum(not c.paper_claim for s in rep.SECTIONS for c in s.checks) > 0
+  rows = claims + others
+  assert {ln.split(' | ')[0][2:] for ln in claims} == {s.paper for s in rep.SECTIONS}
+  # The README's block: per paper and data set, the verdicts counted from those rows (the
+  # claims' table first, the other checks' second).
   block = text.split(rep.README_BEGIN, 1)[1].split(rep.README_END, 1)[0]
-  summary = [ln for ln in block.splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
-  assert {ln.split(' | ')[0][2:] for ln in summary} == {s.paper for s in rep.SECTIONS}
-  holds = sum(int(ln.split(' | ')[2]) for ln in summary)
-  assert holds == sum('**holds**' in ln for ln in rows)
-  assert sum(sum(int(x) for x in ln.strip(' |').split(' | ')[2:]) for ln in summary) == len(rows)
+  tables = block.split('fedjax_kd against the independent implementations')
+  assert len(tables) == 2
+  for table, mine in zip(tables, (claims, others)):
+    summary = [ln for ln in table.splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
+    assert {ln.split(' | ')[0][2:] for ln in summary} == {ln.split(' | ')[0][2:] for ln in mine}
+    assert sum(int(ln.split(' | ')[2]) for ln in summary) == sum('**holds**' in ln
+                                                                  for ln in mine)
+    assert sum(sum(int(x) for x in ln.strip(' |').split(' | ')[2:])
+               for ln in summary) == len(mine)
   assert all(re.search(r'\*\*(holds|does not hold at this scale|inconclusive|not run)\*\* \|$',
                        ln) for ln in rows)
-  assert any('**holds**' in ln or '**does not hold at this scale**' in ln for ln in rows)
+  # --tiny runs one seed: a claim's test decides nothing from it, and says so.
+  assert any('one seed decides nothing' in ln and '**inconclusive**' in ln for ln in claims)
   for i, section in enumerate(rep.SECTIONS, 1):
     assert f'## {i}. {section.title}' in md
     assert f'**Claim.** {section.claim}' in md
@@ -499,7 +540,10 @@ def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
   assert 'paired difference -0.083 ± 0.006' in sa and sa.endswith(
       '**does not hold at this scale** |')
   both = [v for k, v in checks.items() if 'in the PyTorch reference too' in k][0]
-  assert both.endswith('**holds** |')
+  # ERA - SA = .03 .03 .04: SE .0033, t = 10.0 with 2 df, p = .005; but three seeds decide
+  # nothing about a paper's claim.
+  assert '+0.033 ± 0.006 (n=3; SE 0.003' in both and 'p = 0.005; n < 5: more seeds' in both
+  assert both.endswith('**inconclusive** |')
   # One figure with both implementations on the same axes; never the reference alone.
   assert '(figures/reproduction/dsfl_mnist_torch_pairs.png)' in part
   assert 'dsfl_mnist_torch_test_acc.png' not in md
