@@ -51,7 +51,7 @@ def test_directional_test_on_known_numbers():
   holds, text = rep.directional({0: .01, 1: .02, 2: 0.0, 3: .015, 4: .01})
   assert holds is True
   assert text == ('+0.011 ± 0.007 (n=5; SE 0.003; 90% CI [+0.004, +0.018]); one-sided paired '
-                  't-test against a difference ≤ 0: p = 0.015')
+                  't-test, H0: d ≤ 0: p = 0.015')
   # The same five seeds against a non-inferiority margin of 1 point: t = (.011 + .01) / SE.
   assert rep.directional({0: .01, 1: .02, 2: 0.0, 3: .015, 4: .01}, margin=-0.01)[0] is True
   # A positive mean that the seeds do not show at p < .05 does not hold (n = 5 decides) ...
@@ -310,9 +310,10 @@ def test_equivalence_on_known_numbers():
   assert rep.equivalence({0: 0.01, 1: 0.0, 2: -0.01}, 0.02) == (
       True, '+0.000 ± 0.010 (n=3; SE 0.006; 90% CI [-0.017, +0.017]); margin ±0.02; within '
       'it: TOST p = 0.037')
-  # The same seeds against ±0.01 cannot tell a gap of 0.01 from none.
+  # The same seeds against ±0.01 cannot tell a gap of 0.01 from none; at that spread five
+  # seeds would: t(0.95, 4) 0.01 / sqrt(5) = 0.0095 < 0.01, while t(0.95, 3) 0.01 / 2 = 0.0118.
   holds, text = rep.equivalence({0: 0.01, 1: 0.0, 2: -0.01}, 0.01)
-  assert holds is None and text.endswith('more seeds decide')
+  assert holds is None and text.endswith('about 5 seeds would show equivalence')
   # -0.13, -0.13, -0.05: mean -0.1033, std 0.0462, SE 0.0267, 90% CI [-0.181, -0.025]: wholly
   # below -0.02; p = P(T_2 > (0.1033 - 0.02) / 0.0267 = 3.125) = 0.044.
   assert rep.equivalence({0: -0.13, 1: -0.13, 2: -0.05}, 0.02) == (
@@ -349,7 +350,7 @@ def test_matches_on_known_numbers():
   # Round 3: 0, -0.01, -0.04: mean -0.0167, SE 0.0120, 90% CI [-0.052, +0.018].
   holds, detail = rep.matches('ours', 'ref', at_round=3)(t)
   assert holds is None and detail.startswith('round 3: ours 0.753 ± 0.050 vs ref 0.770 ± 0.030')
-  assert '90% CI [-0.052, +0.018]' in detail and detail.endswith('more seeds decide')
+  assert '90% CI [-0.052, +0.018]' in detail and detail.endswith('seeds would show equivalence')
   holds, detail = rep.matches('far', 'ref')(t)           # -0.13, -0.13, -0.05
   assert holds is False and 'paired difference -0.103 ± 0.046 (n=3' in detail
   holds, detail = rep.matches('noisy', 'ref')(t)         # +0.06, -0.09, +0.15: mean 0.04, std 0.12
