@@ -372,10 +372,14 @@ def _fmt(s: dict[str, Any] | None, kind: str = 'acc') -> str:
   return sweep.fmt_stat(s, kind)
 
 
+# kind -> (scale, decimals, unit) of a number in a check's text: accuracy, or bytes in MB.
+_UNITS = {'acc': (1.0, 3, ''), 'bytes': (sweep.MB, 2, ' MB')}
+
+
 def _fmt_delta(d: dict[str, Any], kind: str = 'acc') -> str:
   if d['mean'] is None:
     return '–'
-  scale, digits = (1.0, 3) if kind == 'acc' else (sweep.MB, 2)
+  scale, digits, _ = _UNITS[kind]
   std = '–' if d['std'] is None else f'{d["std"] / scale:.{digits}f}'
   return f'{d["mean"] / scale:+.{digits}f} ± {std}'
 
@@ -400,6 +404,23 @@ def _p(p: float) -> str:
 
 def _signed(v: float, digits: int = 3) -> str:
   return f'{round(v, digits) or 0.0:+.{digits}f}'   # no "-0.000"
+
+
+def _interval(diffs: dict[int, float], level: float,
+              kind: str = 'acc') -> tuple[int, float, float, str]:
+  """Paired per-seed differences (at least two): ``(n, mean, SE, text)``, the text
+  "mean ± std (n; SE; (1 - 2 level) CI [lo, hi])" that :func:`directional` and
+  :func:`equivalence` report (a t interval with n - 1 degrees of freedom)."""
+  x = np.asarray(list(diffs.values()), np.float64)
+  n, m = len(x), float(x.mean())
+  sd = float(x.std(ddof=1))
+  se = sd / np.sqrt(n)
+  half = float(scipy_stats.t.ppf(1.0 - level, n - 1)) * se
+  scale, digits, unit = _UNITS[kind]
+  f = lambda v: _signed(v / scale, digits)
+  conf = round(100 * (1 - 2 * level))
+  return n, m, se, (f'{f(m)} ± {sd / scale:.{digits}f}{unit} (n={n}; SE '
+                    f'{se / scale:.{digits}f}; {conf}% CI [{f(m - half)}, {f(m + half)}])')
 
 
 def directional(diffs: dict[int, float], margin: float = 0.0, kind: str = 'acc',
@@ -429,27 +450,19 @@ def directional(diffs: dict[int, float], margin: float = 0.0, kind: str = 'acc',
   Returns:
     ``(True | False | None, text)`` with mean ± std, n, SE, the interval and p.
   """
-  x = np.asarray(list(diffs.values()), np.float64)
-  n = len(x)
-  scale, digits, unit = (1.0, 3, '') if kind == 'acc' else (sweep.MB, 2, ' MB')
-  if n == 0:
+  if not diffs:
     return None, 'no paired seeds'
-  m = float(x.mean())
-  sd = float(x.std(ddof=1)) if n > 1 else float('nan')
-  se = sd / np.sqrt(n)
-  f = lambda v: _signed(v / scale, digits)
-  if n < 2:
-    return None, f'{f(m)}{unit} (n=1); one seed decides nothing'
-  q = float(scipy_stats.t.ppf(1.0 - level, n - 1))
+  scale, digits, unit = _UNITS[kind]
+  if len(diffs) < 2:
+    m = next(iter(diffs.values()))
+    return None, f'{_signed(m / scale, digits)}{unit} (n=1); one seed decides nothing'
+  n, m, se, text = _interval(diffs, level, kind)
   if se > 0:
     p = float(scipy_stats.t.sf((m - margin) / se, n - 1))
   else:
     p = 0.0 if m > margin else 1.0
-  conf = round(100 * (1 - 2 * level))
-  null = f'{f(margin)}{unit}' if margin else '0'
-  text = (f'{f(m)} ± {sd / scale:.{digits}f}{unit} (n={n}; SE {se / scale:.{digits}f}; '
-          f'{conf}% CI [{f(m - q * se)}, {f(m + q * se)}]); one-sided paired t-test, '
-          f'H0: d ≤ {null}: p {_p(p)}')
+  null = f'{_signed(margin / scale, digits)}{unit}' if margin else '0'
+  text += f'; one-sided paired t-test, H0: d ≤ {null}: p {_p(p)}'
   if n < min_seeds:
     return None, text + f'; n < {min_seeds}: more seeds decide'
   return p < level, text
@@ -462,8 +475,12 @@ def implementation(fn: Callable) -> Callable:
   return fn
 
 
+def _ratio(sa: dict[str, Any], sb: dict[str, Any]) -> str:
+  return f'; ratio {sa["mean"] / sb["mean"]:.3f}' if sb['mean'] else ''
+
+
 def _versus(t: Table, a: Ref, b: Ref, key: str, kind: str) -> str:
-  unit = ' MB' if kind == 'bytes' else ''
+  unit = _UNITS[kind][2]
   return (f'{_name(a)} {_fmt(t.stat(a, key), kind)}{unit} vs {_name(b)} '
           f'{_fmt(t.stat(b, key), kind)}{unit}')
 
@@ -487,7 +504,7 @@ def lower(a: Ref, b: Ref, key: str = 'total_bytes', kind: str = 'bytes') -> Call
     if miss:
       return None, miss
     sa, sb = t.stat(a, key), t.stat(b, key)
-    ratio = f'; ratio {sa["mean"] / sb["mean"]:.3f}' if sb['mean'] else ''
+    ratio = _ratio(sa, sb)
     holds, test = directional(paired(sb, sa)['values'], 0.0, kind)
     return holds, f'{_versus(t, a, b, key, kind)}{ratio}; paired saving {test}'
   return fn
@@ -497,12 +514,6 @@ def not_worse(a: Ref, b: Ref, tol: float = 0.01, key: str = 'final_acc') -> Call
   """``a`` is not worse than ``b`` by ``tol`` or more (non-inferiority): the per-seed
   ``a - b`` exceeds ``-tol`` by :func:`directional`."""
   return exceeds(a, b, key, margin=-tol)
-
-
-def drop_beyond_noise(ref: Ref, ablation: Ref, key: str = 'final_acc') -> Callable:
-  """Removing a component lowers the metric: the per-seed ``ref - ablation`` exceeds 0
-  (:func:`directional`)."""
-  return exceeds(ref, ablation, key)
 
 
 def fewer_bytes_to_threshold(a: Ref, b: Ref) -> Callable:
@@ -520,7 +531,7 @@ def fewer_bytes_to_threshold(a: Ref, b: Ref) -> Callable:
                     'by both in every seed')
     x = max(both)
     sa, sb = ca['stats'][f'bytes_to_{x:g}'], cb['stats'][f'bytes_to_{x:g}']
-    ratio = f'; ratio {sa["mean"] / sb["mean"]:.3f}' if sb['mean'] else ''
+    ratio = _ratio(sa, sb)
     holds, test = directional(paired(sb, sa)['values'], 0.0, 'bytes')
     return holds, (f'to reach {x:g}: {_name(a)} {_fmt(sa, "bytes")} MB vs {_name(b)} '
                    f'{_fmt(sb, "bytes")} MB{ratio}; paired saving {test}')
@@ -542,7 +553,7 @@ def grid_trend(label: str, field: str, key: str = 'total_bytes', kind: str = 'by
       return None, 'not logged'
     d = paired(sl, sh) if decreasing else paired(sh, sl)
     holds, test = directional(d['values'], 0.0, kind)
-    unit = ' MB' if kind == 'bytes' else ''
+    unit = _UNITS[kind][2]
     return holds, (f'{field}={hi["cell"][field]}: {_fmt(sh, kind)}{unit} vs '
                    f'{field}={lo["cell"][field]}: {_fmt(sl, kind)}{unit}; paired '
                    f'{"saving" if decreasing else "difference"} {test}')
@@ -575,28 +586,20 @@ def equivalence(diffs: dict[int, float], tol: float,
     ``(True | False | None, text)``: the text gives the mean ± std, n, SE, the interval, the
     margin and the p-value of the test that decided (or both with no decision).
   """
-  x = np.asarray(list(diffs.values()), np.float64)
-  n, m = len(x), float(x.mean())
-  sd = float(x.std(ddof=1))
-  se = sd / np.sqrt(n)
-  q = float(scipy_stats.t.ppf(1.0 - level, n - 1))
-  lo, hi = m - q * se, m + q * se
+  n, m, se, text = _interval(diffs, level)
   if se > 0:
     p_in = float(max(scipy_stats.t.sf((m + tol) / se, n - 1),
                      scipy_stats.t.cdf((m - tol) / se, n - 1)))
     p_out = float(scipy_stats.t.sf((abs(m) - tol) / se, n - 1))
   else:   # every seed the same difference: the margin decides exactly
     p_in, p_out = (0.0, 1.0) if abs(m) <= tol else (1.0, 0.0)
-  conf = round(100 * (1 - 2 * level))
-  sign = lambda v: f'{round(v, 3) or 0.0:+.3f}'   # no "-0.000"
-  text = (f'{sign(m)} ± {sd:.3f} (n={n}; SE {se:.3f}; {conf}% CI [{sign(lo)}, {sign(hi)}]); '
-          f'margin ±{tol:g}; ')
+  text += f'; margin ±{tol:g}; '
   if p_in < level:
     return True, text + f'within it: TOST p = {p_in:.3f}'
   if p_out < level:
     return False, text + f'beyond it: p = {p_out:.3f}'
   return None, text + (f'undecided (TOST p = {p_in:.3f}; beyond-margin p = {p_out:.3f}): '
-                       + _seeds_to_decide(m, sd, tol, level))
+                       + _seeds_to_decide(m, se * np.sqrt(n), tol, level))
 
 
 def _seeds_to_decide(m: float, sd: float, tol: float, level: float) -> str:
@@ -1172,7 +1175,7 @@ def _sections() -> tuple[Section, ...]:
              '40 s a round on one thread).'))
 
   ace_checks = tuple(
-      Check(f'Removing a component lowers UA: {ab}', s, drop_beyond_noise('ACE-pFL', ab))
+      Check(f'Removing a component lowers UA: {ab}', s, exceeds('ACE-pFL', ab))
       for s in ('acepfl_digits', 'acepfl_mnist', 'acepfl_mnist_scarce')
       for ab in ACEPFL_ABLATIONS) + tuple(
       Check('ACE-pFL beats single-client training', s, exceeds('ACE-pFL', 'Single client'))

@@ -480,14 +480,14 @@ def acepfl_scarce_cpu(source: str = 'tfds:mnist',
   """ACE-pFL at CPU size where collaboration matters: clients too small to learn alone.
 
   :func:`acepfl_cpu`'s models, D0 (600 labelled images) and loss, with the paper's
-  Dirichlet beta = 1.0 setting (its Table III) and 20 clients of 50 private images each
-  (``data.num_private = 1000``), 5 local epochs a round (the paper trains "several"),
+  Dirichlet beta = 1.0 setting (its Table III) and 20 clients sharing 1,000 private images
+  (``data.num_private``; 10% of each client's shard is held out for validation), 5 local epochs a round (the paper trains "several"),
   21 rounds with r0 = 7 so the temperature passes the paper's three stages. With 270
   images per client and beta = 0.1 (:func:`acepfl_cpu`) most clients' test splits hold one
   to three MNIST classes that a client learns alone: every method reaches ~0.96 UA and
-  nothing is left for collaboration to add. Here a client holds about six classes and
-  a few images of each, as a CIFAR-10 client of the paper holds too little to learn its
-  classes alone.
+  nothing is left for collaboration to add. Here a client holds a median of 52 images of
+  8 classes on average (a third of them in its largest), too few to learn those classes
+  alone, as a client of the paper's CIFAR-10 setting holds too little to learn its own.
   """
   c = acepfl_cpu(source, algorithm)
   c.data.alpha = 1.0

@@ -68,20 +68,19 @@ def test_directional_test_on_known_numbers():
 
 def test_checks_on_known_numbers():
   rep = _module()
-  five = lambda *v: list(v)
-  t = rep.Table([_cell('ACE', five(.90, .92, .94, .91, .93)),
-                 _cell('noisy', five(.88, .93, .935, .92, .93)),   # ACE - noisy: +.02 -.01 .005 -.01 0
-                 _cell('clear', five(.80, .82, .84, .81, .83)),
-                 _cell('same', five(.90, .92, .94, .91, .93)),
+  t = rep.Table([_cell('ACE', [.90, .92, .94, .91, .93]),
+                 _cell('noisy', [.88, .93, .935, .92, .93]),   # ACE - noisy: +.02 -.01 .005 -.01 0
+                 _cell('clear', [.80, .82, .84, .81, .83]),
+                 _cell('same', [.90, .92, .94, .91, .93]),
                  _cell('three', [.80, .82, .84]),
-                 _cell('A', five(.5, .6, .7, .6, .6), grid={'selection.method': 'fedentopt'}),
-                 _cell('A', five(.5, .5, .5, .5, .5), grid={'selection.method': 'uniform'})])
-  holds, detail = rep.drop_beyond_noise('ACE', 'clear')(t)
+                 _cell('A', [.5, .6, .7, .6, .6], grid={'selection.method': 'fedentopt'}),
+                 _cell('A', [.5] * 5, grid={'selection.method': 'uniform'})])
+  holds, detail = rep.exceeds('ACE', 'clear')(t)
   assert holds is True and detail.startswith('ACE 0.920 ± 0.016 vs clear 0.820 ± 0.016; paired '
                                              'difference +0.100 ± 0.000 (n=5')
-  assert rep.drop_beyond_noise('ACE', 'noisy')(t)[0] is False
-  assert rep.drop_beyond_noise('ACE', 'same')(t)[0] is False
-  assert rep.drop_beyond_noise('ACE', 'missing')(t) == (None, 'not run: missing')
+  assert rep.exceeds('ACE', 'noisy')(t)[0] is False
+  assert rep.exceeds('ACE', 'same')(t)[0] is False
+  assert rep.exceeds('ACE', 'missing')(t) == (None, 'not run: missing')
   holds, detail = rep.exceeds('ACE', 'three')(t)   # three paired seeds: not decided
   assert holds is None and '(n=3;' in detail
   # A side that diverged in some seed makes the check inconclusive, and the detail says where.
