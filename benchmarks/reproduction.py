@@ -1631,9 +1631,10 @@ def _select(only: str) -> list[Section]:
 
 def _command(argv: Sequence[str]) -> str:
   """The command as a reader reruns it: without the flags that only say how the runs were
-  scheduled (``--jobs``, ``--torch_threads``, ``--plan_only``)."""
+  scheduled (``--jobs``, ``--torch_threads``, ``--plan_only``, and ``--variants``, which runs a
+  part of a sweep whose plan still lists every run)."""
   shown = [a for a in argv
-           if not a.startswith(('--jobs', '--torch_threads', '--plan_only'))]
+           if not a.startswith(('--jobs', '--torch_threads', '--plan_only', '--variants'))]
   return _placeholder_paths(
       'python benchmarks/reproduction.py ' + ' '.join(shlex.quote(a) for a in shown))
 

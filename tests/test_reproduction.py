@@ -453,6 +453,16 @@ def test_same_metric_on_known_numbers():
   assert rep.same_metric('ours', 'same', 'entropy')(t) == (None, 'entropy not logged by both')
 
 
+def test_recorded_command_drops_scheduling_flags():
+  """The command a sweep records is the one that reruns the whole sweep: the flags that only
+  schedule (threads, jobs, a part of the variants) are dropped, the MNIST path is a placeholder."""
+  rep = _module()
+  argv = ['run', '--runs=runs/repro', '--mnist=/home/me/mnist.npz', '--jobs=2',
+          '--torch_threads=1', '--sweeps=dsfl_mnist', '--variants=FedAvg,FD,Single client']
+  assert rep._command(argv) == ('python benchmarks/reproduction.py run --runs=runs/repro '
+                                '--mnist=/path/to/mnist.npz --sweeps=dsfl_mnist')
+
+
 def test_seed_table_by_seed_and_torch_command():
   rep = _module()
   curves = lambda *v: {s: {'test_acc': _series([1], [x])} for s, x in enumerate(v)}
