@@ -1633,8 +1633,13 @@ def _command(argv: Sequence[str]) -> str:
   """The command as a reader reruns it: without the flags that only say how the runs were
   scheduled (``--jobs``, ``--torch_threads``, ``--plan_only``, and ``--variants``, which runs a
   part of a sweep whose plan still lists every run)."""
-  shown = [a for a in argv
-           if not a.startswith(('--jobs', '--torch_threads', '--plan_only', '--variants'))]
+  valued, bare = ('--jobs', '--torch_threads', '--variants'), ('--plan_only',)
+  shown, it = [], iter(argv)
+  for a in it:
+    if a in valued:             # ``--flag VALUE``: its value goes with it
+      next(it, None)
+    elif not a.startswith(tuple(f + '=' for f in valued) + bare):
+      shown.append(a)
   return _placeholder_paths(
       'python benchmarks/reproduction.py ' + ' '.join(shlex.quote(a) for a in shown))
 

@@ -461,6 +461,9 @@ def test_recorded_command_drops_scheduling_flags():
           '--torch_threads=1', '--sweeps=dsfl_mnist', '--variants=FedAvg,FD,Single client']
   assert rep._command(argv) == ('python benchmarks/reproduction.py run --runs=runs/repro '
                                 '--mnist=/path/to/mnist.npz --sweeps=dsfl_mnist')
+  # argparse also takes a flag's value as the next word: it is dropped with its flag.
+  spaced = ['run', '--jobs', '2', '--variants', 'FedAvg', '--plan_only', '--sweeps=dsfl_mnist']
+  assert rep._command(spaced) == 'python benchmarks/reproduction.py run --sweeps=dsfl_mnist'
 
 
 def test_seed_table_by_seed_and_torch_command():
