@@ -2102,6 +2102,8 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       elif p_cmd := sweep_command(plan_doc, os.path.join(run_dir, d.name)):
         body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
       body += [_table(d, cells), '']
+      if machines := machines_line(out, plan_doc):
+        body += [machines, '']
       diverged = sweep.diverged_lines(cells)
       if diverged:
         body += ['**Diverged runs** (a round left NaN or Inf in the model state and the run '
@@ -2158,11 +2160,17 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
     body += ['']
     if section.notes:
       body += [f'**Notes.** {section.notes}', '']
-  commits = sorted({m.get('commit', '?') for m in metas})
-  dates = sorted({m.get('date', '?') for m in metas})
+  # A run of the SCARLET authors' code records their checkout's commit (``checkout`` beside it),
+  # not fedjax_kd's; a checkout without its git history records none.
+  ours = [m for m in metas if 'checkout' not in m]
+  theirs = sorted({m.get('commit') or 'unknown' for m in metas if 'checkout' in m})
+  commits = sorted({m.get('commit') or '?' for m in ours})
+  dates = sorted({m['date'] for m in ours if m.get('date')})
   commands = sorted({_placeholder_paths(m['command']) for m in metas if m.get('command')})
   made = (f'The runs were made at commit {", ".join(f"`{c}`" for c in commits)} on '
           f'{", ".join(dates)} by ' + ', '.join(f'`{c}`' for c in commands) + '.'
+          + (" The SCARLET authors' code ran at their commit "
+             + ', '.join(f'`{c}`' for c in theirs) + '.' if theirs else '')
           if metas else 'No sweep has been run yet.')
   head = [
       '# Reproduction report', '',
@@ -2298,6 +2306,35 @@ def archive(runs: str, out: str) -> tuple[int, int]:
           shutil.copyfile(os.path.join(wd, f), os.path.join(dst, f))
       n_runs += 1
   return n_sweeps, n_runs
+
+
+def machines_line(out: str, plan_doc: dict[str, Any]) -> str:
+  """Which machine made which finished run, when not all on CPUs ('' when they were).
+
+  A run's ``summary.json`` records its device (``platform``, ``kind``); runs made before it
+  did are counted as not recorded. Accuracy and bytes compare across machines (float rounding
+  aside); wall times do not.
+  """
+  by_kind: dict[str, list[str]] = {}
+  for entry in plan_doc.get('runs', []):
+    summary = workdir_lib.read_json(os.path.join(out, entry['workdir']), 'summary.json')
+    if not isinstance(summary, dict):
+      continue
+    device = summary.get('device') or {}
+    platform = device.get('platform')
+    kind = ('not recorded' if platform is None else 'CPU' if platform == 'cpu'
+            else f'{device.get("kind") or platform} ({platform.upper()})')
+    by_kind.setdefault(kind, []).append(f'{entry["variant"]} seed {entry["seed"]}')
+  if not any(k not in ('CPU', 'not recorded') for k in by_kind):
+    return ''
+  parts = [f'{kind}: ' + (f'{len(runs)} run{"s" * (len(runs) != 1)}'
+                          if kind in ('CPU', 'not recorded') else ', '.join(runs))
+           for kind, runs in sorted(by_kind.items())]
+  return ('*Machines: ' + '; '.join(parts) + ". A seed fixes the data, partition, initial "
+          "weights and batches on every machine; only the arithmetic differs (a GPU's float32 "
+          'convolutions and matrix products run at TF32 precision by default), as it differs '
+          'between two CPUs by rounding; bytes do not depend on it. The wall column mixes the '
+          'machines.*')
 
 
 def cmd_archive(args: argparse.Namespace) -> int:

@@ -481,7 +481,11 @@ def run_process(workdir: str, checkout: str, threads: int) -> int:
       'comm_rules': 'tensor bytes (element_size * numel), downlink times receivers',
       'round_time_s_mean': float(np.mean([r['round_time_s'] for r in rows])),
       'torch': torch.__version__, 'threads': torch.get_num_threads(),
-      'python': sys.version.split()[0]}
+      'python': sys.version.split()[0],
+      # Their main.py trains on CUDA whenever torch sees a GPU (else MPS, else the CPU).
+      'device': ({'platform': 'gpu', 'kind': torch.cuda.get_device_name(0)}
+                 if torch.cuda.is_available() else {'platform': 'mps', 'kind': 'mps'}
+                 if torch.backends.mps.is_available() else {'platform': 'cpu', 'kind': 'cpu'})}
   workdir_lib.write_json(os.path.join(workdir, 'summary.json'), summary, indent=2)
   return 0
 

@@ -1,6 +1,7 @@
 """benchmarks/reproduction.py: the whole pipeline in --tiny mode, and its checks on known tables."""
 
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -561,3 +562,23 @@ def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
   assert '(figures/reproduction/dsfl_mnist_torch_pairs.png)' in part
   assert 'dsfl_mnist_torch_test_acc.png' not in md
   assert (tmp_path / 'figures' / 'reproduction' / 'dsfl_mnist_torch_pairs.png').exists()
+
+
+def test_machines_line_names_the_runs_made_off_the_cpu(tmp_path):
+  rep = _module()
+  runs = [('A', 0, {'platform': 'cpu', 'kind': 'cpu'}), ('A', 1, None),
+          ('B', 0, {'platform': 'gpu', 'kind': 'NVIDIA H100 80GB HBM3'}), ('B', 1, 'unfinished')]
+  plan = {'runs': []}
+  for label, seed, device in runs:
+    wd = f'runs/{label}/seed{seed}'
+    plan['runs'].append({'variant': label, 'seed': seed, 'workdir': wd})
+    if device != 'unfinished':
+      (tmp_path / wd).mkdir(parents=True)
+      summary = {'final_acc': 0.5} | ({'device': device} if device else {})
+      (tmp_path / wd / 'summary.json').write_text(json.dumps(summary))
+  line = rep.machines_line(str(tmp_path), plan)
+  assert line.startswith('*Machines: CPU: 1 run; NVIDIA H100 80GB HBM3 (GPU): B seed 0; '
+                         'not recorded: 1 run. ')
+  # All on CPUs (or not recorded): nothing to say.
+  plan['runs'] = plan['runs'][:2]
+  assert rep.machines_line(str(tmp_path), plan) == ''
