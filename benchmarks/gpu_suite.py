@@ -52,41 +52,10 @@ def paper_args(tiny: bool) -> argparse.Namespace:
                             mnist='' if tiny else vs_torch.MNIST_DEFAULT)
 
 
-def forward_flops(model: str, num_classes: int, input_shape: Sequence[int]) -> float:
-  """FLOPs of one example's forward pass in inference mode (XLA's cost analysis)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
-  module = registry.get_model(model, num_classes=num_classes, input_shape=tuple(input_shape))
-  x = jnp.zeros((1,) + tuple(input_shape), jnp.float32)
-  variables = module.init(jax.random.PRNGKey(0), x, train=False)
-  compiled = jax.jit(lambda v, x: module.apply(v, x, train=False)).lower(variables, x).compile()
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return float(cost['flops'])
-
-
-def round_examples(algorithm: str, client_n: Sequence[int], epochs: int, public: int = 0,
-                   distill_epochs: int = 0, server: bool = False) -> float:
-  """Forward-pass equivalents of one round (a training example counts 3).
-
-  Args:
-    algorithm: 'fedavg', or a public-set method ('dsfl', 'scarlet').
-    client_n: private examples of each participating client.
-    epochs: local epochs.
-    public: samples predicted and distilled a round (|P^t|).
-    distill_epochs: distillation epochs.
-    server: whether a server model distils too.
-
-  Returns:
-    The number of example forward passes a round costs.
-  """
-  n = float(np.sum(client_n))
-  if algorithm == 'fedavg':
-    return 3.0 * epochs * n
-  k = len(client_n)
-  per_public = public + 3.0 * distill_epochs * public
-  return 3.0 * epochs * n + k * per_public + (3.0 * distill_epochs * public if server else 0.0)
+# The work accounting lives in vs_torch (its CPU table has the same roofline columns).
+forward_flops = vs_torch.forward_flops
+round_examples = vs_torch.round_examples
+workload_flops = vs_torch.workload_flops
 
 
 def peak_tflops(device_kind: str) -> dict[str, float]:
@@ -95,18 +64,6 @@ def peak_tflops(device_kind: str) -> dict[str, float]:
     if key in device_kind:
       return peaks
   return {}
-
-
-def workload_flops(cfg) -> float:
-  """FLOPs of one round of ``cfg`` (see the module docstring)."""
-  spec, exp, _ = vs_torch.build(cfg)
-  d = exp.ctx.data
-  fwd = forward_flops(spec.client_models[0], d.num_classes, d.input_shape)
-  ex = round_examples(spec.algorithm, np.asarray(d.client_n), spec.train.epochs,
-                      spec.public_per_round if spec.algorithm != 'fedavg' else 0,
-                      spec.distill_epochs if spec.algorithm != 'fedavg' else 0,
-                      bool(spec.server_model) and spec.algorithm != 'fedavg')
-  return fwd * ex
 
 
 def run(names: Sequence[str], repeats: int, rounds: int, tiny: bool, log=print,

@@ -27,16 +27,33 @@ Workloads (CPU sizes by default; ``--clients``/``--epochs`` change them):
   parameters, 500 images a client, 5 epochs of batch 50, SGD 0.1); ``--clients`` clients take
   part each round (100 at paper size).
 
+* ``many_fedavg`` and ``many_dsfl``: the regime federated simulation is about (LEAF/FEMNIST
+  style): ``--many_clients`` clients (100 and 1,000) of ~100 MNIST images each in 2 label-sorted
+  shards, every client every round, batches of 10, ``--epochs`` local epochs (1 by default),
+  plain SGD, one row per client count and model of ``--many_models`` (the DS-FL paper's
+  ``dsfl_cnn`` and LEAF's FEMNIST CNN ``leaf_cnn``). MNIST's 60,000 training images hold 100 a
+  client up to K = 590 beside DS-FL's open set; at K = 1,000 a client holds 59. DS-FL draws as
+  many open samples a round as a client holds private ones and distils them in the same
+  batches and epochs, with ERA (T = 0.1) and a server model of the same architecture.
+
 Timing: each side runs ``--rounds`` + 1 rounds; the first is a warm-up (fedjax_kd compiles in it)
 and is reported separately; the others are timed one by one, each ending when its results are
 on the host. Evaluation is excluded on both sides. The table gives, per workload, the median
 over repeats of each side's mean round time and the ratio PyTorch / fedjax_kd (> 1: fedjax_kd
 is faster). PyTorch is a benchmark extra, never a dependency: ``pip install -e '.[bench]'``.
+
+Roofline: each row also gives the floating-point work of a round, counted from the model (the
+forward FLOPs of one example from XLA's cost analysis, times the examples each phase
+processes, a training example counting 3 forward passes: :func:`round_examples`), the rate
+each side achieves, and this machine's peak measured in the same run: a large float32 matrix
+product through XLA and through PyTorch (:func:`peak_gflops`). A side far below the peak
+spends its time elsewhere than in the products.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -51,7 +68,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
   sys.path.insert(0, REPO)
 MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')   # else MNIST-shaped random data
-WORKLOADS = ('dsfl', 'resnet20', 'blazefl')
+WORKLOADS = ('dsfl', 'resnet20', 'blazefl', 'many_fedavg', 'many_dsfl')
+MANY_CLIENTS = (100, 1000)             # --many_clients default
+MANY_MODELS = ('dsfl_cnn', 'leaf_cnn')  # --many_models default
+MANY_PER_CLIENT = 100                  # private images a client holds, where MNIST has them
+MANY_BATCH = 10                        # the FL-standard local batch (LEAF, McMahan et al.)
+MNIST_TRAIN = 60_000
 
 
 # ------------------------------------------------------------ configs
@@ -73,14 +95,18 @@ def _quiet(c) -> Any:
   return c
 
 
+def mnist_source(args, tmp: str) -> tuple[str, str]:
+  """Real MNIST from ``--mnist`` when the file is there, else MNIST-shaped random images."""
+  if args.mnist and os.path.isfile(args.mnist):
+    return f'npz:{os.path.abspath(args.mnist)}', 'real MNIST'
+  return (random_npz(os.path.join(tmp, 'mnist.npz'), (28, 28), MNIST_TRAIN, 1_000),
+          'MNIST-shaped random images')
+
+
 def dsfl_config(args, tmp: str):
   """configs/dsfl_mnist_cpu.py, with ``--clients`` clients of 200 private images."""
   from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
-  if args.mnist and os.path.isfile(args.mnist):
-    source, desc = f'npz:{os.path.abspath(args.mnist)}', 'real MNIST'
-  else:
-    source, desc = random_npz(os.path.join(tmp, 'mnist.npz'), (28, 28), 60_000, 1_000), \
-        'MNIST-shaped random images'
+  source, desc = mnist_source(args, tmp)
   c = presets.dsfl_paper_cpu(source)
   k = args.clients or 20
   c.clients.num_clients = k
@@ -133,8 +159,59 @@ def blazefl_config(args, tmp: str):
   return _quiet(c), 'CIFAR-shaped random images'
 
 
+def many_per_client(k: int, public: int) -> int:
+  """Private images a client of the many-clients workload holds (100 where MNIST has them)."""
+  return min(MANY_PER_CLIENT, (MNIST_TRAIN - public) // k)
+
+
+def many_config(algorithm: str, args, tmp: str, k: int, model: str):
+  """``k`` clients of ~100 MNIST images, batches of 10, all of them every round."""
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  source, desc = mnist_source(args, tmp)
+  dsfl = algorithm == 'dsfl'
+  public = 1_000 if dsfl else 0
+  n = many_per_client(k, public)
+  c = config_lib.default_config()
+  c.algorithm = algorithm
+  c.data.source = source
+  c.data.num_public = public
+  c.data.num_private = n * k
+  c.data.partition = 'shards'
+  c.data.shards_per_client = 2
+  c.clients.num_clients = k
+  c.clients.models = [f'{model}@1.0']
+  c.server.model = f'{model}@1.0' if dsfl else ''
+  c.train.optimizer = 'sgd'
+  c.train.learning_rate = 0.05
+  c.train.momentum = 0.0
+  c.train.batch_size = MANY_BATCH
+  c.train.epochs = args.epochs or 1
+  if dsfl:
+    c.dsfl.aggregation = 'era'
+    c.dsfl.temperature = 0.1
+    c.distill.public_per_round = n
+    c.distill.batch_size = MANY_BATCH
+    c.distill.epochs = c.train.epochs
+  return _quiet(c), f'{desc}, {n} a client'
+
+
 CONFIGS: dict[str, Callable[..., Any]] = {
     'dsfl': dsfl_config, 'resnet20': resnet20_config, 'blazefl': blazefl_config}
+MANY = {'many_fedavg': 'fedavg', 'many_dsfl': 'dsfl'}
+
+
+def cases(names: Sequence[str], args) -> list[tuple[str, Callable[[str], Any]]]:
+  """``(workload, tmp -> (config, data description))`` per table row: one per workload,
+  and one per client count and model of each many-clients workload."""
+  out = []
+  for name in names:
+    if name in MANY:
+      for k in args.many_clients:
+        for m in args.many_models:
+          out.append((name, functools.partial(many_config, MANY[name], args, k=k, model=m)))
+    else:
+      out.append((name, functools.partial(CONFIGS[name], args)))
+  return out
 
 
 # ------------------------------------------------------------ fedjax_kd side
@@ -166,7 +243,96 @@ def time_fedjax(cfg, rounds: int) -> dict[str, Any]:
     jax.block_until_ready(state)
     times.append(time.perf_counter() - t0)
   return {'build_s': build_s, 'first_round_s': times[0], 'round_times_s': times[1:],
-          'round_s': float(np.mean(times[1:]))}
+          'round_s': float(np.mean(times[1:])), 'round_flop': round_flops(spec, exp.ctx.data)}
+
+
+# ------------------------------------------------------------ work accounting
+def forward_flops(model: str, num_classes: int, input_shape: Sequence[int]) -> float:
+  """FLOPs of one example's forward pass in inference mode (XLA's cost analysis)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
+  module = registry.get_model(model, num_classes=num_classes, input_shape=tuple(input_shape))
+  x = jnp.zeros((1,) + tuple(input_shape), jnp.float32)
+  variables = module.init(jax.random.PRNGKey(0), x, train=False)
+  compiled = jax.jit(lambda v, x: module.apply(v, x, train=False)).lower(variables, x).compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost['flops'])
+
+
+def round_examples(algorithm: str, client_n: Sequence[int], epochs: int, public: int = 0,
+                   distill_epochs: int = 0, server: bool = False) -> float:
+  """Forward-pass equivalents of one round (a training example counts 3).
+
+  Args:
+    algorithm: 'fedavg', or a public-set method ('dsfl', 'scarlet').
+    client_n: private examples of each participating client.
+    epochs: local epochs.
+    public: samples predicted and distilled a round (|P^t|).
+    distill_epochs: distillation epochs.
+    server: whether a server model distils too.
+
+  Returns:
+    The number of example forward passes a round costs.
+  """
+  n = float(np.sum(client_n))
+  if algorithm == 'fedavg':
+    return 3.0 * epochs * n
+  k = len(client_n)
+  per_public = public + 3.0 * distill_epochs * public
+  return 3.0 * epochs * n + k * per_public + (3.0 * distill_epochs * public if server else 0.0)
+
+
+def round_flops(spec, data) -> float:
+  """FLOPs of one round of a built experiment (``spec``, ``exp.ctx.data``)."""
+  fwd = forward_flops(spec.client_models[0], data.num_classes, data.input_shape)
+  fedavg = spec.algorithm == 'fedavg'
+  ex = round_examples(spec.algorithm, np.asarray(data.client_n), spec.train.epochs,
+                      0 if fedavg else spec.public_per_round,
+                      0 if fedavg else spec.distill_epochs,
+                      bool(spec.server_model) and not fedavg)
+  return fwd * ex
+
+
+def workload_flops(cfg) -> float:
+  """FLOPs of one round of ``cfg``."""
+  spec, exp, _ = build(cfg)
+  return round_flops(spec, exp.ctx.data)
+
+
+def peak_gflops(n: int = 2048, repeats: int = 5, threads: int = 0) -> dict[str, float]:
+  """This machine's float32 matrix-product rate: the median of ``repeats`` ``n x n x n``
+  products through XLA (jax's default device) and through PyTorch (when installed)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  flop = 2.0 * n ** 3
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+  mm = jax.jit(jnp.matmul)
+  mm(a, a).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    mm(a, a).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  out = {'xla': flop / float(np.median(times)) / 1e9}
+  if importlib.util.find_spec('torch') is not None:
+    import torch  # pylint: disable=g-import-not-at-top
+    if threads:
+      torch.set_num_threads(threads)
+    dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    sync = torch.cuda.synchronize if dev.type == 'cuda' else (lambda: None)
+    b = torch.randn(n, n, device=dev)
+    torch.mm(b, b)
+    sync()
+    times = []
+    for _ in range(repeats):
+      t0 = time.perf_counter()
+      torch.mm(b, b)
+      sync()
+      times.append(time.perf_counter() - t0)
+    out['torch'] = flop / float(np.median(times)) / 1e9
+  return out
 
 
 # ------------------------------------------------------------ PyTorch side
@@ -181,6 +347,11 @@ def torch_model(name: str, num_classes: int, in_channels: int):
         nn.Conv2d(32, 64, 5), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(4 * 4 * 64, 512), nn.BatchNorm1d(512), nn.ReLU(),
         nn.Linear(512, num_classes))
+  if name == 'leaf_cnn':
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(7 * 7 * 64, 2048), nn.ReLU(), nn.Linear(2048, num_classes))
   if name == 'blazefl_cnn':
     return nn.Sequential(
         nn.Conv2d(in_channels, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
@@ -336,23 +507,33 @@ def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
   """
   import jax  # pylint: disable=g-import-not-at-top
   rows = []
+  peak = peak_gflops(threads=threads)
+  log('peak float32 matmul: ' + ', '.join(f'{k} {v:.1f} GFLOP/s' for k, v in peak.items()))
   with tempfile.TemporaryDirectory() as tmp:
-    for name in workloads:
-      cfg, desc = CONFIGS[name](args, tmp)
+    for name, make in cases(workloads, args):
+      cfg, desc = make(tmp)
       jx, pt = [], []
       for rep in range(repeats):
         jx.append(time_fedjax(cfg, rounds))
-        log(f'{name} run {rep + 1}: fedjax_kd {jx[-1]["round_s"]:.2f} s/round '
+        log(f'{name} K={cfg.clients.num_clients} {cfg.clients.models[0]} run {rep + 1}: '
+            f'fedjax_kd {jx[-1]["round_s"]:.2f} s/round '
             f'(first {jx[-1]["first_round_s"]:.1f} s)')
         if torch_side:
           pt.append(time_torch(cfg, rounds, threads))
-          log(f'{name} run {rep + 1}: pytorch   {pt[-1]["round_s"]:.2f} s/round')
+          log(f'{name} K={cfg.clients.num_clients} {cfg.clients.models[0]} run {rep + 1}: '
+              f'pytorch   {pt[-1]["round_s"]:.2f} s/round')
       j = float(np.median([r['round_s'] for r in jx]))
       p = float(np.median([r['round_s'] for r in pt])) if pt else None
+      flop = jx[0]['round_flop']
       rows.append({'workload': name, 'data': desc, 'clients': int(cfg.clients.num_clients),
-                   'model': list(cfg.clients.models)[0], 'repeats': repeats,
-                   'timed_rounds': rounds, 'fedjax_round_s': j, 'torch_round_s': p,
-                   'ratio': p / j if p else None, 'fedjax_first_round_s': float(np.median(
+                   'model': list(cfg.clients.models)[0], 'algorithm': cfg.algorithm,
+                   'batch_size': int(cfg.train.batch_size), 'epochs': int(cfg.train.epochs),
+                   'repeats': repeats, 'timed_rounds': rounds, 'fedjax_round_s': j,
+                   'torch_round_s': p, 'ratio': p / j if p else None,
+                   'round_gflop': flop / 1e9, 'fedjax_gflops': flop / j / 1e9,
+                   'torch_gflops': flop / p / 1e9 if p else None,
+                   'peak_gflops_xla': peak['xla'], 'peak_gflops_torch': peak.get('torch'),
+                   'fedjax_first_round_s': float(np.median(
                        [r['first_round_s'] for r in jx])),
                    'fedjax_runs': jx, 'torch_runs': pt,
                    'jax': jax.__version__, 'backend': jax.default_backend(),
@@ -364,12 +545,19 @@ def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
   """A markdown table of the rows (median over repeats)."""
-  out = ['| workload | clients | model | fedjax_kd s/round | PyTorch loop s/round | speed-up |'
-         ' fedjax_kd round 1 (compile) |', '|---|---|---|---|---|---|---|']
+  out = ['| workload | clients | model | batch | fedjax_kd s/round | PyTorch loop s/round | '
+         'speed-up | GFLOP/round | fedjax_kd GFLOP/s | PyTorch GFLOP/s | matmul peak GFLOP/s '
+         '(XLA / PyTorch) | fedjax_kd round 1 (compile) |',
+         '|---|---|---|---|---|---|---|---|---|---|---|---|']
+  num = lambda v, d=2: '-' if v is None else f'{v:.{d}f}'
   for r in rows:
-    out.append(f'| {r["workload"]} | {r["clients"]} | {r["model"]} | {r["fedjax_round_s"]:.2f} '
-               f'| {r["torch_round_s"]:.2f} | {r["ratio"]:.2f}x | '
-               f'{r["fedjax_first_round_s"]:.1f} s |')
+    peak = f'{r["peak_gflops_xla"]:.0f} / {num(r["peak_gflops_torch"], 0)}'
+    ratio = '-' if r['ratio'] is None else f'{r["ratio"]:.2f}x'
+    out.append(f'| {r["workload"]} | {r["clients"]} | {r["model"]} | {r["batch_size"]} | '
+               f'{r["fedjax_round_s"]:.2f} | {num(r["torch_round_s"])} | '
+               f'{ratio} | '
+               f'{r["round_gflop"]:.1f} | {r["fedjax_gflops"]:.1f} | '
+               f'{num(r["torch_gflops"], 1)} | {peak} | {r["fedjax_first_round_s"]:.1f} s |')
   return '\n'.join(out)
 
 
@@ -382,6 +570,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--clients', type=int, default=0, help="0: the workload's CPU default")
   p.add_argument('--epochs', type=int, default=0, help="0: the workload's epochs")
   p.add_argument('--threads', type=int, default=0, help='torch threads (0: its default)')
+  p.add_argument('--many_clients', default=','.join(map(str, MANY_CLIENTS)),
+                 help='client counts of the many-clients workloads (comma-separated)')
+  p.add_argument('--many_models', default=','.join(MANY_MODELS),
+                 help='models of the many-clients workloads (comma-separated)')
   p.add_argument('--mnist', default=MNIST_DEFAULT,
                  help='MNIST .npz (Keras layout; default $FEDJAX_KD_MNIST)')
   p.add_argument('--out', default='', help='write the rows as JSON here')
@@ -395,6 +587,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(a, flag) < 1:
       print(f'error: --{flag} must be >= 1', file=sys.stderr)
       return 2
+  try:
+    a.many_clients = tuple(int(v) for v in a.many_clients.split(','))
+  except ValueError:
+    a.many_clients = (0,)
+  if any(k < 1 or k > MNIST_TRAIN // 2 for k in a.many_clients):
+    print(f'error: --many_clients: {a.many_clients}: positive integers up to {MNIST_TRAIN // 2}',
+          file=sys.stderr)
+    return 2
+  a.many_models = tuple(m for m in a.many_models.split(',') if m)
+  unknown = [m for m in a.many_models if m not in MANY_MODELS]
+  if unknown or not a.many_models:
+    print(f'error: --many_models: {unknown[0] if unknown else "(none)"!r}; allowed: '
+          f'{", ".join(MANY_MODELS)}', file=sys.stderr)
+    return 2
   if importlib.util.find_spec('torch') is None:
     print('error: PyTorch is not installed (pip install -e .[bench]): it is a benchmark extra',
           file=sys.stderr)

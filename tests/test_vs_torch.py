@@ -1,0 +1,97 @@
+"""benchmarks/vs_torch.py: the many-clients workloads' sizes, work accounting and CLI checks."""
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+
+import vs_torch  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def test_many_clients_hold_100_images_where_mnist_has_them():
+  assert vs_torch.many_per_client(100, 0) == 100
+  assert vs_torch.many_per_client(100, 1000) == 100
+  # 1,000 clients beside DS-FL's 1,000 open images: 59,000 // 1,000.
+  assert vs_torch.many_per_client(1000, 1000) == 59
+  assert vs_torch.many_per_client(1000, 0) == 60
+
+
+def test_many_config_is_the_stated_workload(tmp_path):
+  from fedjax_kd import config as config_lib
+  args = argparse.Namespace(mnist='', epochs=0)
+  c, desc = vs_torch.many_config('dsfl', args, str(tmp_path), k=1000, model='leaf_cnn')
+  spec = config_lib.validate(c)
+  assert spec.algorithm == 'dsfl' and spec.num_clients == 1000
+  assert spec.train.batch_size == 10 and spec.train.epochs == 1
+  assert spec.distill_batch_size == 10 and spec.distill_epochs == 1
+  assert spec.public_per_round == 59 and c.data.num_private == 59_000
+  assert spec.client_models[0].startswith('leaf_cnn@1') and spec.server_model.startswith('leaf_cnn@1')
+  assert desc.endswith('59 a client')
+  c, _ = vs_torch.many_config('fedavg', args, str(tmp_path), k=100, model='dsfl_cnn')
+  spec = config_lib.validate(c)
+  assert spec.algorithm == 'fedavg' and c.data.num_private == 10_000
+
+
+def test_round_work_by_hand():
+  # FedAvg: 100 clients x 100 examples x 1 epoch, 3 passes each.
+  assert vs_torch.round_examples('fedavg', [100] * 100, 1) == 30_000
+  # DS-FL: 2 x 200 private x 5 epochs x 3, + per client 1,000 predictions + 3 x 5 x 1,000
+  # distillation, + the server's 3 x 5 x 1,000.
+  assert vs_torch.round_examples('dsfl', [200, 200], 5, public=1000, distill_epochs=5,
+                                 server=True) == 6000 + 2 * 16000 + 15000
+
+
+def test_table_shows_the_roofline_columns():
+  row = {'workload': 'many_fedavg', 'clients': 100, 'model': 'dsfl_cnn@1.0', 'batch_size': 10,
+         'fedjax_round_s': 2.0, 'torch_round_s': None, 'ratio': None, 'round_gflop': 260.0,
+         'fedjax_gflops': 130.0, 'torch_gflops': None, 'peak_gflops_xla': 150.0,
+         'peak_gflops_torch': None, 'fedjax_first_round_s': 9.0}
+  line = vs_torch.table([row]).splitlines()[-1]
+  assert line == ('| many_fedavg | 100 | dsfl_cnn@1.0 | 10 | 2.00 | - | - | 260.0 | 130.0 | - | '
+                  '150 / - | 9.0 s |')
+
+
+@pytest.mark.parametrize('flag, value, word', [
+    ('--many_clients', '100,x', 'many_clients'), ('--many_clients', '0', 'many_clients'),
+    ('--many_models', 'resnet20', 'resnet20')])
+def test_bad_many_flags_are_one_line(capsys, flag, value, word):
+  assert vs_torch.main(['--workload=many_fedavg', f'{flag}={value}']) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith(f'error: {flag}') and word in err and '\n' not in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec('torch') is None, reason='PyTorch not installed')
+def test_tiny_many_clients_run(tmp_path, capsys):
+  out = tmp_path / 'rows.json'
+  assert vs_torch.main(['--workload=many_fedavg', '--many_clients=4', '--many_models=leaf_cnn',
+                        '--repeats=1', '--rounds=1', '--threads=1', f'--out={out}']) == 0
+  (row,) = json.loads(out.read_text())
+  assert row['clients'] == 4 and row['batch_size'] == 10
+  # 4 clients x 100 images x 1 epoch x 3 passes of LEAF's CNN (~34 MFLOP an image on 28x28).
+  assert 4 * 100 * 3 * 33e6 / 1e9 < row['round_gflop'] < 4 * 100 * 3 * 36e6 / 1e9
+  assert row['fedjax_gflops'] == pytest.approx(row['round_gflop'] / row['fedjax_round_s'])
+  assert row['peak_gflops_xla'] > 0 and row['ratio'] > 0
+  assert '| many_fedavg | 4 | leaf_cnn@1.0 | 10 |' in capsys.readouterr().out
+
+
+def test_profile_groups_and_shares_by_hand():
+  import profile_round  # pylint: disable=g-import-not-at-top
+  assert profile_round.group_name('fusion.123') == 'fusion'
+  assert profile_round.group_name('ynn_fusion.7.clone') == 'ynn_fusion'
+  assert profile_round.group_name('while.3') == 'while'
+  events = [{'ph': 'X', 'name': 'fusion.1', 'dur': 300.0}, {'ph': 'X', 'name': 'fusion.2',
+                                                              'dur': 100.0},
+            {'ph': 'X', 'name': 'dot.4', 'dur': 600.0},
+            {'ph': 'X', 'name': 'ThunkExecutor::Execute', 'dur': 5000.0},   # a runtime span
+            {'ph': 'i', 'name': 'dot.5'}]                                       # not a span
+  rows = profile_round.summarize(events, top=5)
+  assert [(r['op'], r['calls']) for r in rows] == [('dot', 1), ('fusion', 2)]
+  assert rows[0]['share'] == pytest.approx(0.6) and rows[1]['share'] == pytest.approx(0.4)
+  assert rows[1]['total_s'] == pytest.approx(400e-6) and rows[1]['mean_ms'] == pytest.approx(0.2)
