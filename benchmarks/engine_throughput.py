@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 
 import jax
@@ -30,15 +32,8 @@ from fedjax_kd.core.federation import Federation, build_federated_data, ce_loss
 from fedjax_kd.core.local import LocalRule
 from fedjax_kd.models import registry
 
-
-def matmul_gflops(n: int = 2048, reps: int = 10) -> float:
-  a = jnp.ones((n, n), jnp.float32)
-  f = jax.jit(lambda x: x @ x)
-  f(a).block_until_ready()
-  t = time.perf_counter()
-  for _ in range(reps):
-    f(a).block_until_ready()
-  return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vs_torch  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def bench(k: int, args, loop: bool) -> dict:
@@ -130,7 +125,7 @@ def main():
   args = p.parse_args()
   print(f'backend {jax.default_backend()}, {len(jax.devices())} device(s): '
         f'{jax.devices()[0].device_kind}')
-  ceiling = matmul_gflops()
+  ceiling = vs_torch.peak_gflops(torch=False)['xla']
   print(f'f32 matmul ceiling: {ceiling:.0f} GFLOP/s')
   rows = []
   for k in (int(c) for c in args.clients.split(',')):

@@ -31,7 +31,6 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 from typing import Any, Sequence
 
 import numpy as np
@@ -52,12 +51,6 @@ def paper_args(tiny: bool) -> argparse.Namespace:
                             mnist='' if tiny else vs_torch.MNIST_DEFAULT)
 
 
-# The work accounting lives in vs_torch (its CPU table has the same roofline columns).
-forward_flops = vs_torch.forward_flops
-round_examples = vs_torch.round_examples
-workload_flops = vs_torch.workload_flops
-
-
 def peak_tflops(device_kind: str) -> dict[str, float]:
   """The dense float32/TF32 peaks of a device kind (empty when unknown, e.g. a CPU)."""
   for key, peaks in PEAKS.items():
@@ -75,22 +68,20 @@ def run(names: Sequence[str], repeats: int, rounds: int, tiny: bool, log=print,
   kind = jax.devices()[0].device_kind
   peaks = peak_tflops(kind)
   rows = []
-  with tempfile.TemporaryDirectory() as tmp:
-    for name in names:
-      cfg, _ = vs_torch.CONFIGS[name](args, tmp)
-      flops = workload_flops(cfg)
-      row = vs_torch.run([name], repeats, rounds, 0, args, log=log, torch_side=torch_side)[0]
-      pt = row['torch_round_s']
-      row.update({
-          'device_kind': kind, 'round_tflop': flops / 1e12,
-          'fedjax_rounds_per_min': 60.0 / row['fedjax_round_s'],
-          'torch_rounds_per_min': 60.0 / pt if pt else None,
-          'fedjax_tflops': flops / row['fedjax_round_s'] / 1e12,
-          'torch_tflops': flops / pt / 1e12 if pt else None,
-      })
-      for p, v in peaks.items():
-        row[f'fedjax_{p}_peak_fraction'] = row['fedjax_tflops'] / v
-      rows.append(row)
+  for name in names:
+    row = vs_torch.run([name], repeats, rounds, 0, args, log=log, torch_side=torch_side)[0]
+    flops = row['round_gflop'] * 1e9
+    pt = row['torch_round_s']
+    row.update({
+        'device_kind': kind, 'round_tflop': flops / 1e12,
+        'fedjax_rounds_per_min': 60.0 / row['fedjax_round_s'],
+        'torch_rounds_per_min': 60.0 / pt if pt else None,
+        'fedjax_tflops': flops / row['fedjax_round_s'] / 1e12,
+        'torch_tflops': flops / pt / 1e12 if pt else None,
+    })
+    for p, v in peaks.items():
+      row[f'fedjax_{p}_peak_fraction'] = row['fedjax_tflops'] / v
+    rows.append(row)
   return rows
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import glob
 import gzip
 import json
@@ -70,20 +71,13 @@ def read_trace(trace_dir: str) -> list[dict[str, Any]]:
 def profile(cfg, rounds: int, trace_dir: str, top: int) -> tuple[list[dict[str, Any]], float]:
   """Rows of :func:`summarize` for ``rounds`` rounds after a warm-up, and their wall time."""
   import jax  # pylint: disable=g-import-not-at-top
-  from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
   _, exp, state = vs_torch.build(cfg)
-  algo, selector = exp.algorithm, exp.ctx.selector
-
-  def play(t, state):
-    active = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask)).active
-    state, _ = base.play_round(algo, state, t, active)
-    return jax.block_until_ready(state)
-
-  state = play(1, state)
+  play = functools.partial(vs_torch.play, exp)
+  state = play(state, 1)
   t0 = time.perf_counter()
   with jax.profiler.trace(trace_dir):
     for t in range(2, rounds + 2):
-      state = play(t, state)
+      state = play(state, t)
   wall = time.perf_counter() - t0
   return summarize(read_trace(trace_dir), top), wall
 

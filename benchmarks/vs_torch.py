@@ -227,23 +227,32 @@ def build(cfg):
   return spec, exp, state
 
 
-def time_fedjax(cfg, rounds: int) -> dict[str, Any]:
-  """Round times of fedjax_kd: a warm-up round (compilation) and ``rounds`` timed rounds."""
+def play(exp, state, t: int):
+  """Round ``t`` of a built experiment, its result on the host's side of the device."""
   import jax  # pylint: disable=g-import-not-at-top
   from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
+  algo, selector = exp.algorithm, exp.ctx.selector
+  active = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask)).active
+  state, _ = base.play_round(algo, state, t, active)
+  return jax.block_until_ready(state)
+
+
+def time_fedjax(cfg, rounds: int, count_flops: bool = False) -> dict[str, Any]:
+  """Round times of fedjax_kd: a warm-up round (compilation) and ``rounds`` timed rounds;
+  with ``count_flops`` also the work of a round (:func:`round_flops`)."""
   t0 = time.perf_counter()
   spec, exp, state = build(cfg)
   build_s = time.perf_counter() - t0
-  algo, selector = exp.algorithm, exp.ctx.selector
   times = []
   for t in range(1, rounds + 2):
     t0 = time.perf_counter()
-    active = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask)).active
-    state, _ = base.play_round(algo, state, t, active)
-    jax.block_until_ready(state)
+    state = play(exp, state, t)
     times.append(time.perf_counter() - t0)
-  return {'build_s': build_s, 'first_round_s': times[0], 'round_times_s': times[1:],
-          'round_s': float(np.mean(times[1:])), 'round_flop': round_flops(spec, exp.ctx.data)}
+  out = {'build_s': build_s, 'first_round_s': times[0], 'round_times_s': times[1:],
+         'round_s': float(np.mean(times[1:]))}
+  if count_flops:
+    out['round_flop'] = round_flops(spec, exp.ctx.data)
+  return out
 
 
 # ------------------------------------------------------------ work accounting
@@ -295,15 +304,11 @@ def round_flops(spec, data) -> float:
   return fwd * ex
 
 
-def workload_flops(cfg) -> float:
-  """FLOPs of one round of ``cfg``."""
-  spec, exp, _ = build(cfg)
-  return round_flops(spec, exp.ctx.data)
-
-
-def peak_gflops(n: int = 2048, repeats: int = 5, threads: int = 0) -> dict[str, float]:
+def peak_gflops(n: int = 2048, repeats: int = 5, threads: int = 0,
+                torch: bool = True) -> dict[str, float]:
   """This machine's float32 matrix-product rate: the median of ``repeats`` ``n x n x n``
-  products through XLA (jax's default device) and through PyTorch (when installed)."""
+  products through XLA (jax's default device) and, with ``torch``, through PyTorch (when
+  installed)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   flop = 2.0 * n ** 3
@@ -316,19 +321,19 @@ def peak_gflops(n: int = 2048, repeats: int = 5, threads: int = 0) -> dict[str, 
     mm(a, a).block_until_ready()
     times.append(time.perf_counter() - t0)
   out = {'xla': flop / float(np.median(times)) / 1e9}
-  if importlib.util.find_spec('torch') is not None:
-    import torch  # pylint: disable=g-import-not-at-top
+  if torch and importlib.util.find_spec('torch') is not None:
+    import torch as pt  # pylint: disable=g-import-not-at-top
     if threads:
-      torch.set_num_threads(threads)
-    dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    sync = torch.cuda.synchronize if dev.type == 'cuda' else (lambda: None)
-    b = torch.randn(n, n, device=dev)
-    torch.mm(b, b)
+      pt.set_num_threads(threads)
+    dev = pt.device('cuda' if pt.cuda.is_available() else 'cpu')
+    sync = pt.cuda.synchronize if dev.type == 'cuda' else (lambda: None)
+    b = pt.randn(n, n, device=dev)
+    pt.mm(b, b)
     sync()
     times = []
     for _ in range(repeats):
       t0 = time.perf_counter()
-      torch.mm(b, b)
+      pt.mm(b, b)
       sync()
       times.append(time.perf_counter() - t0)
     out['torch'] = flop / float(np.median(times)) / 1e9
@@ -514,7 +519,7 @@ def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
       cfg, desc = make(tmp)
       jx, pt = [], []
       for rep in range(repeats):
-        jx.append(time_fedjax(cfg, rounds))
+        jx.append(time_fedjax(cfg, rounds, count_flops=not jx))
         log(f'{name} K={cfg.clients.num_clients} {cfg.clients.models[0]} run {rep + 1}: '
             f'fedjax_kd {jx[-1]["round_s"]:.2f} s/round '
             f'(first {jx[-1]["first_round_s"]:.1f} s)')

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_suite.py: its work accounting by hand, and a tiny run on the CPU."""
+"""benchmarks/gpu_suite.py: the chips' peaks, and a tiny run on the CPU (its work accounting is
+vs_torch's: tests/test_vs_torch.py)."""
 
 import importlib.util
 import json
@@ -11,24 +12,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
 
 import gpu_suite  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-
-def test_round_examples_by_hand():
-  # FedAvg: 2 clients x 500 examples x 5 epochs, 3 passes each.
-  assert gpu_suite.round_examples('fedavg', [500, 500], 5) == 3 * 5 * 1000
-  # DS-FL: 2 x 200 private x 5 epochs x 3, + per client 1,000 predictions + 3 x 5 x 1,000
-  # distillation, + the server's 3 x 5 x 1,000.
-  assert gpu_suite.round_examples('dsfl', [200, 200], 5, public=1000, distill_epochs=5,
-                                  server=True) == 6000 + 2 * 16000 + 15000
-
-
-@pytest.mark.slow
-def test_forward_flops_of_the_blazefl_cnn():
-  # conv5x5(32) on 32x32x3 VALID: 28*28*32*75*2; conv5x5(64) on 14x14x32: 10*10*64*800*2;
-  # Dense 1600->512 and 512->10: 2*(1600*512 + 512*10). Elementwise ops add well under 5%.
-  hand = 28 * 28 * 32 * 75 * 2 + 10 * 10 * 64 * 800 * 2 + 2 * (1600 * 512 + 512 * 10)
-  got = gpu_suite.forward_flops('blazefl_cnn', 10, (32, 32, 3))
-  assert hand <= got <= 1.05 * hand
 
 
 def test_peaks():

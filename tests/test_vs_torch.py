@@ -41,10 +41,20 @@ def test_many_config_is_the_stated_workload(tmp_path):
 def test_round_work_by_hand():
   # FedAvg: 100 clients x 100 examples x 1 epoch, 3 passes each.
   assert vs_torch.round_examples('fedavg', [100] * 100, 1) == 30_000
+  assert vs_torch.round_examples('fedavg', [500, 500], 5) == 3 * 5 * 1000
   # DS-FL: 2 x 200 private x 5 epochs x 3, + per client 1,000 predictions + 3 x 5 x 1,000
   # distillation, + the server's 3 x 5 x 1,000.
   assert vs_torch.round_examples('dsfl', [200, 200], 5, public=1000, distill_epochs=5,
                                  server=True) == 6000 + 2 * 16000 + 15000
+
+
+@pytest.mark.slow
+def test_forward_flops_of_the_blazefl_cnn():
+  # conv5x5(32) on 32x32x3 VALID: 28*28*32*75*2; conv5x5(64) on 14x14x32: 10*10*64*800*2;
+  # Dense 1600->512 and 512->10: 2*(1600*512 + 512*10). Elementwise ops add well under 5%.
+  hand = 28 * 28 * 32 * 75 * 2 + 10 * 10 * 64 * 800 * 2 + 2 * (1600 * 512 + 512 * 10)
+  got = vs_torch.forward_flops('blazefl_cnn', 10, (32, 32, 3))
+  assert hand <= got <= 1.05 * hand
 
 
 def test_table_shows_the_roofline_columns():
