@@ -30,7 +30,9 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
+import tempfile
 from typing import Any, Sequence
 
 import numpy as np
@@ -66,30 +68,86 @@ def run(names: Sequence[str], repeats: int, rounds: int, tiny: bool, log=print,
   import jax  # pylint: disable=g-import-not-at-top
   args = paper_args(tiny)
   kind = jax.devices()[0].device_kind
-  peaks = peak_tflops(kind)
+  log(f'device: {kind}')
   rows = []
   for name in names:
     row = vs_torch.run([name], repeats, rounds, 0, args, log=log, torch_side=torch_side)[0]
-    flops = row['round_gflop'] * 1e9
-    pt = row['torch_round_s']
-    row.update({
-        'device_kind': kind, 'round_tflop': flops / 1e12,
-        'fedjax_rounds_per_min': 60.0 / row['fedjax_round_s'],
-        'torch_rounds_per_min': 60.0 / pt if pt else None,
-        'fedjax_tflops': flops / row['fedjax_round_s'] / 1e12,
-        'torch_tflops': flops / pt / 1e12 if pt else None,
-    })
-    for p, v in peaks.items():
-      row[f'fedjax_{p}_peak_fraction'] = row['fedjax_tflops'] / v
-    rows.append(row)
+    rows.append(_rates(row, kind))
+  return rows
+
+
+def _rates(row: dict[str, Any], kind: str) -> dict[str, Any]:
+  """``row`` with rounds/min, TFLOP/s and the fractions of the chip's peaks added."""
+  flops = row['round_gflop'] * 1e9
+  pt = row['torch_round_s']
+  peaks = peak_tflops(kind)
+  row.update({
+      'device_kind': kind, 'round_tflop': flops / 1e12,
+      'fedjax_rounds_per_min': 60.0 / row['fedjax_round_s'],
+      'torch_rounds_per_min': 60.0 / pt if pt else None,
+      'fedjax_tflops': flops / row['fedjax_round_s'] / 1e12,
+      'torch_tflops': flops / pt / 1e12 if pt else None,
+  })
+  for p, v in peaks.items():
+    row[f'fedjax_{p}_peak_fraction'] = row['fedjax_tflops'] / v
+  return row
+
+
+# The lines run() logs (through vs_torch.run): one per timed run and side, and the device.
+_RUN_LINE = re.compile(r'^(\w+) K=(\d+) \S+ run \d+: (fedjax_kd|pytorch)\s+([0-9.]+) s/round')
+_DEVICE_LINE = re.compile(r'^device: (.+)$')
+
+
+def rows_from_logs(paths: Sequence[str], device_kind: str = '',
+                   tiny: bool = False) -> list[dict[str, Any]]:
+  """Rows rebuilt from the logs of runs that were stopped before they wrote their JSON.
+
+  A device call has a deadline; a workload stopped in its last repeat has logged its finished
+  runs but written no rows. This pools the runs of each workload over ``paths`` (the same
+  machine), takes the medians, and counts a round's work at paper size on this machine (the
+  count depends on the model and data sizes only; ``tiny`` for logs of ``--tiny`` runs).
+  ``device_kind`` names the chip where the logs do not (logs written before run() logged it).
+
+  Returns:
+    gpu_suite rows (``fedjax_runs``/``torch_runs``: the pooled per-run round times).
+  """
+  found: dict[str, dict[str, Any]] = {}
+  kind = device_kind
+  for path in paths:
+    with open(path) as f:
+      for line in f:
+        m = _DEVICE_LINE.match(line.strip())
+        if m:
+          kind = kind or m.group(1)
+        m = _RUN_LINE.match(line.strip())
+        if m:
+          w = found.setdefault(m.group(1), {'clients': int(m.group(2)), 'fedjax_kd': [],
+                                            'pytorch': []})
+          w[m.group(3)].append(float(m.group(4)))
+  if not kind:
+    raise ValueError('the logs do not name the device: pass device_kind')
+  args = paper_args(tiny)
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    for name, runs in found.items():
+      cfg, desc = vs_torch.CONFIGS[name](args, tmp)
+      spec, exp, _ = vs_torch.build(cfg)
+      j = float(np.median(runs['fedjax_kd']))
+      p = float(np.median(runs['pytorch'])) if runs['pytorch'] else None
+      rows.append(_rates({'workload': name, 'data': desc, 'clients': runs['clients'],
+                          'fedjax_round_s': j, 'torch_round_s': p,
+                          'ratio': p / j if p else None,
+                          'round_gflop': vs_torch.round_flops(spec, exp.ctx.data) / 1e9,
+                          'fedjax_runs': runs['fedjax_kd'], 'torch_runs': runs['pytorch']},
+                         kind))
   return rows
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
   """A markdown table of the suite's rows."""
   out = ['| workload | clients | device | fedjax_kd rounds/min | PyTorch rounds/min | speed-up | '
-         'TFLOP/round | fedjax_kd TFLOP/s | of TF32 peak |',
-         '|---|---|---|---|---|---|---|---|---|']
+         'TFLOP/round | fedjax_kd TFLOP/s | of TF32 peak | runs (fedjax_kd / PyTorch) |',
+         '|---|---|---|---|---|---|---|---|---|---|']
   for r in rows:
     frac = r.get('fedjax_tf32_peak_fraction')
     torch_rpm = '-' if r['ratio'] is None else f'{r["torch_rounds_per_min"]:.2f}'
@@ -97,7 +155,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     out.append(f'| {r["workload"]} | {r["clients"]} | {r["device_kind"]} | '
                f'{r["fedjax_rounds_per_min"]:.2f} | {torch_rpm} | '
                f'{ratio} | {r["round_tflop"]:.3f} | {r["fedjax_tflops"]:.3f} | '
-               f'{"-" if frac is None else f"{100 * frac:.1f}%"} |')
+               f'{"-" if frac is None else f"{100 * frac:.1f}%"} | '
+               f'{len(r["fedjax_runs"])} / {len(r["torch_runs"])} |')
   return '\n'.join(out)
 
 
@@ -111,7 +170,25 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--no_torch', action='store_true',
                  help='fedjax_kd only (the PyTorch columns stay empty)')
   p.add_argument('--out', default='', help='write the rows as JSON here')
+  p.add_argument('--from_logs', default='',
+                 help='comma-separated logs of runs stopped before writing their JSON: the '
+                      'table of their finished runs (nothing is run)')
+  p.add_argument('--device_kind', default='', help='with --from_logs: the chip, where the '
+                                                   'logs do not name it')
   a = p.parse_args(argv)
+  if a.from_logs:
+    paths = a.from_logs.split(',')
+    missing = [x for x in paths if not os.path.isfile(x)]
+    if missing:
+      print(f'error: --from_logs: no file {missing[0]!r}', file=sys.stderr)
+      return 2
+    try:
+      rows = rows_from_logs(paths, a.device_kind, a.tiny)
+    except ValueError as e:
+      print(f'error: --device_kind: {e}', file=sys.stderr)
+      return 2
+    print(table(rows))
+    return 0
   names = WORKLOADS if a.workload == 'all' else tuple(a.workload.split(','))
   bad = [w for w in names if w not in WORKLOADS]
   if bad:

@@ -257,13 +257,19 @@ def time_fedjax(cfg, rounds: int, count_flops: bool = False) -> dict[str, Any]:
 
 # ------------------------------------------------------------ work accounting
 def forward_flops(model: str, num_classes: int, input_shape: Sequence[int]) -> float:
-  """FLOPs of one example's forward pass in inference mode (XLA's cost analysis)."""
+  """FLOPs of one example's forward pass in inference mode (XLA's cost analysis on the CPU).
+
+  Counted on the CPU on every machine: on a GPU, XLA hands convolutions to cuDNN as custom
+  calls, which its cost analysis counts as 0 FLOPs (a CNN's count would be its dense layers).
+  """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
-  module = registry.get_model(model, num_classes=num_classes, input_shape=tuple(input_shape))
-  x = jnp.zeros((1,) + tuple(input_shape), jnp.float32)
-  variables = module.init(jax.random.PRNGKey(0), x, train=False)
+  module = registry.get_model(model, num_classes=num_classes, input_shape=tuple(input_shape),
+                              lowering='im2col')
+  cpu = jax.devices('cpu')[0]
+  x = jax.device_put(jnp.zeros((1,) + tuple(input_shape), jnp.float32), cpu)
+  variables = jax.device_put(module.init(jax.random.PRNGKey(0), x, train=False), cpu)
   compiled = jax.jit(lambda v, x: module.apply(v, x, train=False)).lower(variables, x).compile()
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost

@@ -39,3 +39,34 @@ def test_tiny_suite_runs_on_cpu(tmp_path, capsys):
 def test_bad_workload_is_one_line(capsys):
   assert gpu_suite.main(['--workload=nope', '--no_torch']) == 2
   assert 'nope' in capsys.readouterr().err
+
+
+def test_rows_from_logs_pool_the_finished_runs(tmp_path, capsys):
+  # Two logs of the same workload, the second stopped before its last PyTorch run: the rows pool
+  # every finished run (medians), and the work of a round is counted here, on the CPU.
+  a = tmp_path / 'a.log'
+  a.write_text('peak float32 matmul: xla 1.0 GFLOP/s\ndevice: NVIDIA H100 80GB HBM3\n'
+               'dsfl K=2 dsfl_cnn@1.0 run 1: fedjax_kd 1.00 s/round (first 9.0 s)\n'
+               'dsfl K=2 dsfl_cnn@1.0 run 1: pytorch   10.00 s/round\n')
+  b = tmp_path / 'b.log'
+  b.write_text('dsfl K=2 dsfl_cnn@1.0 run 1: fedjax_kd 3.00 s/round (first 9.0 s)\n'
+               'dsfl K=2 dsfl_cnn@1.0 run 1: pytorch   30.00 s/round\n'
+               'dsfl K=2 dsfl_cnn@1.0 run 2: fedjax_kd 2.00 s/round (first 9.0 s)\n')
+  (row,) = gpu_suite.rows_from_logs([str(a), str(b)], tiny=True)
+  assert row['fedjax_runs'] == [1.0, 3.0, 2.0] and row['torch_runs'] == [10.0, 30.0]
+  assert row['fedjax_round_s'] == 2.0 and row['torch_round_s'] == 20.0 and row['ratio'] == 10.0
+  assert row['device_kind'] == 'NVIDIA H100 80GB HBM3' and row['clients'] == 2
+  assert row['fedjax_tflops'] == pytest.approx(row['round_tflop'] / 2.0)
+  assert gpu_suite.main([f'--from_logs={a},{b}', '--tiny']) == 0
+  assert '| dsfl | 2 | NVIDIA H100 80GB HBM3 |' in capsys.readouterr().out
+  # A log that does not name the device, without --device_kind: one line naming the flag.
+  assert gpu_suite.main([f'--from_logs={b}', '--tiny']) == 2
+  assert '--device_kind' in capsys.readouterr().err
+
+
+def test_forward_flops_count_the_convolutions():
+  import vs_torch  # pylint: disable=g-import-not-at-top
+  hand = 2 * (576 * 25 * 32 + 64 * 800 * 64 + 1024 * 512 + 512 * 10)
+  got = vs_torch.forward_flops('dsfl_cnn', 10, (28, 28, 1))
+  # The rest is BatchNorm, ReLU, pooling and biases: a few percent.
+  assert hand <= got <= 1.05 * hand
