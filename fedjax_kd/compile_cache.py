@@ -2,16 +2,16 @@
 
 A run compiles a few dozen XLA programs (each cohort's local training,
 distillation and evaluation, and many small eager ops) before its first round
-can train. Without a cache every command compiles them again: the default
-config's first round took 65 s on a shared 2-core CPU, and 8-9 s with every
-program loaded from JAX's persistent compilation cache (docs/performance.md,
-"Warm start"). So ``python -m fedjax_kd.main`` and ``python -m fedjax_kd.sweep``
+can train. Without a cache every command compiles them again, which takes
+several times longer than loading them from JAX's persistent compilation cache
+(docs/performance.md, "Warm start", has the measurements). So ``python -m fedjax_kd.main`` and ``python -m fedjax_kd.sweep``
 (and its workers) turn the cache on unless told not to, through
 :func:`setup` (:func:`resolve`, :func:`check`, :func:`enable`).
 
 Where the cache lives, the first of:
 
-1. the command line's ``--compilation_cache=DIR`` (``''`` or ``none``: no cache);
+1. the command line's ``--compilation_cache=DIR`` (``''``, ``none``, ``off``, ``false``, ``no``
+   or ``0``: no cache; a bare word that looks like a typo of one of them is refused);
 2. ``$FEDJAX_KD_COMPILATION_CACHE`` (same meanings);
 3. ``$JAX_COMPILATION_CACHE_DIR``, JAX's own variable, where the user set it;
 4. ``$XDG_CACHE_HOME/fedjax_kd/jax_cache``, else ``~/.cache/fedjax_kd/jax_cache``.
@@ -26,10 +26,9 @@ at a folder others can write.)
 Why every program is cached: JAX writes only programs that took at least 1 s
 to compile, so by default the many small kernels of a round would be compiled
 again on every start; :data:`MIN_COMPILE_TIME_S` and
-:data:`MIN_ENTRY_SIZE_BYTES` cache them all (measured in docs/performance.md:
-the second run of the default config reaches round 1's training sooner with
-every program cached, 11.6 s, than with 0.1 s, 13.2 s, or JAX's own
-thresholds, 16.6 s). The default config's entries take about 2 MB.
+:data:`MIN_ENTRY_SIZE_BYTES` cache them all (docs/performance.md compares the
+thresholds: a warm run reaches round 1's training soonest with every program
+cached).
 
 What is never done: nothing in the directory is deleted (no size limit is
 set, because JAX's LRU eviction would delete files in a folder that may be
@@ -41,6 +40,7 @@ is bad input (:class:`~fedjax_kd.errors.ConfigError`, exit code 2).
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import tempfile
@@ -51,7 +51,7 @@ from fedjax_kd.errors import ConfigError
 ENV_VAR = 'FEDJAX_KD_COMPILATION_CACHE'
 JAX_ENV_VAR = 'JAX_COMPILATION_CACHE_DIR'
 FLAG = '--compilation_cache'
-OFF = ('', 'none')   # values of the flag or the variable that turn the cache off
+OFF = ('', 'none', 'off', 'false', 'no', '0')   # values that turn the cache off (any case)
 # Every program is written, however fast it compiled or small it is (JAX: 1.0 s and 0).
 MIN_COMPILE_TIME_S = 0.0
 MIN_ENTRY_SIZE_BYTES = -1    # -1: no size threshold (0 would let JAX pick one per file system)
@@ -81,20 +81,40 @@ def resolve(flag: str | None = None, environ: Mapping[str, str] | None = None
     environ: the environment to read (default ``os.environ``).
 
   Returns:
-    ``(directory, source)``: the absolute directory, or None for no cache (``''`` or
-    ``none`` given); ``source`` names where it came from (``'--compilation_cache'``,
+    ``(directory, source)``: the absolute directory, or None for no cache (one of
+    :data:`OFF` given); ``source`` names where it came from (``'--compilation_cache'``,
     ``'$FEDJAX_KD_COMPILATION_CACHE'``, ``'$JAX_COMPILATION_CACHE_DIR'`` or
     ``'default'``), for messages.
+
+  Raises:
+    ConfigError: a bare word that looks like a typo of an off value, naming ``source``.
   """
   environ = os.environ if environ is None else environ
   for value, source in ((flag, FLAG), (environ.get(ENV_VAR), f'${ENV_VAR}')):
     if value is not None:
       if value.strip().lower() in OFF:
         return None, source
+      _refuse_typo(value.strip(), source)
       return os.path.abspath(os.path.expanduser(value.strip())), source
   if environ.get(JAX_ENV_VAR):
     return os.path.abspath(os.path.expanduser(environ[JAX_ENV_VAR])), f'${JAX_ENV_VAR}'
   return default_directory(environ), 'default'
+
+
+def _refuse_typo(value: str, source: str) -> None:
+  """Refuses a bare word that looks like a misspelt off value (``of``, ``flase``, ``non``).
+
+  Such a value would otherwise make a cache folder of that name in the working directory. A
+  folder that exists, or a path with a separator (``./of``), is taken as it is.
+  """
+  if os.sep in value or (os.altsep and os.altsep in value) or os.path.exists(value):
+    return
+  words = [w for w in OFF if w]
+  close = difflib.get_close_matches(value.lower(), words, n=1, cutoff=0.75)
+  if close:
+    raise ConfigError(source, value, f'a directory, or one of {", ".join(words)} (or \'\') to run '
+                      f'without a cache; {value!r} looks like a typo of {close[0]!r} (write '
+                      f'./{value} for a folder of that name)')
 
 
 def check(directory: str | None, source: str) -> None:
@@ -118,8 +138,8 @@ def check(directory: str | None, source: str) -> None:
     path = parent
   if path and not os.path.isdir(path):
     what = 'is a file' if path == directory else f'lies under the file {path}'
-    raise ConfigError(source, directory, "a directory for JAX's compilation cache, or '' or "
-                      f'none to run without one ({directory} {what})')
+    raise ConfigError(source, directory, "a directory for JAX's compilation cache, or off/none "
+                      f"(or '') to run without one ({directory} {what})")
 
 
 def shown(directory: str) -> str:

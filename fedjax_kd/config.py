@@ -98,8 +98,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.train.fresh_optimizer = False        # new optimizer state every round (NIID-Bench, FedEntOpt)
   # Forward-pass dtype: 'float32' | 'bfloat16' (mixed precision: params, optimizer state,
   # BatchNorm statistics, losses and the predictions sent to aggregation stay float32).
-  # bfloat16 is meant for GPU/TPU; on XLA:CPU it is slower: a 2-core CPU ran the DS-FL MNIST
-  # round (benchmarks/speed.py, 10 clients) at 5.6 vs 13.9 client-steps/s, 0.4x float32.
+  # bfloat16 is meant for GPU/TPU; on XLA:CPU it is slower than float32 (docs/performance.md,
+  # "Precision and compilation").
   c.train.compute_dtype = 'float32'
 
   # Client selection for every algorithm (FedEntOpt's layer); M = round(participation * K).
@@ -125,81 +125,6 @@ def default_config() -> ml_collections.ConfigDict:
   c.distill.epochs = 5
   c.distill.public_per_round = 300       # |o_r| (<= data.num_public)
 
-  c.dsfl = ml_collections.ConfigDict()
-  c.dsfl.aggregation = 'era'
-  c.dsfl.temperature = 0.1
-  c.dsfl.schedule = 'same_round'         # 'same_round' (paper) | 'next_round' (SCARLET's code)
-
-  c.scarlet = ml_collections.ConfigDict()
-  c.scarlet.beta = 2.0                   # Enhanced ERA exponent (> 0; 1 = plain mean)
-
-  c.cache = ml_collections.ConfigDict()  # SCARLET's soft-label cache, any public-set algorithm
-  c.cache.mode = 'auto'                  # 'auto' (on for scarlet only) | 'on' | 'off'
-  c.cache.duration = 50                  # D: reuse while t - t_cached <= D
-
-  c.comet = ml_collections.ConfigDict()
-  c.comet.clusters = 2                   # c, k-means clusters per public sample
-  c.comet.weight = 1.0                   # lambda, distillation loss weight
-
-  c.selective_fd = ml_collections.ConfigDict()
-  c.selective_fd.tau_client = 0.0625     # KuLSIF quantile threshold
-  c.selective_fd.tau_server = 2.0        # L1 server selector (2.0 keeps all)
-  c.selective_fd.sigma = 5.0             # Gaussian kernel width
-  c.selective_fd.lambda_exponent = 0.5   # lambda = n_private ** exponent
-
-  c.fedcache2 = ml_collections.ConfigDict()  # FedCache 2.0 (choices: docs/papers.md)
-  c.fedcache2.tau = 0.5                  # eq. 17: draw tau + (1 - tau) p_c^k of class c, in [0, 1]
-  c.fedcache2.sampling = 'count'         # 'count' (q_c |S_c|) | 'bernoulli' | 'repo' (max-norm)
-  c.fedcache2.max_download = 0           # cap on downloaded samples per client; 0 = none
-  c.fedcache2.exclude_own = False        # leave a client's own uploads out of its download
-  c.fedcache2.ipc = 1                    # synthetic samples per class per client (App. D: 1)
-  c.fedcache2.proto_init = 'own'         # 'own' (released code) | 'sigma' (eq. 8 donor)
-  c.fedcache2.sigma_period = 1           # rounds between new donor permutations ('sigma')
-  c.fedcache2.dd_epochs = 10             # passes over the local targets per round
-  c.fedcache2.dd_batch_size = 64
-  c.fedcache2.dd_lr = 1e-3               # paper's distillation learning rate (code: 3e-4)
-  c.fedcache2.dd_reg = 1e-6              # KRR ridge = dd_reg * tr(K_bb) / n
-  c.fedcache2.dd_bn_mode = 'eval'        # 'eval' (running statistics) | 'train' (authors' code)
-  c.fedcache2.encoding = 'raw'           # counted as 'raw' uint8 | 'png' (code) | 'jpeg' (paper)
-  c.fedcache2.jpeg_quality = 75
-
-  c.acepfl = ml_collections.ConfigDict()   # ACE-pFL (choices: docs/papers.md)
-  c.acepfl.clusters = 3                  # |V|, <= clients.num_clients
-  c.acepfl.clustering = True             # ablation switch: False = one cluster (Table XI w/o)
-  c.acepfl.cluster_method = 'vector'     # 'vector' (Algorithm 2) | 'matrix' (Table V)
-  c.acepfl.distance = 'tv'               # 'tv' (0/1 ground EMD) | 'l1' | 'emd1d' | 'sorted_literal'
-  c.acepfl.reference = -1                # reference client z; -1 = uniform from the seed
-  c.acepfl.aggregation = 'eq3_global'    # 'eq3_global' | 'per_cluster' | 'mean' (Eq. 1)
-  c.acepfl.top_k = 5                     # K kept per uploaded row; 0 = all classes
-  c.acepfl.renormalize = 'fill'          # top-K rows: 'fill' | 'client' | 'server' | 'none'
-  c.acepfl.t0 = 30.0                     # Eq. 2: initial temperature (> 0)
-  c.acepfl.k1 = 5.0
-  c.acepfl.k2 = 5.0
-  c.acepfl.r0 = 100
-  c.acepfl.curve = 'f1'                  # 'f1' (Eq. 2) | 'f2'..'f5' (Table XIII) | 'fixed'
-  c.acepfl.dynamic_temperature = True    # ablation switch: False = T0 every round (Table XII)
-  c.acepfl.stage_div = 'r0'              # 'r0' (as the text) | 'T0' (as printed)
-  c.acepfl.normalize_delta = True        # sigmoid of (r mod r0) / r0, not of the raw r mod r0
-  c.acepfl.weights = (0.4, 0.3, 0.2, 0.1)  # alpha1..4: CE, KD, SD, GD (Eq. 4)
-  c.acepfl.distillation = 'triple'       # ablation switch: 'triple' | 'double' | 'single'
-  c.acepfl.kl_direction = 'teacher_student'  # standard KD | 'student_teacher' (as printed)
-  c.acepfl.gd_mode = 'student'           # KL(M || student) | 'literal' (logged, no gradient)
-  c.acepfl.best_metric = 'val'           # best past model by 'val' or 'public' accuracy
-  c.acepfl.hist_epsilon = 0.0            # Laplace epsilon on label counts; 0 = off
-  c.acepfl.noise = 'none'                # noise on uploads: 'none' | 'gaussian' | 'laplace'
-  c.acepfl.noise_scale = 0.0             # its sigma / b (no formal epsilon accounting)
-
-  c.fedmd = ml_collections.ConfigDict()  # FedMD-style mean aggregation baseline
-  c.fedmd.temperature = 1.0
-  c.fedmd.public_ce = 0.0                # weight of CE on the public labels
-
-  c.fedprox = ml_collections.ConfigDict()
-  c.fedprox.mu = 1e-4                    # proximal weight (FedEntOpt's tuned value)
-
-  c.fd = ml_collections.ConfigDict()
-  c.fd.gamma = 1.0
-  c.fd.update_every_round = False
-
   c.comm = ml_collections.ConfigDict()
   c.comm.rules = 'paper'
   c.comm.thresholds = (0.8, 0.9)         # ComU@x reported in the summary
@@ -215,6 +140,14 @@ def default_config() -> ml_collections.ConfigDict:
 
   c.log = ml_collections.ConfigDict()
   c.log.tensorboard = True               # scalars in <workdir>/tensorboard
+  # Each algorithm's own group (dsfl, scarlet, cache, comet, selective_fd, fedcache2, acepfl,
+  # fedmd, fedprox, fd, and those of algorithms you register) is declared with its class.
+  from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
+  for group, defaults in algorithms.config_groups().items():
+    if group in c:
+      raise ValueError(f'the config group {group!r} of an algorithm is a group of the engine '
+                       f'(fields: {", ".join(sorted(c[group]))}): rename it')
+    c[group] = ml_collections.ConfigDict(dict(defaults))
   return c
 
 
@@ -468,7 +401,8 @@ def _canonical(registry, spec, field: str) -> str:
   """``'cnn'`` -> ``'cnn@1'``, ``'cnn@0.50'`` -> ``'cnn@0.5'``; validates the name."""
   if not isinstance(spec, str):
     raise ConfigError(field, spec, 'a "name@width" string')
-  name, width = registry.parse_spec(spec, field=field)
+  with fields.as_fields({}):
+    name, width = registry.parse_spec(spec, field=field)
   return f'{name}@{width:g}'
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import optax
 
 from fedjax_kd import algorithms
+from fedjax_kd import fields
 from fedjax_kd import selection as selection_lib
 from fedjax_kd.algorithms.base import Algorithm, Context
 from fedjax_kd.core.federation import Federation, build_federated_data
@@ -69,6 +70,18 @@ def store_directory(spec: ExperimentSpec, workdir: str | None = None) -> str | N
   return spec.store_dir or (os.path.join(workdir, 'client_store') if workdir else None)
 
 
+# The config fields that feed the data and model libraries' parameters (they raise a ParamError
+# naming their own parameter; the build names the field).
+SPLIT_FIELDS = {'num_public': 'data.num_public', 'num_private': 'data.num_private', 'seed': 'seed'}
+PARTITION_FIELDS = {
+    'name': 'data.partition', 'num_clients': 'clients.num_clients', 'alpha': 'data.alpha',
+    'seed': 'seed', 'shards_per_client': 'data.shards_per_client',
+    'classes_per_client': 'data.classes_per_client', 'min_size': 'data.min_size',
+    'fraction': 'data.dominant_fraction', 'dominant_fraction': 'data.dominant_fraction'}
+MODEL_FIELDS = {'init': 'model.init', 'bn_momentum': 'model.bn_momentum',
+                'bn_epsilon': 'model.bn_epsilon'}
+
+
 def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   """Loads data, partitions it, builds models and the algorithm (no training).
 
@@ -76,14 +89,16 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   """
   d = spec.data
   data_dir = d.data_dir or None
-  dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed, field='data.source',
-                                label_key=d.label_key or None)
+  with fields.as_fields({'label_key': 'data.label_key'}):
+    dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed,
+                                  field='data.source', label_key=d.label_key or None)
   sources.check_dataset(dataset, f'data.source={d.source!r}',
                         declared_classes=dataset.declared_classes)
   public = None
   if d.public_source:
-    public = sources.load_source(d.public_source, data_dir=data_dir, seed=spec.seed,
-                                 field='data.public_source')
+    with fields.as_fields({}):
+      public = sources.load_source(d.public_source, data_dir=data_dir, seed=spec.seed,
+                                   field='data.public_source')
     sources.check_dataset(public, f'data.public_source={d.public_source!r}', labelled=False)
   vocab_size = _check_text_inputs(spec, dataset, public)
   # The open-data broadcast counts what a public sample costs on the wire: float32 values,
@@ -93,7 +108,8 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   # data.normalize: one per-channel affine map (from the private source's training set) for
   # the private, public and test inputs alike. Float inputs are normalised here, once; uint8
   # pixels stay pixels (one byte each) and the kernels map them where they gather a batch.
-  stats = sources.input_stats(d.normalize, dataset.x_train, d.mean, d.std)
+  with fields.as_fields({'mean': 'data.mean'}):
+    stats = sources.input_stats(d.normalize, dataset.x_train, d.mean, d.std)
   normalize = inputs_lib.Normalize.from_stats(stats)
   if stats is not None:
     norm = lambda ds: dataclasses.replace(ds, x_train=normalize.prepare(ds.x_train),
@@ -104,8 +120,9 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
         raise DataError(f'data.public_source: {public.x_train.shape[-1]} channels, but '
                         f'data.source has {dataset.x_train.shape[-1]}')
       public = norm(public)
-  split = splits.fd_split(dataset, num_public=d.num_public, num_private=d.num_private,
-                          seed=spec.seed, public=public)
+  with fields.as_fields(SPLIT_FIELDS):
+    split = splits.fd_split(dataset, num_public=d.num_public, num_private=d.num_private,
+                            seed=spec.seed, public=public)
   # The split holds its own rows now; the loaded training arrays go before anything is placed
   # on the device, so at most two copies of the private images ever coexist (briefly).
   del dataset, public
@@ -113,12 +130,14 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
                 shards_per_client=d.shards_per_client, classes_per_client=d.classes_per_client,
                 dominant_fraction=d.dominant_fraction,
                 min_size=d.min_size)
-  part = partition_lib.partition(d.partition, split.y_private, spec.num_clients,
-                                 client_ids=split.client_ids_private, **kwargs)
+  with fields.as_fields(PARTITION_FIELDS):
+    part = partition_lib.partition(d.partition, split.y_private, spec.num_clients,
+                                   client_ids=split.client_ids_private, **kwargs)
   client_indices, val_indices = part.client_indices, None
   if d.val_fraction > 0:
-    client_indices, val_indices = splits.client_validation_split(
-        part.client_indices, d.val_fraction, spec.seed)
+    with fields.as_fields({'fraction': 'data.val_fraction', 'seed': 'seed'}):
+      client_indices, val_indices = splits.client_validation_split(
+          part.client_indices, d.val_fraction, spec.seed)
   largest = max(len(ix) for ix in client_indices)
   if spec.train.batch_size > largest:
     raise ConfigError('train.batch_size', spec.train.batch_size,
@@ -126,9 +145,10 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
                       'larger batch is padding in every local step)')
   test_indices = None
   if d.per_client_test:
-    test_indices = partition_lib.partition_test_like(
-        d.partition, part, split.y_test, spec.num_clients, num_classes=split.num_classes,
-        seed=spec.seed)
+    with fields.as_fields(PARTITION_FIELDS):
+      test_indices = partition_lib.partition_test_like(
+          d.partition, part, split.y_test, spec.num_clients, num_classes=split.num_classes,
+          seed=spec.seed)
   input_shape = tuple(split.x_private.shape[1:])
   data = build_federated_data(split.x_private, split.y_private, client_indices,
                               split.x_public, split.x_test, split.y_test, split.num_classes,
@@ -140,10 +160,11 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   modules = {}
   for s in specs:
     field = 'server.model' if s not in spec.client_models else 'clients.models'
-    modules[s] = registry.get_model(s, num_classes=num_classes, input_shape=input_shape,
-                                    field=field, init=spec.model.init,
-                                    bn_momentum=spec.model.bn_momentum,
-                                    bn_epsilon=spec.model.bn_epsilon, vocab_size=vocab_size)
+    with fields.as_fields(MODEL_FIELDS):
+      modules[s] = registry.get_model(s, num_classes=num_classes, input_shape=input_shape,
+                                      field=field, init=spec.model.init,
+                                      bn_momentum=spec.model.bn_momentum,
+                                      bn_epsilon=spec.model.bn_epsilon, vocab_size=vocab_size)
   optimizers = {'train': make_optimizer(spec.train)}
   if spec.distill is not None:
     optimizers['distill'] = make_optimizer(spec.distill)

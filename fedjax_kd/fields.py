@@ -9,8 +9,9 @@ allowed. Algorithms validate their own config groups with these
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -73,6 +74,26 @@ def choice(c, field: str, allowed: Sequence[str]) -> str:
   if v not in allowed:
     raise ConfigError(field, v, tuple(allowed))
   return v
+
+
+@contextlib.contextmanager
+def as_fields(fields_by_param: dict[str, str]) -> Iterator[None]:
+  """Raises a library's :class:`~fedjax_kd.ops.errors.ParamError` as the config field that fed it.
+
+  The layers below the config (``ops``, ``data``, ``models``) name their own parameters; the
+  code that calls them with a config's values wraps the call::
+
+    with fields.as_fields({'alpha': 'data.alpha', 'num_clients': 'clients.num_clients'}):
+      partition.partition(...)
+
+  A :class:`ConfigError` (already a field) passes through unchanged.
+  """
+  try:
+    yield
+  except ConfigError:
+    raise
+  except ParamError as e:
+    raise field_error(e, fields_by_param) from None
 
 
 def field_error(error: ParamError, fields_by_param: dict[str, str]) -> ConfigError:

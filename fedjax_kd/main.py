@@ -63,9 +63,9 @@ def _define(fv: flags.FlagValues, argv: Sequence[str] = ()) -> None:
                     flag_values=fv)
   flags.DEFINE_bool('progress', True, 'Print one progress line per round.', flag_values=fv)
   flags.DEFINE_string('compilation_cache', None,
-                      "JAX persistent compilation cache directory ('' or none: no cache; "
-                      'default: $FEDJAX_KD_COMPILATION_CACHE, else $JAX_COMPILATION_CACHE_DIR, '
-                      'else ~/.cache/fedjax_kd/jax_cache).', flag_values=fv)
+                      "JAX persistent compilation cache directory (off, none, false or '': "
+                      'no cache; default: $FEDJAX_KD_COMPILATION_CACHE, else '
+                      '$JAX_COMPILATION_CACHE_DIR, else ~/.cache/fedjax_kd/jax_cache).', flag_values=fv)
   flags.DEFINE_string('coordinator_address', None,
                       'Multi-host: host:port of process 0 (jax.distributed).', flag_values=fv)
   flags.DEFINE_integer('num_processes', None, 'Multi-host: number of processes.',

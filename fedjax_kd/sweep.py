@@ -597,7 +597,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
     log: where the progress lines go (one per run started, finished,
       skipped or failed); None for silence.
     compilation_cache: the workers' JAX persistent compilation cache directory
-      (``''`` or ``'none'``: no cache); None lets each worker choose as
+      (one of ``compile_cache.OFF``: no cache); None lets each worker choose as
       ``fedjax_kd.main`` does (:func:`fedjax_kd.compile_cache.resolve`).
 
   Returns:
@@ -1470,9 +1470,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--thresholds', default='', help="default: the config's comm.thresholds")
   p.add_argument('--metrics', default='', help='per-round metrics averaged over rounds')
   p.add_argument('--compilation_cache', default=None,
-                 help="JAX persistent compilation cache directory ('' or none: no cache; "
-                      'default: $FEDJAX_KD_COMPILATION_CACHE, else $JAX_COMPILATION_CACHE_DIR, '
-                      'else ~/.cache/fedjax_kd/jax_cache)')
+                 help="JAX persistent compilation cache directory (off, none, false or '': "
+                      'no cache; default: $FEDJAX_KD_COMPILATION_CACHE, else '
+                      '$JAX_COMPILATION_CACHE_DIR, else ~/.cache/fedjax_kd/jax_cache)')
   p.add_argument('--dry_run', action='store_true', help='print the plan and exit')
   p.add_argument('--_worker', default=None, help=argparse.SUPPRESS)
   return p

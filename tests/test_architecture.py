@@ -120,6 +120,36 @@ def test_ops_are_leaves_and_know_no_config_field():
     assert 'ConfigError' not in text, m
 
 
+def test_no_config_error_below_the_config_layer():
+  # The engine, ops, data and model libraries name their own parameters (ParamError); the
+  # layers that feed them a config's values name the field (fields.as_fields).
+  below = [m for m in _modules() if m.split('.')[1:2] and m.split('.')[1] in
+           ('ops', 'core', 'data', 'models')]
+  assert len(below) > 30
+  assert [m for m in below if 'ConfigError' in _modules()[m].read_text()] == []
+
+
+def test_a_data_error_maps_to_the_config_field():
+  import pytest  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import experiment, fields  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.data import partition  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.ops.errors import ParamError  # pylint: disable=g-import-not-at-top
+  labels = np.array([0, 1, 0, 1, 0, 1])
+  call = lambda: partition.partition('shards', labels, 3, num_classes=2, seed=0,
+                                     shards_per_client=0)
+  with pytest.raises(ParamError, match=r'^shards_per_client=0 is not allowed') as e:
+    call()
+  assert not isinstance(e.value, ConfigError)
+  with pytest.raises(ConfigError, match=r'^data\.shards_per_client=0 is not allowed'):
+    with fields.as_fields(experiment.PARTITION_FIELDS):
+      call()
+  # A ConfigError (already a field) passes through as it is.
+  with pytest.raises(ConfigError, match=r'^clients\.models='):
+    with fields.as_fields({'spec': 'nope'}):
+      raise ConfigError('clients.models', 'x', 'y')
+
+
 def test_the_graph_sees_function_level_imports():
   graph = imports()
   assert 'fedjax_kd.algorithms' in graph['fedjax_kd.config']       # inside validate()

@@ -14,6 +14,7 @@ from fedjax_kd import runner
 from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.ops.errors import ParamError
 
 
 class TwoLayer(nn.Module):
@@ -92,7 +93,7 @@ def test_register_refuses_builtin_taken_and_bad_names(registered):
   with pytest.raises(ValueError, match='lower-case'):
     models.register('Two Layer', build_two_layer)
   models.register('two_layer', build_two_layer, replace=True)   # explicit replacement is fine
-  with pytest.raises(ConfigError, match='clients.models'):
+  with pytest.raises(ParamError, match='^spec='):
     models.get_model('three_layer', num_classes=10, input_shape=(8, 8, 1))
 
 
@@ -101,7 +102,7 @@ def test_a_builder_that_fails_is_one_config_error_naming_the_field():
     raise ValueError(f'needs 28x28, got {input_shape}')
   models.register('needs_mnist', bad)
   try:
-    with pytest.raises(ConfigError, match=r"server.model.*needs 28x28, got \(8, 8, 1\)"):
+    with pytest.raises(ParamError, match=r"server.model.*needs 28x28, got \(8, 8, 1\)"):
       models.get_model('needs_mnist', num_classes=10, input_shape=(8, 8, 1), field='server.model')
   finally:
     models.unregister('needs_mnist')
@@ -112,9 +113,9 @@ def test_natural_partition_gives_one_client_per_id_in_id_order():
   ids = np.array([9, 3, 9, 3, 5, 9, 5])
   part = partition_lib.natural(labels, ids, 3, num_classes=3)
   assert [p.tolist() for p in part.client_indices] == [[1, 3], [4, 6], [0, 2, 5]]
-  with pytest.raises(ConfigError, match=r'clients.num_clients.*3, the number of distinct'):
+  with pytest.raises(ParamError, match=r'^num_clients=4.*3, the number of distinct'):
     partition_lib.natural(labels, ids, 4, num_classes=3)
-  with pytest.raises(ConfigError, match='data.partition'):
+  with pytest.raises(ParamError, match="^name='natural'"):
     partition_lib.partition('natural', labels, 3, num_classes=3, seed=0)
 
 

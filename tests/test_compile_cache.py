@@ -72,6 +72,26 @@ def test_resolve_takes_the_flag_then_ours_then_jax_then_the_user_cache(tmp_path)
   assert compile_cache.resolve('~/c', {})[0] == os.path.expanduser('~/c')
 
 
+def test_off_words_turn_the_cache_off_and_their_typos_are_refused(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  for off in ('off', 'OFF', 'false', 'False', 'no', '0', 'none', ''):
+    assert compile_cache.resolve(off, {}) == (None, '--compilation_cache')
+  # A bare word close to one of them would have made a folder of that name (once, `off/`):
+  # one error naming the flag, the value and the word it resembles.
+  for typo, meant in (('of', 'off'), ('offf', 'off'), ('flase', 'false'), ('non', 'none')):
+    with pytest.raises(ConfigError, match=rf"--compilation_cache.*{typo!r} looks like a typo "
+                                          rf"of {meant!r}"):
+      compile_cache.resolve(typo, {})
+    with pytest.raises(ConfigError, match='FEDJAX_KD_COMPILATION_CACHE'):
+      compile_cache.resolve(None, {'FEDJAX_KD_COMPILATION_CACHE': typo})
+  # A path with a separator, or a folder that exists, is taken as written; so is a plain name.
+  assert compile_cache.resolve('./of', {})[0] == str(tmp_path / 'of')
+  (tmp_path / 'offf').mkdir()
+  assert compile_cache.resolve('offf', {})[0] == str(tmp_path / 'offf')
+  assert compile_cache.resolve('cache', {})[0] == str(tmp_path / 'cache')
+  assert not (tmp_path / 'of').exists()
+
+
 def test_the_test_session_never_uses_the_home_cache():
   directory, source = compile_cache.resolve()
   assert source == '$FEDJAX_KD_COMPILATION_CACHE'

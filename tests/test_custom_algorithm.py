@@ -51,6 +51,58 @@ def test_median_labels_by_hand(guide):
   p2 = jnp.asarray([[[0.5, 0.5]], [[0.5, 0.3]], [[0.1, 0.3]]])
   got2 = np.asarray(guide['median_labels'](p2, jnp.ones(3, bool)))
   np.testing.assert_allclose(got2, [[0.625, 0.375]], atol=1e-6)
+  # temperature 0.5 squares the medians before renormalising: (0.6, 0.4) -> (0.36, 0.16) / 0.52.
+  got3 = np.asarray(guide['median_labels'](probs, active, 0.5, 0.5))
+  np.testing.assert_allclose(got3[0], [0.36 / 0.52, 0.16 / 0.52], atol=1e-6)
+  # quantile 0.25 of (0.6, 0.2, 0.9) is 0.4 (linear between 0.2 and 0.6); of (0.4, 0.8, 0.1),
+  # 0.25: (0.4, 0.25) -> (0.615..., 0.384...).
+  got4 = np.asarray(guide['median_labels'](probs, active, 0.25, 1.0))
+  np.testing.assert_allclose(got4[0], [0.4 / 0.65, 0.25 / 0.65], atol=1e-6)
+
+
+def test_the_options_come_from_the_command_line_and_a_typo_is_refused(guide, tmp_path):
+  from fedjax_kd import main as main_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  cfg = tmp_path / 'my_median.py'
+  cfg.write_text('\n\n'.join(guide_blocks()))
+  # The group is part of the default config once the class is registered.
+  assert dict(config_lib.default_config().median_distill) == {'quantile': 0.5,
+                                                               'temperature': 1.0}
+  fv = main_lib.parse(['main', f'--config={cfg}', '--config.median_distill.quantile=0.25',
+                       '--config.median_distill.temperature=0.5'])
+  spec = config_lib.validate(fv.config)
+  assert spec.algorithm == 'median_distill'
+  assert (spec.options.quantile, spec.options.temperature) == (0.25, 0.5)
+  with pytest.raises(ConfigError, match=r"^median_distill\.quantil='0\.25' is not allowed: "
+                                        r".*quantile, temperature \(did you mean "
+                                        r"median_distill\.quantile\?\)"):
+    main_lib.parse(['main', f'--config={cfg}', '--config.median_distill.quantil=0.25'])
+  fv = main_lib.parse(['main', f'--config={cfg}', '--config.median_distill.quantile=1.5'])
+  with pytest.raises(ConfigError, match=r'^median_distill\.quantile=1\.5 is not allowed'):
+    config_lib.validate(fv.config)
+
+
+def test_a_group_another_algorithm_declares_otherwise_is_refused(guide):
+  class Clash(algorithms.Algorithm):
+    name = 'clash'
+    config_groups = {'median_distill': {'quantile': 0.9}}
+  with pytest.raises(ValueError, match="config group 'median_distill'"):
+    algorithms.register(Clash)
+  class Bad(algorithms.Algorithm):
+    name = 'bad_groups'
+    config_groups = {'bad group': {'x': 1}}
+  with pytest.raises(ValueError, match='config_groups must map'):
+    algorithms.register(Bad)
+  # A group named like one of the engine's is refused when the config is built.
+  class Engine(algorithms.Algorithm):
+    name = 'engine_group'
+    config_groups = {'train': {'x': 1}}
+  algorithms.register(Engine)
+  try:
+    with pytest.raises(ValueError, match="config group 'train' of an algorithm"):
+      config_lib.default_config()
+  finally:
+    algorithms.unregister('engine_group')
 
 
 def test_registered_algorithm_runs_with_bytes_counted(guide, tmp_path):
@@ -87,12 +139,15 @@ def test_the_guide_as_a_config_file_runs_from_the_command_line(tmp_path):
        '--noprogress', '--config.rounds=1', '--config.data.source=synthetic:600',
        '--config.data.num_public=150', '--config.distill.public_per_round=100',
        "--config.clients.models=('mlp@0.25',)", '--config.server.model=mlp@0.25',
-       '--config.train.epochs=1', '--config.distill.epochs=1'],
+       '--config.train.epochs=1', '--config.distill.epochs=1',
+       '--config.median_distill.quantile=0.25', '--config.median_distill.temperature=0.5'],
       cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
       timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   summary = json.loads((tmp_path / 'w' / 'summary.json').read_text())
   assert summary['algorithm'] == 'median_distill'
+  cfg = json.loads((tmp_path / 'w' / 'config.json').read_text())
+  assert cfg['median_distill'] == {'quantile': 0.25, 'temperature': 0.5}
 
 
 def test_a_class_defined_again_replaces_itself_another_is_refused(guide):

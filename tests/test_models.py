@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops.errors import ParamError
 from fedjax_kd.models import layers, registry, resnet
 from fedjax_kd.models import CNN, DSFLCNN, CifarResNet, count_params, get_model, init_variables
 
@@ -171,9 +171,9 @@ def test_conv_module_matches_flax(lowering):
 
 
 def test_conv_bad_config():
-  with pytest.raises(ConfigError, match='lowering'):
+  with pytest.raises(ParamError, match='lowering'):
     layers.Conv(4, 3, lowering='fast').init(jax.random.PRNGKey(0), jnp.zeros((1, 5, 5, 1)))
-  with pytest.raises(ConfigError, match='padding'):
+  with pytest.raises(ParamError, match='padding'):
     layers.resolve_padding('CIRCULAR', (5, 5), (3, 3), (1, 1))
 
 
@@ -355,21 +355,21 @@ def test_parse_spec():
 @pytest.mark.parametrize('spec', ['vgg13', 'cnn@0', 'cnn@abc', 'cnn@-1', 'cnn@nan', 'cnn@',
                                   '@1', 'cnn@inf'])
 def test_registry_errors(spec):
-  with pytest.raises(ConfigError) as err:
+  with pytest.raises(ParamError) as err:
     get_model(spec, num_classes=10, input_shape=(28, 28, 1), field='clients.models[2]')
   assert 'clients.models[2]' in str(err.value)
-  assert err.value.field == 'clients.models[2]'
+  assert err.value.param == 'clients.models[2]'
   assert 'resnet20' in str(err.value)  # names the allowed models
 
 
 def test_registry_input_errors():
-  with pytest.raises(ConfigError, match='clients.models'):
+  with pytest.raises(ParamError, match='^spec='):
     get_model('dsfl_cnn', num_classes=10, input_shape=(12, 12, 1))
-  with pytest.raises(ConfigError, match='clients.models'):
+  with pytest.raises(ParamError, match='^spec='):
     get_model('lenet5', num_classes=10, input_shape=(32,))
-  with pytest.raises(ConfigError, match='num_classes'):
+  with pytest.raises(ParamError, match='num_classes'):
     get_model('cnn', num_classes=0, input_shape=(28, 28, 1))
-  with pytest.raises(ConfigError, match='input_shape'):
+  with pytest.raises(ParamError, match='input_shape'):
     get_model('mlp', num_classes=10, input_shape=(0, 3))
   get_model('dsfl_cnn', num_classes=10, input_shape=(16, 16, 1))
   get_model('resnet20', num_classes=10, input_shape=(8, 8, 1))
@@ -377,7 +377,7 @@ def test_registry_input_errors():
   # 'fcn' flattens any input, like 'mlp'; the FedCache 2.0 ResNets need images.
   get_model('fcn', num_classes=10, input_shape=(40,))
   get_model('fcn', num_classes=10, input_shape=(2, 3, 4, 5))
-  with pytest.raises(ConfigError, match='clients.models'):
+  with pytest.raises(ParamError, match='^spec='):
     get_model('resnet_t', num_classes=10, input_shape=(40,))
 
 
@@ -429,7 +429,7 @@ def test_blazefl_cnn_param_count():
   shapes = jax.eval_shape(lambda: registry.init_variables(
       module, jax.random.PRNGKey(0), (32, 32, 3)))
   assert registry.count_params(shapes) == (878_538, 878_538)
-  with pytest.raises(ConfigError):
+  with pytest.raises(ParamError):
     registry.get_model('blazefl_cnn', num_classes=10, input_shape=(12, 12, 3))
 
 

@@ -181,7 +181,7 @@ def test_registry():
     assert model.width == registry.parse_spec(spec)[1]
   assert get_model('resnet34', num_classes=10, input_shape=(32, 32, 3)).block == 'basic'
   assert get_model('resnet50', num_classes=10, input_shape=(32, 32, 3)).block == 'bottleneck'
-  with pytest.raises(registry.ConfigError, match='clients.models'):
+  with pytest.raises(registry.ParamError, match='^spec='):
     get_model('vgg16', num_classes=10, input_shape=(40,))
 
 
@@ -221,7 +221,7 @@ def test_vgg11_registry_and_small_inputs():
     out = jax.eval_shape(lambda v, x: model.apply(v, x), v,
                          jax.ShapeDtypeStruct((2,) + shape, jnp.float32))
     assert out.shape == (2, 20), shape
-  with pytest.raises(registry.ConfigError, match='clients.models'):
+  with pytest.raises(registry.ParamError, match='^spec='):
     get_model('vgg11', num_classes=10, input_shape=(40,))
 
 

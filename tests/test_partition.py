@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fedjax_kd.data import partition as P
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import DataError
+from fedjax_kd.ops.errors import ParamError
 
 
 
@@ -181,9 +182,9 @@ def test_shards_drops_remainder_in_index_order():
 
 def test_shards_not_enough_samples():
   y = _balanced(1, 10)
-  with pytest.raises(ConfigError, match='data.shards_per_client'):
+  with pytest.raises(ParamError, match='^shards_per_client='):
     P.partition('shards', y, 6, num_classes=10, seed=0)
-  with pytest.raises(ConfigError, match='data.shards_per_client'):
+  with pytest.raises(ParamError, match='^shards_per_client='):
     P.partition('shards', y, 2, num_classes=10, seed=0, shards_per_client=0)
 
 
@@ -325,7 +326,7 @@ def test_dirichlet_repair_is_deterministic_and_minimal():
 
 def test_dirichlet_infeasible_min_size():
   y = _balanced(10, 10)
-  with pytest.raises(ConfigError, match='data.min_size'):
+  with pytest.raises(ParamError, match='^min_size='):
     P.partition('dirichlet', y, 20, num_classes=10, seed=0, min_size=10)
 
 
@@ -365,7 +366,7 @@ def test_classes_exact_labels(k_labels):
 
 def test_classes_too_many_labels():
   y = _balanced(10, 10)
-  with pytest.raises(ConfigError, match='data.classes_per_client'):
+  with pytest.raises(ParamError, match='^classes_per_client='):
     P.partition('classes', y, 5, num_classes=10, seed=0, classes_per_client=11)
 
 
@@ -391,7 +392,7 @@ def test_determinism_and_seed_dependence(name):
                                   'niid_labeldir'])
 @pytest.mark.parametrize('alpha', [0, -1.0, float('nan'), float('inf'), 'x'])
 def test_bad_alpha(name, alpha):
-  with pytest.raises(ConfigError, match='data.alpha'):
+  with pytest.raises(ParamError, match='^alpha='):
     P.partition(name, _balanced(20, 10), 5, num_classes=10, seed=0,
                 alpha=alpha)
 
@@ -399,22 +400,22 @@ def test_bad_alpha(name, alpha):
 @pytest.mark.parametrize('name', P.PARTITIONERS)
 @pytest.mark.parametrize('k', [0, -3, 201, 2.5])
 def test_bad_num_clients(name, k):
-  with pytest.raises(ConfigError, match='clients.num_clients'):
+  with pytest.raises(ParamError, match='^num_clients='):
     P.partition(name, _balanced(20, 10), k, num_classes=10, seed=0)
 
 
 def test_bad_name_and_labels():
   y = _balanced(20, 10)
-  with pytest.raises(ConfigError, match='data.partition') as e:
+  with pytest.raises(ParamError, match='^name=') as e:
     P.partition('dir', y, 5, num_classes=10, seed=0)
   assert "'client_dirichlet'" in str(e.value)
   with pytest.raises(DataError):
     P.partition('iid', y, 5, num_classes=5, seed=0)  # labels >= num_classes
   with pytest.raises(DataError):
     P.partition('iid', y.reshape(20, 10), 5, num_classes=10, seed=0)
-  with pytest.raises(ConfigError, match='data.num_classes'):
+  with pytest.raises(ParamError, match='^num_classes='):
     P.partition('iid', y, 5, num_classes=0, seed=0)
-  with pytest.raises(ConfigError, match='seed'):
+  with pytest.raises(ParamError, match='^seed='):
     P.partition('iid', y, 5, num_classes=10, seed=-1)
   with pytest.raises(TypeError):
     P.iid(y, 5, num_classes=10, rng=np.random.default_rng(0))
@@ -473,7 +474,7 @@ def test_test_like_client_dirichlet():
                               class_priors=part.class_priors)
   for a, b in zip(tests, ref):
     np.testing.assert_array_equal(a, b)
-  with pytest.raises(ConfigError, match='data.test_per_client'):
+  with pytest.raises(ParamError, match='^per_client='):
     P.partition_test_like('client_dirichlet', part, yt, 100, num_classes=10,
                           seed=0, per_client=101)
 
@@ -502,9 +503,9 @@ def test_test_like_proportional(name):
 def test_test_like_validation():
   y = _balanced(100, 10)
   part = P.partition('iid', y, 10, num_classes=10, seed=0)
-  with pytest.raises(ConfigError, match='clients.num_clients'):
+  with pytest.raises(ParamError, match='^num_clients='):
     P.partition_test_like('iid', part, y, 11, num_classes=10, seed=0,
                           per_client=None)
-  with pytest.raises(ConfigError, match='data.partition'):
+  with pytest.raises(ParamError, match='^name='):
     P.partition_test_like('nope', part, y, 10, num_classes=10, seed=0,
                           per_client=None)

@@ -8,7 +8,8 @@ import pytest
 
 from fedjax_kd.data.inputs import as_float
 from fedjax_kd.data.sources import ArrayDataset, load_source
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import DataError
+from fedjax_kd.ops.errors import ParamError
 
 
 
@@ -118,7 +119,7 @@ def test_synthetic_is_learnable():
 @pytest.mark.parametrize('spec', ['synthetic:', 'synthetic:abc', 'synthetic:5',
                                   'synthetic:-10'])
 def test_synthetic_bad_size(spec):
-  with pytest.raises(ConfigError, match='data.source'):
+  with pytest.raises(ParamError, match='^spec='):
     load_source(spec)
 
 
@@ -210,12 +211,12 @@ def test_npz_length_mismatch(tmp_path):
 
 
 def test_unknown_spec():
-  with pytest.raises(ConfigError, match='data.source') as e:
+  with pytest.raises(ParamError, match='^spec=') as e:
     load_source('mnist')
   assert "'npz:<path>'" in str(e.value)
-  with pytest.raises(ConfigError, match='data.public_source'):
+  with pytest.raises(ParamError, match='data.public_source'):
     load_source('csv:foo', field='data.public_source')
-  with pytest.raises(ConfigError):
+  with pytest.raises(ParamError):
     load_source('npz:')
 
 
@@ -283,9 +284,9 @@ def test_tfds_label_key_errors():
   assert 'data.label_key' in msg and 'cifar100' in msg and 'superclass' in msg
   assert "'coarse_label'" in msg and "'label'" in msg  # the available ClassLabel features
   for spec in ('digits', 'synthetic:40'):
-    with pytest.raises(ConfigError) as cerr:
+    with pytest.raises(ParamError) as cerr:
       load_source(spec, label_key='coarse_label')
-    assert cerr.value.field == 'data.label_key' and cerr.value.value == 'coarse_label'
+    assert cerr.value.param == 'label_key' and cerr.value.value == 'coarse_label'
     assert 'only tfds:' in str(cerr.value)
   # An empty label_key means the default label everywhere.
   assert load_source('digits', label_key='').num_classes == 10

@@ -17,6 +17,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, presets, runner
 from fedjax_kd.data import partition, sources, text
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.ops.errors import ParamError
 from fedjax_kd.models import registry
 from fedjax_kd.ops import comm
 
@@ -55,9 +56,9 @@ def test_fl_cost_of_the_text_models_is_table_2():
 
 
 def test_token_models_need_a_vocabulary():
-  with pytest.raises(ConfigError, match='token ids'):
+  with pytest.raises(ParamError, match='token ids'):
     registry.get_model('imdb_lstm', num_classes=2, input_shape=(200,))
-  with pytest.raises(ConfigError, match='token ids'):
+  with pytest.raises(ParamError, match='token ids'):
     registry.get_model('char_lstm', num_classes=81, input_shape=(28, 28, 1), vocab_size=81)
 
 
@@ -181,7 +182,7 @@ def test_dominant_partition_is_dsfl_imdb_split():
   hist = partition.label_histogram(y, p.client_indices, 2)
   assert (hist.sum(1) == 1_488).all() and set(hist.max(1)) == {1_339}
   assert len(np.unique(np.concatenate(p.client_indices))) == 14_880
-  with pytest.raises(ConfigError, match='data.dominant_fraction'):
+  with pytest.raises(ParamError, match='^fraction=0.3'):
     partition.partition('dominant', y, 10, num_classes=2, seed=0, dominant_fraction=0.3)
 
 

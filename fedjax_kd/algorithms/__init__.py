@@ -25,17 +25,59 @@ ALGORITHMS['individual'] = Single   # SCARLET's name for the same baseline
 _BUILT_IN = frozenset(ALGORITHMS)
 
 
+def _own_groups(cls: type[Algorithm]) -> dict[str, dict]:
+  """The config groups ``cls`` and its bases declare: ``{group: {field: default}}``."""
+  out: dict[str, dict] = {}
+  for klass in reversed(cls.__mro__):
+    out.update(klass.__dict__.get('config_groups') or {})
+  return out
+
+
+def config_groups() -> dict[str, dict]:
+  """Every registered algorithm's config groups, in registration order.
+
+  ``config.default_config`` adds them to the engine's groups, so their fields can be set
+  from a config file or the command line, and a misspelt one is refused by name.
+  """
+  out: dict[str, dict] = {}
+  for cls in dict.fromkeys(ALGORITHMS.values()):
+    for group, defaults in _own_groups(cls).items():
+      out.setdefault(group, defaults)
+  return out
+
+
+def _check_groups(cls: type[Algorithm]) -> None:
+  """Refuses a malformed ``config_groups`` or one that redefines another algorithm's group."""
+  own = cls.__dict__.get('config_groups') or {}
+  if not isinstance(own, dict) or not all(
+      isinstance(g, str) and g.isidentifier() and isinstance(d, dict) and d and
+      all(isinstance(f, str) and f.isidentifier() for f in d) for g, d in own.items()):
+    raise ValueError(f'algorithms.register: {cls.__name__}.config_groups must map group names '
+                     'to non-empty {field: default} dicts of identifiers')
+  taken = {g: c for c in ALGORITHMS.values() if c.__qualname__ != cls.__qualname__
+           for g in _own_groups(c)}
+  for group, defaults in own.items():
+    other = taken.get(group)
+    if other is not None and _own_groups(other)[group] != defaults:
+      raise ValueError(f'algorithms.register: {cls.__name__} declares the config group '
+                       f'{group!r}, which {other.__qualname__} declares with other fields; '
+                       'name your group after your algorithm')
+
+
 def register(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
   """Adds an algorithm of your own under ``cls.name`` (usable as a class decorator).
 
   ``config.algorithm = cls.name`` then runs it like a built-in one: the command
   line, the sweep (register in the config file), checkpoints and byte
-  accounting. ``docs/custom_algorithm.md`` walks through one.
+  accounting. Its ``config_groups`` become part of ``config.default_config()``
+  (register before calling it), so ``--config.<group>.<field>`` sets its options.
+  ``docs/custom_algorithm.md`` walks through one.
 
   Raises:
     ValueError: not an ``Algorithm`` subclass, an empty ``name``, a built-in
       name, or a name taken by another class (without ``replace``; the same class
-      defined again, as when a config file is executed twice, replaces itself).
+      defined again, as when a config file is executed twice, replaces itself);
+      malformed ``config_groups``, or a group another algorithm declares otherwise.
   """
   if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
     raise ValueError(f'algorithms.register: {cls!r} is not a subclass of Algorithm')
@@ -44,6 +86,7 @@ def register(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
     raise ValueError(f'algorithms.register: {cls.__name__}.name must be a non-empty string')
   if name in _BUILT_IN:
     raise ValueError(f'algorithms.register: {name!r} is a built-in algorithm')
+  _check_groups(cls)
   old = ALGORITHMS.get(name)
   # The same class defined again (a config file is executed more than once) replaces itself.
   if old is not None and old.__qualname__ != cls.__qualname__ and not replace:

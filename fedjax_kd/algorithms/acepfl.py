@@ -217,6 +217,32 @@ class ACEPFLServer:
 class ACEPFL(base.Algorithm):
   """ACE-pFL; see the module docstring."""
   name = 'acepfl'
+  config_groups = {'acepfl': {                # the choices: docs/papers.md
+      'clusters': 3,                          # |V|, <= clients.num_clients
+      'clustering': True,                     # ablation switch: False = one cluster (Table XI)
+      'cluster_method': 'vector',             # 'vector' (Algorithm 2) | 'matrix' (Table V)
+      'distance': 'tv',                       # 'tv' (0/1 ground EMD) | 'l1' | 'emd1d' | 'sorted_literal'
+      'reference': -1,                        # reference client z; -1 = uniform from the seed
+      'aggregation': 'eq3_global',            # 'eq3_global' | 'per_cluster' | 'mean' (Eq. 1)
+      'top_k': 5,                             # K kept per uploaded row; 0 = all classes
+      'renormalize': 'fill',                  # top-K rows: 'fill' | 'client' | 'server' | 'none'
+      't0': 30.0,                             # Eq. 2: initial temperature (> 0)
+      'k1': 5.0,
+      'k2': 5.0,
+      'r0': 100,
+      'curve': 'f1',                          # 'f1' (Eq. 2) | 'f2'..'f5' (Table XIII) | 'fixed'
+      'dynamic_temperature': True,            # ablation switch: False = T0 every round (Table XII)
+      'stage_div': 'r0',                      # 'r0' (as the text) | 'T0' (as printed)
+      'normalize_delta': True,                # sigmoid of (r mod r0) / r0, not of the raw r mod r0
+      'weights': (0.4, 0.3, 0.2, 0.1),        # alpha1..4: CE, KD, SD, GD (Eq. 4)
+      'distillation': 'triple',               # ablation switch: 'triple' | 'double' | 'single'
+      'kl_direction': 'teacher_student',      # standard KD | 'student_teacher' (as printed)
+      'gd_mode': 'student',                   # KL(M || student) | 'literal' (logged, no gradient)
+      'best_metric': 'val',                   # best past model by 'val' or 'public' accuracy
+      'hist_epsilon': 0.0,                    # Laplace epsilon on label counts; 0 = off
+      'noise': 'none',                        # noise on uploads: 'none' | 'gaussian' | 'laplace'
+      'noise_scale': 0.0,                     # its sigma / b (no formal epsilon accounting)
+  }}
   paper_rules = 'acepfl'
   uses_public = True
   samples_public = False      # the whole labelled D0 every round, in a fixed order
@@ -554,6 +580,10 @@ class FedMD(ACEPFL):
   optionally, ``fedmd.public_ce`` times the CE on the public labels.
   """
   name = 'fedmd'
+  config_groups = {'fedmd': {                 # FedMD-style mean aggregation baseline
+      'temperature': 1.0,
+      'public_ce': 0.0,                       # weight of CE on the public labels
+  }}
   paper_rules = 'acepfl'
 
   @classmethod

@@ -35,7 +35,7 @@ Array = jax.Array
 
 @flax.struct.dataclass
 class AlgState:
-  """Everything carried between rounds, in three declared parts.
+  """Everything carried between rounds, in four declared parts.
 
   Attributes:
     clients: one stacked ModelState per cohort (rows in cohort order).
@@ -132,6 +132,12 @@ class Algorithm:
   has_server_model: ClassVar[bool] = False
   # Optimises inputs by gradient (dataset distillation): float inputs only, no token ids.
   synthesizes_inputs: ClassVar[bool] = False
+  # The config groups this class declares, with their defaults: {group: {field: default}}.
+  # A class declares its own groups only (a subclass inherits its bases' groups, and may add
+  # its own); ``config.default_config`` merges the groups of every registered algorithm, so
+  # ``--config.<group>.<field>`` works from the command line and a misspelt field is refused.
+  # The class's ``options_from_config`` checks the values.
+  config_groups: ClassVar[dict[str, dict[str, Any]]] = {}
 
   def __init__(self, ctx: Context):
     self.ctx = ctx

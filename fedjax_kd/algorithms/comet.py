@@ -39,6 +39,10 @@ class COMETOptions:
 
 class COMET(protocol.Protocol):
   name = 'comet'
+  config_groups = {'comet': {
+      'clusters': 2,                          # c, k-means clusters per public sample
+      'weight': 1.0,                          # lambda, distillation loss weight
+  }}
   paper_rules = 'scarlet'
   downlink_is_server_labels = False
   per_client_targets = True

@@ -45,6 +45,11 @@ class DSFLOptions:
 class DSFL(protocol.Protocol):
   """DS-FL with SA or ERA; the server model is distilled and evaluated."""
   name = 'dsfl'
+  config_groups = {'dsfl': {
+      'aggregation': 'era',
+      'temperature': 0.1,
+      'schedule': 'same_round',               # 'same_round' (paper) | 'next_round' (SCARLET's code)
+  }}
   paper_rules = 'dsfl'
 
   @classmethod

@@ -74,6 +74,10 @@ def fd_teachers(means: jax.Array, counts: jax.Array, active: jax.Array):
 
 class FD(base.Algorithm):
   name = 'fd'
+  config_groups = {'fd': {
+      'gamma': 1.0,
+      'update_every_round': False,
+  }}
   uses_public = False
 
   @classmethod

@@ -111,6 +111,22 @@ class FedCache2Table:
 
 class FedCache2(base.Algorithm):
   name = 'fedcache2'
+  config_groups = {'fedcache2': {             # the choices: docs/papers.md
+      'tau': 0.5,                             # eq. 17: draw tau + (1 - tau) p_c^k of class c
+      'sampling': 'count',                    # 'count' (q_c |S_c|) | 'bernoulli' | 'repo'
+      'max_download': 0,                      # cap on downloaded samples per client; 0 = none
+      'exclude_own': False,                   # leave a client's own uploads out of its download
+      'ipc': 1,                               # synthetic samples per class per client (App. D)
+      'proto_init': 'own',                    # 'own' (released code) | 'sigma' (eq. 8 donor)
+      'sigma_period': 1,                      # rounds between new donor permutations ('sigma')
+      'dd_epochs': 10,                        # passes over the local targets per round
+      'dd_batch_size': 64,
+      'dd_lr': 1e-3,                          # paper's distillation learning rate (code: 3e-4)
+      'dd_reg': 1e-6,                         # KRR ridge = dd_reg * tr(K_bb) / n
+      'dd_bn_mode': 'eval',                   # 'eval' (running statistics) | 'train' (code)
+      'encoding': 'raw',                      # counted as 'raw' uint8 | 'png' (code) | 'jpeg'
+      'jpeg_quality': 75,
+  }}
   paper_rules = 'fedcache2'
   uses_public = False
   synthesizes_inputs = True

@@ -29,6 +29,9 @@ class ProximalTerm:
 
 class FedProx(FedAvg):
   name = 'fedprox'
+  config_groups = {'fedprox': {
+      'mu': 1e-4,                             # proximal weight (FedEntOpt's tuned value)
+  }}
 
   @classmethod
   def options_from_config(cls, config, spec):

@@ -123,6 +123,10 @@ class Protocol(base.Algorithm):
   uses_public = True
   has_server_model = True
   per_client_targets = False   # True: targets differ per client (COMET)
+  config_groups = {'cache': {                # SCARLET's soft-label cache, any of this family
+      'mode': 'auto',                         # 'auto' (on for scarlet only) | 'on' | 'off'
+      'duration': 50,                         # D: reuse while t - t_cached <= D
+  }}
 
   def __init__(self, ctx):
     super().__init__(ctx)

@@ -34,6 +34,9 @@ class SCARLETOptions:
 
 class SCARLET(protocol.Protocol):
   name = 'scarlet'
+  config_groups = {'scarlet': {
+      'beta': 2.0,                            # Enhanced ERA exponent (> 0; 1 = plain mean)
+  }}
   paper_rules = 'scarlet'
 
   @classmethod

@@ -42,6 +42,12 @@ class SelectiveFDOptions:
 
 class SelectiveFD(protocol.Protocol):
   name = 'selective_fd'
+  config_groups = {'selective_fd': {
+      'tau_client': 0.0625,                   # KuLSIF quantile threshold
+      'tau_server': 2.0,                      # L1 server selector (2.0 keeps all)
+      'sigma': 5.0,                           # Gaussian kernel width
+      'lambda_exponent': 0.5,                 # lambda = n_private ** exponent
+  }}
   paper_rules = 'scarlet'
 
   @classmethod

@@ -75,7 +75,8 @@ def over_slots(fn: Callable, mesh: Mesh | None, in_axes: tuple, *args: Any) -> A
   sharding propagation does not see through the loops of a training step (the
   scan over steps, the im2col chunk loop of a convolution): it all-gathered
   activations and weights over the client axis at every step, which over gloo
-  made a two-process CPU run 2.5x slower than one process with two devices.
+  made a two-process CPU run several times slower than one process with two
+  devices.
   A slot count the mesh does not divide falls back to a sharding constraint.
 
   Args:

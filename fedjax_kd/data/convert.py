@@ -27,7 +27,8 @@ from typing import Sequence
 import numpy as np
 
 from fedjax_kd.data import sources
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import DataError
+from fedjax_kd.ops.errors import ParamError
 
 
 def arrays_of(ds: sources.ArrayDataset) -> dict[str, np.ndarray]:
@@ -71,7 +72,7 @@ def convert(source: str, out: str, data_dir: str | None = None) -> sources.Array
     The data set written.
 
   Raises:
-    ConfigError, DataError: a bad source, or ``out`` exists.
+    ParamError, DataError: a bad source, or ``out`` exists.
   """
   if os.path.exists(out):
     raise DataError(f'--out: {out} exists; choose a new file (nothing is overwritten)')
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   a = p.parse_args(argv)
   try:
     ds = convert(a.source, a.out, a.data_dir)
-  except (ConfigError, DataError) as e:
+  except (ParamError, DataError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   print(f'wrote {a.out}: {len(ds.y_train)} train / {len(ds.y_test)} test rows of shape '

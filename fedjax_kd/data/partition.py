@@ -58,7 +58,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import DataError
+from fedjax_kd.ops.errors import ParamError
 
 __all__ = [
     'PARTITIONERS', 'SCHEMES', 'Partition', 'partition', 'partition_test_like', 'iid',
@@ -119,7 +120,7 @@ def _is_int(v: Any) -> bool:
 def _check_labels(labels: Any, num_classes: Any,
                   what: str = 'labels') -> np.ndarray:
   if not _is_int(num_classes) or num_classes < 1:
-    raise ConfigError('data.num_classes', num_classes, 'an integer >= 1')
+    raise ParamError('num_classes', num_classes, 'an integer >= 1')
   y = np.asarray(labels)
   if y.ndim != 1:
     raise DataError(f'{what} must be a 1-D array, got shape {y.shape}.')
@@ -134,7 +135,7 @@ def _check_labels(labels: Any, num_classes: Any,
 
 def _check_num_clients(num_clients: Any, n: int) -> int:
   if not _is_int(num_clients) or num_clients < 1 or num_clients > n:
-    raise ConfigError('clients.num_clients', num_clients,
+    raise ParamError('num_clients', num_clients,
                       f'an integer in [1, {n}] (the data has {n} samples)')
   return int(num_clients)
 
@@ -143,13 +144,13 @@ def _check_alpha(alpha: Any) -> float:
   ok = (isinstance(alpha, (int, float, np.integer, np.floating)) and
         not isinstance(alpha, (bool, np.bool_)))
   if not ok or not math.isfinite(float(alpha)) or float(alpha) <= 0:
-    raise ConfigError('data.alpha', alpha, 'a finite number > 0')
+    raise ParamError('alpha', alpha, 'a finite number > 0')
   return float(alpha)
 
 
 def _check_seed(seed: Any) -> int:
   if not _is_int(seed) or not 0 <= seed < 2**32:
-    raise ConfigError('seed', seed, 'an integer in [0, 2**32)')
+    raise ParamError('seed', seed, 'an integer in [0, 2**32)')
   return int(seed)
 
 
@@ -252,13 +253,13 @@ def shards(labels: np.ndarray, num_clients: int, *, num_classes: int,
   k = _check_num_clients(num_clients, len(y))
   _check_rng(rng, np.random.Generator, 'shards')
   if not _is_int(shards_per_client) or shards_per_client < 1:
-    raise ConfigError('data.shards_per_client', shards_per_client,
+    raise ParamError('shards_per_client', shards_per_client,
                       'an integer >= 1')
   num_shards = k * int(shards_per_client)
   shard_size = len(y) // num_shards
   if shard_size < 1:
-    raise ConfigError(
-        'data.shards_per_client', shards_per_client,
+    raise ParamError(
+        'shards_per_client', shards_per_client,
         f'at most {len(y) // k} (num_clients * shards_per_client shards must '
         f'have at least one of the {len(y)} samples each)')
   kept = np.arange(num_shards * shard_size, dtype=np.int64)
@@ -418,10 +419,10 @@ def client_dirichlet(labels: np.ndarray,
   else:
     sample_nums = np.asarray(client_sample_nums, np.int64).reshape(-1)
     if sample_nums.shape != (k,) or (sample_nums < 0).any():
-      raise ConfigError('data.client_sample_nums', client_sample_nums,
+      raise ParamError('client_sample_nums', client_sample_nums,
                         f'{k} non-negative integers')
     if sample_nums.sum() > len(y):
-      raise ConfigError('data.client_sample_nums', int(sample_nums.sum()),
+      raise ParamError('client_sample_nums', int(sample_nums.sum()),
                         f'a total of at most {len(y)} (the number of samples)')
   if class_priors is None:
     alpha = _check_alpha(alpha)
@@ -545,14 +546,14 @@ def dirichlet(labels: np.ndarray,
   _check_rng(rng, np.random.RandomState, 'dirichlet')
   alpha = _check_alpha(alpha)
   if not _is_int(min_size) or min_size < 0:
-    raise ConfigError('data.min_size', min_size, 'an integer >= 0')
+    raise ParamError('min_size', min_size, 'an integer >= 0')
   if k * min_size > n:
-    raise ConfigError(
-        'data.min_size', min_size,
+    raise ParamError(
+        'min_size', min_size,
         f'at most {n // k} (num_clients={k} clients x min_size must not '
         f'exceed the {n} samples)')
   if not _is_int(max_retries) or max_retries < 1:
-    raise ConfigError('data.max_retries', max_retries, 'an integer >= 1')
+    raise ParamError('max_retries', max_retries, 'an integer >= 1')
 
   idx_by_class = [np.flatnonzero(y == c) for c in range(num_classes)]
   cap = n / k
@@ -667,7 +668,7 @@ def classes(labels: np.ndarray, num_clients: int, *, num_classes: int,
   _check_rng(rng, np.random.Generator, 'classes')
   if (not _is_int(classes_per_client) or classes_per_client < 1 or
       classes_per_client > num_classes):
-    raise ConfigError('data.classes_per_client', classes_per_client,
+    raise ParamError('classes_per_client', classes_per_client,
                       f'an integer in [1, num_classes={num_classes}]')
   held = []
   times = np.zeros(num_classes, np.int64)
@@ -694,8 +695,8 @@ def classes(labels: np.ndarray, num_clients: int, *, num_classes: int,
   ])
   empty = [i for i, p in enumerate(parts) if not len(p)]
   if empty:
-    raise ConfigError(
-        'clients.num_clients', k,
+    raise ParamError(
+        'num_clients', k,
         f'fewer clients: {len(empty)} clients (e.g. {empty[:5]}) got no '
         f'samples because their classes have fewer samples than holders')
   return Partition(parts, _class_shares(y, parts, num_classes))
@@ -730,10 +731,10 @@ def dominant(labels: np.ndarray, num_clients: int, *, num_classes: int,
   _check_rng(rng, np.random.Generator, 'dominant')
   c = int(num_classes)
   if c < 2:
-    raise ConfigError('data.partition', 'dominant', 'a task with at least 2 classes')
+    raise ParamError('name', 'dominant', 'a task with at least 2 classes')
   if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
       1.0 / c <= fraction <= 1.0):
-    raise ConfigError('data.dominant_fraction', fraction, f'a number in [1/{c}, 1]')
+    raise ParamError('fraction', fraction, f'a number in [1/{c}, 1]')
 
   def counts(m: int) -> np.ndarray:
     """[K, C]: samples of each class client k takes at size m."""
@@ -752,8 +753,8 @@ def dominant(labels: np.ndarray, num_clients: int, *, num_classes: int,
   while m > 0 and (counts(m).sum(0) > have).any():
     m -= 1
   if m == 0:
-    raise ConfigError('clients.num_clients', k, 'fewer clients: the classes are too small '
-                      "for every client's share (data.partition='dominant')")
+    raise ParamError('num_clients', k, 'fewer clients: the classes are too small '
+                      "for every client's share (partition 'dominant')")
   take = counts(m)
   pools = [rng.permutation(np.flatnonzero(y == cls)) for cls in range(c)]
   used = np.zeros(c, np.int64)
@@ -788,11 +789,11 @@ def natural(labels: np.ndarray, client_ids: np.ndarray | None, num_clients: int,
     The `Partition`; its class priors are the realised ``[C, K]`` shares.
 
   Raises:
-    ConfigError: no client ids, or ``num_clients`` not their number.
+    ParamError: no client ids, or ``num_clients`` not their number.
   """
   y = _check_labels(labels, num_classes, 'labels')
   if client_ids is None:
-    raise ConfigError('data.partition', 'natural',
+    raise ParamError('name', 'natural',
                       "a source with client ids (an npz 'client_id' array or "
                       'ArraySource(client_ids=...)), or another scheme')
   ids = np.asarray(client_ids)
@@ -800,9 +801,9 @@ def natural(labels: np.ndarray, client_ids: np.ndarray | None, num_clients: int,
     raise DataError(f'client ids have shape {ids.shape}, labels {y.shape}')
   uniq, inverse = np.unique(ids, return_inverse=True)
   if not _is_int(num_clients) or num_clients != len(uniq):
-    raise ConfigError('clients.num_clients', num_clients,
+    raise ParamError('num_clients', num_clients,
                       f'{len(uniq)}, the number of distinct client ids among the private '
-                      "rows (data.partition='natural')")
+                      "rows (partition 'natural')")
   order = np.argsort(inverse, kind='stable')
   cuts = np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1]
   parts = tuple(p.astype(np.int64) for p in np.split(order, cuts))
@@ -848,7 +849,7 @@ def partition(name: str,
     The `Partition`.
   """
   if name not in SCHEMES:
-    raise ConfigError('data.partition', name, SCHEMES)
+    raise ParamError('name', name, SCHEMES)
   seed = _check_seed(seed)
   if name == 'natural':
     return natural(labels, client_ids, num_clients, num_classes=num_classes)
@@ -918,11 +919,11 @@ def partition_test_like(
     One int64 index array into ``test_labels`` per client.
   """
   if name not in SCHEMES:
-    raise ConfigError('data.partition', name, SCHEMES)
+    raise ParamError('name', name, SCHEMES)
   seed = _check_seed(seed)
   y = _check_labels(test_labels, num_classes, 'test labels')
   if not _is_int(num_clients) or num_clients != partition.num_clients:
-    raise ConfigError('clients.num_clients', num_clients,
+    raise ParamError('num_clients', num_clients,
                       f'{partition.num_clients} (the partition\'s clients)')
   k = int(num_clients)
   priors = partition.class_priors
@@ -934,7 +935,7 @@ def partition_test_like(
     if per_client is None:
       per_client = len(y) // k
     if not _is_int(per_client) or per_client < 1 or per_client * k > len(y):
-      raise ConfigError('data.test_per_client', per_client,
+      raise ParamError('per_client', per_client,
                         f'an integer in [1, {len(y) // k}] (the test set has '
                         f'{len(y)} samples for {k} clients)')
     part = client_dirichlet(y, k, num_classes=num_classes, rng=rs,

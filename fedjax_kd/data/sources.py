@@ -54,7 +54,8 @@ import numpy as np
 from fedjax_kd.data import inputs as inputs_lib
 from fedjax_kd.data import leaf as leaf_lib
 from fedjax_kd.data import text as text_lib
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import DataError
+from fedjax_kd.ops.errors import ParamError
 
 __all__ = ['ArrayDataset', 'load_source', 'normalize', 'input_stats', 'SOURCES_ALLOWED']
 
@@ -194,7 +195,7 @@ def load_source(spec: str,
                 *,
                 data_dir: str | None = None,
                 seed: int = 0,
-                field: str = 'data.source',
+                field: str = 'spec',
                 label_key: str | None = None) -> ArrayDataset:
   """Loads a data set from a spec string.
 
@@ -213,14 +214,14 @@ def load_source(spec: str,
     The `ArrayDataset`.
 
   Raises:
-    ConfigError: unknown or malformed spec, or a label_key for a source that
+    ParamError: unknown or malformed spec, or a label_key for a source that
       is not ``tfds:``.
     DataError: the file or data set is missing, corrupt or has a wrong layout.
   """
   if not isinstance(spec, str):
-    raise ConfigError(field, spec, _allowed())
+    raise ParamError(field, spec, _allowed())
   if label_key and not spec.startswith('tfds:'):
-    raise ConfigError('data.label_key', label_key,
+    raise ParamError('label_key', label_key,
                       "'' (only tfds: sources have several label features)")
   return _load(spec, data_dir, seed, field, label_key)
 
@@ -292,28 +293,28 @@ def _load(spec: str, data_dir: str | None, seed: int, field: str,
       try:
         n = int(text)
       except ValueError:
-        raise ConfigError(field, spec, SOURCES_ALLOWED + ' with N a positive '
+        raise ParamError(field, spec, SOURCES_ALLOWED + ' with N a positive '
                           'integer') from None
     if n < _SYNTHETIC_NUM_CLASSES:
-      raise ConfigError(field, spec, f'synthetic:N with N >= '
+      raise ParamError(field, spec, f'synthetic:N with N >= '
                         f'{_SYNTHETIC_NUM_CLASSES}')
     return _make_synthetic(n, seed)
   if spec.startswith('npz:'):
     path = spec[len('npz:'):]
     if not path:
-      raise ConfigError(field, spec, SOURCES_ALLOWED)
+      raise ParamError(field, spec, SOURCES_ALLOWED)
     return _load_npz(path)
   task, sep, root = spec.partition(':')
   if sep and task in leaf_lib.TASKS:
     if not root:
-      raise ConfigError(field, spec, SOURCES_ALLOWED)
+      raise ParamError(field, spec, SOURCES_ALLOWED)
     return _load_leaf(task, root)
   if spec.startswith('tfds:'):
     name = spec[len('tfds:'):]
     if not name:
-      raise ConfigError(field, spec, SOURCES_ALLOWED)
+      raise ParamError(field, spec, SOURCES_ALLOWED)
     return _load_tfds(name, data_dir, label_key=label_key or None)
-  raise ConfigError(field, spec, _allowed())
+  raise ParamError(field, spec, _allowed())
 
 
 def input_stats(mode: str, x_train: np.ndarray, mean: tuple[float, ...] = (),
@@ -334,7 +335,7 @@ def input_stats(mode: str, x_train: np.ndarray, mean: tuple[float, ...] = (),
     float32 ``[C]`` arrays ``(mean, std)``, or None.
 
   Raises:
-    ConfigError: ``data.mean`` has another number of channels than the data.
+    ParamError: ``mean`` has another number of channels than the data.
   """
   if mode == 'unit':
     return None
@@ -343,7 +344,7 @@ def input_stats(mode: str, x_train: np.ndarray, mean: tuple[float, ...] = (),
     return np.full(c, 0.5, np.float32), np.full(c, 0.5, np.float32)
   if mean:
     if len(mean) != c:
-      raise ConfigError('data.mean', tuple(mean), f'{c} numbers (the inputs have {c} '
+      raise ParamError('mean', tuple(mean), f'{c} numbers (the inputs have {c} '
                         'channels), or () to use the training set\'s statistics')
     return np.asarray(mean, np.float32), np.asarray(std, np.float32)
   if inputs_lib.is_pixels(x_train):

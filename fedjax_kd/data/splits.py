@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from fedjax_kd.data.sources import ArrayDataset
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import DataError
+from fedjax_kd.ops.errors import ParamError
 
 __all__ = ['FDSplit', 'fd_split', 'client_validation_split']
 
@@ -91,32 +92,31 @@ def fd_split(dataset: ArrayDataset,
     random subset.
 
   Raises:
-    ConfigError: impossible sizes (field ``data.num_public`` /
-      ``data.num_private``) or a bad seed.
+    ParamError: impossible sizes (``num_public`` / ``num_private``) or a bad seed.
     DataError: public and private inputs have different shapes.
   """
   if not _is_int(seed) or seed < 0:
-    raise ConfigError('seed', seed, 'an integer >= 0')
+    raise ParamError('seed', seed, 'an integer >= 0')
   n = len(dataset.y_train)
   if not _is_int(num_public) or num_public < 0:
-    raise ConfigError('data.num_public', num_public, 'an integer >= 0')
+    raise ParamError('num_public', num_public, 'an integer >= 0')
   if num_private is not None and (not _is_int(num_private) or num_private < 1):
-    raise ConfigError('data.num_private', num_private,
+    raise ParamError('num_private', num_private,
                       'None (all remaining samples) or an integer >= 1')
   rng = np.random.default_rng(seed)
 
   if public is None:
     if num_public >= n:
-      raise ConfigError(
-          'data.num_public', num_public,
+      raise ParamError(
+          'num_public', num_public,
           f'at most {n - 1} (the training set has {n} samples and the private '
           f'set must not be empty)')
     available = n - num_public
     if num_private is None:
       num_private = available
     elif num_private > available:
-      raise ConfigError(
-          'data.num_private', num_private,
+      raise ParamError(
+          'num_private', num_private,
           f'at most {available} (the training set has {n} samples, '
           f'{num_public} of them public)')
     perm = rng.permutation(n)
@@ -133,12 +133,12 @@ def fd_split(dataset: ArrayDataset,
           f'{dataset.name!r} has {tuple(dataset.x_train.shape[1:])}; resize '
           f'the public set to the private resolution first.')
     if num_public > m:
-      raise ConfigError(
-          'data.num_public', num_public,
+      raise ParamError(
+          'num_public', num_public,
           f'at most {m} (the public training set {public.name!r} has {m} '
           f'samples)')
     if num_private is not None and num_private > n:
-      raise ConfigError('data.num_private', num_private,
+      raise ParamError('num_private', num_private,
                         f'at most {n} (the training set has {n} samples)')
     pub_idx = rng.choice(m, size=num_public, replace=False)
     if num_private is None:
@@ -178,7 +178,7 @@ def client_validation_split(client_indices, fraction: float,
     ``(train_indices, val_indices)``, two lists of sorted int64 arrays.
   """
   if not 0.0 <= fraction < 1.0:
-    raise ConfigError('data.val_fraction', fraction, 'a number in [0, 1)')
+    raise ParamError('fraction', fraction, 'a number in [0, 1)')
   train, val = [], []
   for k, rows in enumerate(client_indices):
     rows = np.asarray(rows, np.int64)

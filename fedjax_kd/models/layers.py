@@ -6,7 +6,8 @@ semantics as XLA, but it can lower the convolution in two ways:
 
 * 'xla': `lax.conv_general_dilated` (the fast path on GPU and TPU).
 * 'im2col': explicit patches and one matrix product (the fast path on XLA:CPU, where the
-  native convolution of small NHWC images is 10-20x slower; see benchmarks/conv_lowering.py).
+  native convolution of small NHWC images is several times slower; benchmarks/conv_lowering.py
+  measures both).
 
 The im2col lowering (`conv_im2col`) is tuned for many small clients trained under
 `jax.vmap`:
@@ -37,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
-from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops.errors import ParamError
 
 Array = jax.Array
 PaddingLike = str | int | Sequence[int] | Sequence[tuple[int, int]]
@@ -54,7 +55,7 @@ def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
     return (v, v)
   v = tuple(v)
   if len(v) != 2 or not all(isinstance(a, int) for a in v):
-    raise ConfigError(name, v, 'an int or a pair of ints')
+    raise ParamError(name, v, 'an int or a pair of ints')
   return (int(v[0]), int(v[1]))
 
 
@@ -88,7 +89,7 @@ def resolve_padding(
         total = max((out - 1) * s + k - n, 0)
         pads.append((total // 2, total - total // 2))
       return (pads[0], pads[1])
-    raise ConfigError('padding', padding, ['SAME', 'VALID', 'an int', 'pairs of ints'])
+    raise ParamError('padding', padding, ['SAME', 'VALID', 'an int', 'pairs of ints'])
   if isinstance(padding, int):
     pads = ((padding, padding), (padding, padding))
   else:
@@ -98,9 +99,9 @@ def resolve_padding(
     elif len(items) == 2 and all(len(tuple(a)) == 2 for a in items):
       pads = tuple((int(a[0]), int(a[1])) for a in items)
     else:
-      raise ConfigError('padding', padding, ['SAME', 'VALID', 'an int', 'pairs of ints'])
+      raise ParamError('padding', padding, ['SAME', 'VALID', 'an int', 'pairs of ints'])
   if any(p < 0 for pair in pads for p in pair):
-    raise ConfigError('padding', padding, 'non-negative padding')
+    raise ParamError('padding', padding, 'non-negative padding')
   return pads  # type: ignore[return-value]
 
 
@@ -307,7 +308,7 @@ def conv_xla(x: Array, kernel: Array, strides: int | Sequence[int] = 1,
 def resolve_lowering(lowering: str) -> str:
   """'auto' -> 'im2col' on CPU, 'xla' on GPU/TPU; other values are checked and returned."""
   if lowering not in LOWERINGS:
-    raise ConfigError('lowering', lowering, LOWERINGS)
+    raise ParamError('lowering', lowering, LOWERINGS)
   if lowering == 'auto':
     return 'im2col' if jax.default_backend() == 'cpu' else 'xla'
   return lowering
@@ -637,7 +638,7 @@ def reinit(params: Any, family: str, key: Array) -> Any:
     The params tree with the same structure, shapes and dtypes.
   """
   if family not in INIT_FAMILIES:
-    raise ConfigError('model.init', family, INIT_FAMILIES)
+    raise ParamError('family', family, INIT_FAMILIES)
   if family == 'module':
     return params
   counter = [0]

@@ -66,7 +66,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedjax_kd.errors import ConfigError
+from fedjax_kd.ops.errors import ParamError
 from fedjax_kd.models import (cnn, fcn, googlenet, layers, lenet, mlp, resnet,
                               resnet_imagenet, text, vgg)
 
@@ -181,7 +181,7 @@ def _spatial_ok(name: str, side: int) -> bool:
   return side >= 1
 
 
-def parse_spec(spec: str, field: str = 'clients.models') -> tuple[str, float]:
+def parse_spec(spec: str, field: str = 'spec') -> tuple[str, float]:
   """Splits "name@width" into (name, width); width defaults to 1.0.
 
   Args:
@@ -192,22 +192,22 @@ def parse_spec(spec: str, field: str = 'clients.models') -> tuple[str, float]:
     (name, width) with name in :func:`available` and width a finite float > 0.
 
   Raises:
-    ConfigError: unknown name, or a width that is not a number > 0.
+    ParamError: unknown name, or a width that is not a number > 0.
   """
   if not isinstance(spec, str):
-    raise ConfigError(field, spec, _spec_help())
+    raise ParamError(field, spec, _spec_help())
   name, sep, w = spec.strip().partition('@')
   name = name.strip().lower()
   if name not in MODELS and name not in _REGISTERED:
-    raise ConfigError(field, spec, _spec_help())
+    raise ParamError(field, spec, _spec_help())
   width = 1.0
   if sep:
     try:
       width = float(w.strip())
     except ValueError:
-      raise ConfigError(field, spec, _spec_help()) from None
+      raise ParamError(field, spec, _spec_help()) from None
     if not math.isfinite(width) or width <= 0:
-      raise ConfigError(field, spec, _spec_help())
+      raise ParamError(field, spec, _spec_help())
   return name, width
 
 
@@ -231,14 +231,14 @@ BATCHNORM_MODELS: tuple[str, ...] = ('dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 
 def init_family(spec: str, init: str = 'auto') -> str:
   """The initializer family a model is drawn from: ``init``, or the model's own for 'auto'."""
   if init not in INIT_CHOICES:
-    raise ConfigError('model.init', init, INIT_CHOICES)
+    raise ParamError('init', init, INIT_CHOICES)
   if init != 'auto':
     return init
   return MODEL_INIT.get(parse_spec(spec)[0], 'module')
 
 
 def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
-              field: str = 'clients.models', lowering: str = 'auto', init: str = 'auto',
+              field: str = 'spec', lowering: str = 'auto', init: str = 'auto',
               bn_momentum: float | None = None,
               bn_epsilon: float | None = None, vocab_size: int | None = None) -> nn.Module:
   """Builds the model named by a spec.
@@ -265,30 +265,30 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
     (`embed=True`: the input of the final Dense layer).
 
   Raises:
-    ConfigError: bad spec, num_classes, input_shape, or an input the model cannot take.
+    ParamError: bad spec, num_classes, input_shape, or an input the model cannot take.
   """
   name, width = parse_spec(spec, field)
   if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-    raise ConfigError('num_classes', num_classes, 'an int >= 1')
+    raise ParamError('num_classes', num_classes, 'an int >= 1')
   shape = tuple(input_shape) if isinstance(input_shape, (tuple, list)) else None
   if not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
                           for d in shape):
-    raise ConfigError('input_shape', input_shape, 'a non-empty tuple of positive ints')
+    raise ParamError('input_shape', input_shape, 'a non-empty tuple of positive ints')
   layers.resolve_lowering(lowering)
   if name in _REGISTERED:
     return _build_registered(name, width, num_classes, shape, field, spec, init, bn_momentum,
                              bn_epsilon)
   if name in TOKEN_MODELS:
     if vocab_size is None or len(shape) != 1:
-      raise ConfigError(field, spec, f"token ids [L] from a text source for '{name}' (imdb:, "
+      raise ParamError(field, spec, f"token ids [L] from a text source for '{name}' (imdb:, "
                         f'reuters:, shakespeare: or a tokenized npz); got input_shape={shape}'
                         + ('' if vocab_size else ' without a vocabulary'))
   elif name not in _FLAT_MODELS:
     if len(shape) not in (2, 3):
-      raise ConfigError(field, spec, f"an input of shape (H, W) or (H, W, C) for '{name}'; "
+      raise ParamError(field, spec, f"an input of shape (H, W) or (H, W, C) for '{name}'; "
                         f'got input_shape={shape}')
     if not (_spatial_ok(name, shape[0]) and _spatial_ok(name, shape[1])):
-      raise ConfigError(field, spec, f"images of at least {_min_side(name)}x{_min_side(name)} "
+      raise ParamError(field, spec, f"images of at least {_min_side(name)}x{_min_side(name)} "
                         f"pixels for '{name}'; got input_shape={shape}")
   builders: dict[str, Callable[[], nn.Module]] = {
       'mlp': lambda: mlp.MLP(num_classes=num_classes, width=width),
@@ -327,9 +327,9 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
 def _with_options(module: nn.Module, family: str, bn_momentum: float | None,
                   bn_epsilon: float | None) -> nn.Module:
   """``module``, wrapped in ``layers.WithOptions`` when an option differs from its own."""
-  for what, v in (('model.bn_momentum', bn_momentum), ('model.bn_epsilon', bn_epsilon)):
+  for what, v in (('bn_momentum', bn_momentum), ('bn_epsilon', bn_epsilon)):
     if v is not None and not (isinstance(v, (int, float)) and 0 < v < 1):
-      raise ConfigError(what, v, 'a number in (0, 1)')
+      raise ParamError(what, v, 'a number in (0, 1)')
   if family != 'module' or bn_momentum is not None or bn_epsilon is not None:
     module = layers.WithOptions(module, init_family=family, bn_momentum=bn_momentum,
                                 bn_epsilon=bn_epsilon)
@@ -341,12 +341,12 @@ def _build_registered(name, width, num_classes, shape, field, spec, init, bn_mom
   """A registered model: its builder's module, with the same init/BatchNorm options."""
   try:
     module = _REGISTERED[name](num_classes=num_classes, width=width, input_shape=shape)
-  except (ConfigError, TypeError, ValueError) as e:
-    raise ConfigError(field, spec, f"a model its builder can make for input_shape={shape} "
+  except (ParamError, TypeError, ValueError) as e:
+    raise ParamError(field, spec, f"a model its builder can make for input_shape={shape} "
                       f"and num_classes={num_classes} (the builder of '{name}' raised "
                       f'{type(e).__name__}: {e})') from None
   if not isinstance(module, nn.Module):
-    raise ConfigError(field, spec, f"a builder returning a flax.linen.Module (the builder of "
+    raise ParamError(field, spec, f"a builder returning a flax.linen.Module (the builder of "
                       f"'{name}' returned {type(module).__name__})")
   return _with_options(module, init_family(spec, init), bn_momentum, bn_epsilon)
 
