@@ -60,6 +60,7 @@ from scipy import stats as scipy_stats
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import presets
+from fedjax_kd import results
 from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
@@ -348,7 +349,7 @@ class Table:
     return None
 
   def stat(self, ref: Ref, key: str) -> dict[str, Any] | None:
-    """The :func:`fedjax_kd.sweep.stat` of ``key`` for ``ref``; None if not run or not logged."""
+    """The :func:`fedjax_kd.results.stat` of ``key`` for ``ref``; None if not run or not logged."""
     c = self.find(ref)
     if c is None or not c['n']:
       return None
@@ -363,17 +364,17 @@ def _name(ref: Ref) -> str:
 
 
 def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-  """Per-seed differences ``a - b`` over the seeds both have, as a :func:`sweep.stat`."""
+  """Per-seed differences ``a - b`` over the seeds both have, as a :func:`fedjax_kd.results.stat`."""
   va, vb = a['values'], b['values']
-  return sweep.stat({s: va[s] - vb[s] for s in va if s in vb})
+  return results.stat({s: va[s] - vb[s] for s in va if s in vb})
 
 
 def _fmt(s: dict[str, Any] | None, kind: str = 'acc') -> str:
-  return sweep.fmt_stat(s, kind)
+  return results.fmt_stat(s, kind)
 
 
 # kind -> (scale, decimals, unit) of a number in a check's text: accuracy, or bytes in MB.
-_UNITS = {'acc': (1.0, 3, ''), 'bytes': (sweep.MB, 2, ' MB')}
+_UNITS = {'acc': (1.0, 3, ''), 'bytes': (results.MB, 2, ' MB')}
 
 
 def _fmt_delta(d: dict[str, Any], kind: str = 'acc') -> str:
@@ -624,7 +625,7 @@ def matches(a: Ref, b: Ref, at_round: int | None = None, tol: float = 0.02) -> C
     if at_round is None:
       sa, sb = t.stat(a, 'final_acc'), t.stat(b, 'final_acc')
     else:
-      sa, sb = (sweep.stat(_at_round(t.find(r), 'test_acc', at_round)) for r in (a, b))
+      sa, sb = (results.stat(_at_round(t.find(r), 'test_acc', at_round)) for r in (a, b))
     d = paired(sa, sb)
     where = 'final' if at_round is None else f'round {at_round}'
     if d['mean'] is None:
@@ -696,7 +697,7 @@ def no_steady_gap(a: Ref, b: Ref, from_round: int = 2, tol: float = 0.01) -> Cal
       per_seed[seed] = float(np.mean(d))
       lower += sum(x < 0 for x in d)
       total += len(d)
-    g = sweep.stat(per_seed)
+    g = results.stat(per_seed)
     if g['mean'] is None:
       return None, f'no shared rounds from round {from_round}'
     detail = (f'rounds {from_round}-last ({_name(a)} lower in {lower} of {total} (seed, '
@@ -743,7 +744,7 @@ def within_draw_noise(a: Ref, b: Ref, noise_a: Ref, noise_b: Ref, at_round: int)
       return None, miss
 
     def diff(x: Ref, y: Ref) -> dict[str, Any]:
-      return paired(*(sweep.stat(_at_round(t.find(r), 'test_acc', at_round)) for r in (x, y)))
+      return paired(*(results.stat(_at_round(t.find(r), 'test_acc', at_round)) for r in (x, y)))
 
     d, n = diff(a, b), diff(noise_a, noise_b)
     if d['mean'] is None or not n['values']:
@@ -1853,7 +1854,7 @@ def curve_table(rounds: Sequence[int], cells: Sequence[dict[str, Any]]) -> str:
     row = [_esc(c['variant'] + (f' ({sweep.cell_label(list(c["cell"].items()))})'
                                 if c['cell'] else '')), str(c['n'])]
     for r in rounds:
-      row.append(sweep.fmt_stat(sweep.stat(_at_round(c, 'test_acc', r)), 'acc'))
+      row.append(results.fmt_stat(results.stat(_at_round(c, 'test_acc', r)), 'acc'))
     lines.append('| ' + ' | '.join(row) + ' |')
   return '\n'.join(lines)
 
@@ -1871,7 +1872,7 @@ def metric_curve_table(variant: str, metrics: Sequence[str],
   for m in metrics:
     row = [m]
     for r in rounds:
-      st = sweep.stat(_at_round(cell, m, r))
+      st = results.stat(_at_round(cell, m, r))
       row.append('–' if st.get('mean') is None else f'{st["mean"]:.2f}' + (
           f' ± {st["std"]:.2f}' if st.get('std') is not None else ''))
     lines.append('| ' + ' | '.join(row) + ' |')
@@ -1913,14 +1914,14 @@ def _table(d: SweepDef, cells: Sequence[dict[str, Any]]) -> str:
     if key in COLUMNS:
       head, stat_key, kind = COLUMNS[key]
       cols.append((headers.get(key, head),
-                   lambda c, k=stat_key, kind=kind: sweep.fmt_stat(c['stats'].get(k), kind)))
+                   lambda c, k=stat_key, kind=kind: results.fmt_stat(c['stats'].get(k), kind)))
     elif key == 'rounds_to':
       for x in thresholds:
         cols.append((f'rounds to {x:g} (k/n)',
                      lambda c, x=x: sweep.format_column(c, f'rounds_to_{x:g}', 'num')))
     elif key == 'bytes_to':
       for x in thresholds:
-        cols.append((f'MB to {x:g}', lambda c, x=x: sweep.fmt_stat(
+        cols.append((f'MB to {x:g}', lambda c, x=x: results.fmt_stat(
             c['stats'].get(f'bytes_to_{x:g}'), 'bytes') + ' ({}/{})'.format(
                 *c['reached'][f'{x:g}'])))
     elif key == 'delta':
@@ -1976,7 +1977,7 @@ def paired_round_table(ref: str, rounds: Sequence[int], cells: Sequence[dict[str
       continue
     row = [_esc(_cell_name(c))]
     for r in rounds:
-      d = paired(*(sweep.stat(_at_round(x, 'test_acc', r)) for x in (c, b)))
+      d = paired(*(results.stat(_at_round(x, 'test_acc', r)) for x in (c, b)))
       row.append('–' if d['mean'] is None else f'{_fmt_delta(d)} (n={d["n"]})')
     lines.append('| ' + ' | '.join(row) + ' |')
   return '\n'.join(lines)
@@ -2012,7 +2013,7 @@ def pair_figure(path: str, cells: Sequence[dict[str, Any]], pairs: Sequence[tupl
                 if seed in both and len(cv['test_acc']['round'])]
       if not curves:
         continue
-      rounds, _, mean, std = sweep._band(curves)  # pylint: disable=protected-access
+      rounds, _, mean, std = sweep.report._band(curves)  # pylint: disable=protected-access
       # One colour per grid cell; without a grid, one per implementation.
       color = run_color(keys.index(tuple(sorted(c['cell'].items()))) if len(keys) > 1
                         else int(c['variant'] != a))
@@ -2031,7 +2032,7 @@ def pair_figure(path: str, cells: Sequence[dict[str, Any]], pairs: Sequence[tupl
   for ax in axes[len(panels):]:
     fig.delaxes(ax)
   fig.suptitle(title, fontsize='medium')
-  return sweep.save_figure(fig, path)
+  return results.save_figure(fig, path)
 
 
 def _rel(path: str, start: str) -> str:

@@ -7,7 +7,6 @@ feasibility, model/input compatibility) runs here, before any compilation.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import tempfile
 
@@ -21,13 +20,11 @@ from fedjax_kd import selection as selection_lib
 from fedjax_kd.algorithms.base import Algorithm, Context
 from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.core.store import ClientStore
-from fedjax_kd.data import partition as partition_lib
-from fedjax_kd.data import inputs as inputs_lib
-from fedjax_kd.data import sources, splits
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.data import prepare as prepare_lib
+from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
 from fedjax_kd.ops import selection as selection_ops
-from fedjax_kd.spec import ExperimentSpec, OptimSpec
+from fedjax_kd.spec import DataSpec, ExperimentSpec, OptimSpec
 
 
 def make_optimizer(o: OptimSpec) -> optax.GradientTransformation:
@@ -72,12 +69,8 @@ def store_directory(spec: ExperimentSpec, workdir: str | None = None) -> str | N
 
 # The config fields that feed the data and model libraries' parameters (they raise a ParamError
 # naming their own parameter; the build names the field).
-SPLIT_FIELDS = {'num_public': 'data.num_public', 'num_private': 'data.num_private', 'seed': 'seed'}
-PARTITION_FIELDS = {
-    'name': 'data.partition', 'num_clients': 'clients.num_clients', 'alpha': 'data.alpha',
-    'seed': 'seed', 'shards_per_client': 'data.shards_per_client',
-    'classes_per_client': 'data.classes_per_client', 'min_size': 'data.min_size',
-    'fraction': 'data.dominant_fraction', 'dominant_fraction': 'data.dominant_fraction'}
+DATA_FIELDS = {**{f.name: f'data.{f.name}' for f in dataclasses.fields(DataSpec)},
+               'num_clients': 'clients.num_clients', 'seed': 'seed'}
 MODEL_FIELDS = {'init': 'model.init', 'bn_momentum': 'model.bn_momentum',
                 'bn_epsilon': 'model.bn_epsilon'}
 
@@ -87,75 +80,26 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
 
   ``workdir`` only places a ``clients.store='disk'`` store.
   """
-  d = spec.data
-  data_dir = d.data_dir or None
-  with fields.as_fields({'label_key': 'data.label_key'}):
-    dataset = sources.load_source(d.source, data_dir=data_dir, seed=spec.seed,
-                                  field='data.source', label_key=d.label_key or None)
-  sources.check_dataset(dataset, f'data.source={d.source!r}',
-                        declared_classes=dataset.declared_classes)
-  public = None
-  if d.public_source:
-    with fields.as_fields({}):
-      public = sources.load_source(d.public_source, data_dir=data_dir, seed=spec.seed,
-                                   field='data.public_source')
-    sources.check_dataset(public, f'data.public_source={d.public_source!r}', labelled=False)
-  vocab_size = _check_text_inputs(spec, dataset, public)
-  # The open-data broadcast counts what a public sample costs on the wire: float32 values,
-  # or the text source's own size (16-bit token ids, one bit per bag-of-words entry).
-  shown = public if public is not None else dataset
-  per_sample = shown.bytes_per_sample or float(math.prod(shown.x_train.shape[1:]) * 4)
-  # data.normalize: one per-channel affine map (from the private source's training set) for
-  # the private, public and test inputs alike. Float inputs are normalised here, once; uint8
-  # pixels stay pixels (one byte each) and the kernels map them where they gather a batch.
-  with fields.as_fields({'mean': 'data.mean'}):
-    stats = sources.input_stats(d.normalize, dataset.x_train, d.mean, d.std)
-  normalize = inputs_lib.Normalize.from_stats(stats)
-  if stats is not None:
-    norm = lambda ds: dataclasses.replace(ds, x_train=normalize.prepare(ds.x_train),
-                                          x_test=normalize.prepare(ds.x_test))
-    dataset = norm(dataset)
-    if public is not None:
-      if public.x_train.shape[-1] != dataset.x_train.shape[-1]:
-        raise DataError(f'data.public_source: {public.x_train.shape[-1]} channels, but '
-                        f'data.source has {dataset.x_train.shape[-1]}')
-      public = norm(public)
-  with fields.as_fields(SPLIT_FIELDS):
-    split = splits.fd_split(dataset, num_public=d.num_public, num_private=d.num_private,
-                            seed=spec.seed, public=public)
-  # The split holds its own rows now; the loaded training arrays go before anything is placed
-  # on the device, so at most two copies of the private images ever coexist (briefly).
-  del dataset, public
-  kwargs = dict(num_classes=split.num_classes, seed=spec.seed, alpha=d.alpha,
-                shards_per_client=d.shards_per_client, classes_per_client=d.classes_per_client,
-                dominant_fraction=d.dominant_fraction,
-                min_size=d.min_size)
-  with fields.as_fields(PARTITION_FIELDS):
-    part = partition_lib.partition(d.partition, split.y_private, spec.num_clients,
-                                   client_ids=split.client_ids_private, **kwargs)
-  client_indices, val_indices = part.client_indices, None
-  if d.val_fraction > 0:
-    with fields.as_fields({'fraction': 'data.val_fraction', 'seed': 'seed'}):
-      client_indices, val_indices = splits.client_validation_split(
-          part.client_indices, d.val_fraction, spec.seed)
+  with fields.as_fields(DATA_FIELDS):
+    prepared = prepare_lib.prepare(spec.data, num_clients=spec.num_clients, seed=spec.seed)
+  if prepared.vocab_size is not None and getattr(algorithms.ALGORITHMS.get(spec.algorithm),
+                                                 'synthesizes_inputs', False):
+    raise ConfigError('algorithm', spec.algorithm, 'an algorithm that does not synthesize '
+                      'inputs (data.source holds token ids, which cannot be optimised)')
+  split, client_indices = prepared.split, prepared.client_indices
   largest = max(len(ix) for ix in client_indices)
   if spec.train.batch_size > largest:
     raise ConfigError('train.batch_size', spec.train.batch_size,
                       f'an integer <= {largest}, the largest client\'s training samples (a '
                       'larger batch is padding in every local step)')
-  test_indices = None
-  if d.per_client_test:
-    with fields.as_fields(PARTITION_FIELDS):
-      test_indices = partition_lib.partition_test_like(
-          d.partition, part, split.y_test, spec.num_clients, num_classes=split.num_classes,
-          seed=spec.seed)
   input_shape = tuple(split.x_private.shape[1:])
   data = build_federated_data(split.x_private, split.y_private, client_indices,
                               split.x_public, split.x_test, split.y_test, split.num_classes,
-                              test_indices=test_indices, y_public=split.y_public,
-                              val_indices=val_indices, normalize=normalize)
-  num_classes = split.num_classes
-  del split, part, client_indices, val_indices, test_indices   # the device copy is the one copy
+                              test_indices=prepared.test_indices, y_public=split.y_public,
+                              val_indices=prepared.val_indices, normalize=prepared.normalize)
+  num_classes, vocab_size = split.num_classes, prepared.vocab_size
+  stats, per_sample = prepared.stats, prepared.bytes_per_public_sample
+  del split, client_indices, prepared   # the device copy is the one copy
   specs = list(dict.fromkeys(spec.client_models + (spec.server_model,)))
   modules = {}
   for s in specs:
@@ -177,33 +121,6 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
                 selector=selector, input_stats=stats)
   algorithm = algorithms.ALGORITHMS[spec.algorithm](ctx)
   return Experiment(spec=spec, ctx=ctx, algorithm=algorithm)
-
-
-def _check_text_inputs(spec: ExperimentSpec, dataset: sources.ArrayDataset,
-                       public: sources.ArrayDataset | None) -> int | None:
-  """The vocabulary size of token-id inputs (None for others), after refusing what cannot
-  apply to token ids: a public source of another kind or a larger vocabulary, input
-  normalisation, image augmentation."""
-  vocab = dataset.vocab_size
-  if public is not None and public.vocab_size != vocab and (vocab is None or
-                                                            public.vocab_size is None or
-                                                            public.vocab_size > vocab):
-    raise ConfigError('data.public_source', spec.data.public_source,
-                      f'a source of the same input kind as data.source (token ids below '
-                      f'{vocab})' if vocab else 'a source of the same input kind as '
-                      'data.source (not token ids)')
-  if vocab is None:
-    return None
-  if spec.data.normalize != 'unit':
-    raise ConfigError('data.normalize', spec.data.normalize,
-                      "'unit' (data.source holds token ids, which are not normalised)")
-  if spec.data.augment != 'none':
-    raise ConfigError('data.augment', spec.data.augment,
-                      "'none' (data.source holds token ids, not images)")
-  if getattr(algorithms.ALGORITHMS.get(spec.algorithm), 'synthesizes_inputs', False):
-    raise ConfigError('algorithm', spec.algorithm, 'an algorithm that does not synthesize '
-                      'inputs (data.source holds token ids, which cannot be optimised)')
-  return int(vocab)
 
 
 def participants(spec: ExperimentSpec, t: int) -> np.ndarray:

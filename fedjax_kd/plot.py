@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 import textwrap
 from typing import Any, Sequence
@@ -57,11 +56,11 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError
 
-DPI = 130
-MB = 1e6
+MB = results.MB
 # Cells annotated with their count in the partition heatmap up to this size.
 ANNOTATE_MAX_CLIENTS = 20
 ANNOTATE_MAX_CLASSES = 10
@@ -80,10 +79,6 @@ def _model_colors(specs: Sequence[str]) -> dict[str, Any]:
   """A color per model spec, from a palette distinct from the default cycle."""
   cmap = plt.get_cmap('Dark2')
   return {s: cmap(i % cmap.N) for i, s in enumerate(specs)}
-
-
-def _finite(v: Any) -> bool:
-  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 METRICS = {
@@ -122,21 +117,12 @@ def accuracy_kind(run: dict[str, Any], metric: str = 'test_acc') -> str:
   """
   if metric == 'client_acc':
     return 'client'
-  rows = run.get('metrics') or []
-  if any(_finite(r.get('client_acc')) for r in rows):
-    return 'server'
-  if any('client_acc_min' in r for r in rows):
-    return 'client'
-  algo = ((run.get('config') or {}).get('algorithm')
+  return results.headline(run.get('metrics') or [], _algorithm(run))
+
+
+def _algorithm(run: dict[str, Any]) -> str | None:
+  return ((run.get('config') or {}).get('algorithm')
           or (run.get('summary') or {}).get('algorithm'))
-  return 'server' if _has_server_model(algo) else 'client'
-
-
-def _has_server_model(algorithm: Any) -> bool:
-  """Whether the registered algorithm scores a server model (unknown names: True)."""
-  from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top  (jax: only here)
-  cls = algorithms.ALGORITHMS.get(algorithm) if isinstance(algorithm, str) else None
-  return True if cls is None else bool(cls.has_server_model)
 
 
 def legend_label(label: str, kind: str) -> str:
@@ -162,10 +148,10 @@ def setup_bytes(run: dict[str, Any]) -> float | None:
   ``cum_bytes - round_bytes`` in ``metrics.jsonl`` (a run still going).
   """
   s = (run.get('summary') or {}).get('setup_bytes')
-  if _finite(s):
+  if results.finite(s):
     return float(s)
   for r in run.get('metrics') or []:
-    if r.get('round') == 1 and _finite(r.get('cum_bytes')) and _finite(r.get('round_bytes')):
+    if r.get('round') == 1 and results.finite(r.get('cum_bytes')) and results.finite(r.get('round_bytes')):
       return float(r['cum_bytes'] - r['round_bytes'])
   return None
 
@@ -228,30 +214,6 @@ def wrap_texts(fig: Figure, margin_in: float = 0.1) -> None:
     avail_px = 2 * min(cx, width - cx) - 2 * margin_in * fig.dpi
     avail_pt = max(avail_px, 0.25 * width) * 72 / fig.dpi
     t.set_text(fit_lines(text, t.get_fontproperties(), avail_pt))
-
-
-def accuracy_series(run: dict[str, Any], key: str = 'test_acc') -> dict[str, np.ndarray]:
-  """The evaluated rows of a run as arrays.
-
-  Args:
-    run: a :func:`fedjax_kd.workdir.read_run` dict.
-    key: the accuracy column (a fraction in [0, 1]). ``'client_acc'`` falls
-      back to ``test_acc`` for runs that log no ``client_acc`` (FD, FedCache
-      2.0, ACE-pFL, single: there the client models are the evaluated models
-      and ``test_acc`` already is their mean).
-
-  Returns:
-    ``{'round', 'cum_bytes', 'acc'}``, one entry per row whose ``key`` is a
-    finite number (rows without it, or with None, are skipped); ``acc`` is a
-    fraction, ``cum_bytes`` is NaN where a row lacks it.
-  """
-  if key == 'client_acc' and not any(_finite(r.get(key)) for r in run['metrics']):
-    key = 'test_acc'
-  rows = [r for r in run['metrics'] if _finite(r.get(key))]
-  return {'round': np.array([r['round'] for r in rows], dtype=np.int64),
-          'cum_bytes': np.array([r['cum_bytes'] if _finite(r.get('cum_bytes')) else np.nan
-                                 for r in rows], dtype=np.float64),
-          'acc': np.array([r[key] for r in rows], dtype=np.float64)}
 
 
 def _mantissa(v: float) -> int:
@@ -317,7 +279,7 @@ def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[st
   name = _accuracy_name(kinds)
   fig, ax = _new_figure(len(runs))
   for i, (run, label, kind) in enumerate(zip(runs, labels, kinds)):
-    s = accuracy_series(run, metric)
+    s = results.series(run['metrics'], metric, _algorithm(run))
     ax.plot(s['round'], s['acc'] * 100, label=legend_label(label, kind), color=run_color(i),
             marker=_marker(len(s['round'])), markersize=4, linewidth=1.6)
   ax.set_xlabel('round')
@@ -363,7 +325,7 @@ def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[st
                         'has no setup_bytes and metrics.jsonl no round 1 with round_bytes.')
   fig, ax = _new_figure(len(runs))
   for i, (run, label, kind) in enumerate(zip(runs, labels, kinds)):
-    s = accuracy_series(run, metric)
+    s = results.series(run['metrics'], metric, _algorithm(run))
     x = s['cum_bytes'] - (setups[i] if exclude_setup_bytes else 0.0)
     keep = np.isfinite(x) & (x > 0)
     ax.plot(x[keep] / MB, s['acc'][keep] * 100, label=legend_label(label, kind),
@@ -432,7 +394,7 @@ def figure_client_accuracy(runs: Sequence[dict[str, Any]],
     c = run['clients']
     accs = c.get('acc') or []
     models = c.get('client_models') or [None] * len(accs)
-    keep = [k for k, a in enumerate(accs) if _finite(a)]
+    keep = [k for k, a in enumerate(accs) if results.finite(a)]
     values = np.array([accs[k] for k in keep], dtype=np.float64) * 100
     ticks.append(f'{textwrap.fill(label, TICK_CHARS, break_on_hyphens=False)}\n'
                  f'{len(keep)} clients')
@@ -562,17 +524,6 @@ def default_labels(workdirs: Sequence[str], runs: Sequence[dict[str, Any]]) -> l
   return out
 
 
-def slug(label: str) -> str:
-  """A file-name-safe form of a label: ``dsfl_era (dsfl)`` -> ``dsfl_era_dsfl``."""
-  return re.sub(r'[^A-Za-z0-9.-]+', '_', label).strip('_.') or 'run'
-
-
-def _save(fig: Figure, path: str) -> str:
-  fig.savefig(path, dpi=DPI)
-  plt.close(fig)   # a no-op for figures pyplot does not manage
-  return path
-
-
 def plot_runs(workdirs: Sequence[str], out_dir: str,
               labels: Sequence[str] | None = None, metric: str = 'test_acc',
               exclude_setup_bytes: bool = False) -> dict[str, str]:
@@ -588,7 +539,7 @@ def plot_runs(workdirs: Sequence[str], out_dir: str,
     ``partition.json``;
   * with several runs: ``partition_<slug>.png`` for each run that has
     ``partition.json`` (key ``'partition_<slug>'``, where ``<slug>`` is
-    :func:`slug` of its label, suffixed ``_2``, ``_3``... if two labels give
+    :func:`fedjax_kd.results.slug` of its label, suffixed ``_2``, ``_3``... if two labels give
     the same slug), and ``'partition'`` names the first of them.
 
   Args:
@@ -628,29 +579,30 @@ def plot_runs(workdirs: Sequence[str], out_dir: str,
   def path(name: str) -> str:
     return os.path.join(out_dir, f'{name}.png')
 
-  out = {'accuracy_vs_round': _save(figure_accuracy_vs_round(runs, labels, metric),
-                                    path('accuracy_vs_round')),
-         'accuracy_vs_bytes': _save(figure_accuracy_vs_bytes(runs, labels, metric,
-                                                             exclude_setup_bytes),
-                                    path('accuracy_vs_bytes'))}
+  save = results.save_figure
+  out = {'accuracy_vs_round': save(figure_accuracy_vs_round(runs, labels, metric),
+                                   path('accuracy_vs_round')),
+         'accuracy_vs_bytes': save(figure_accuracy_vs_bytes(runs, labels, metric,
+                                                            exclude_setup_bytes),
+                                   path('accuracy_vs_bytes'))}
   fig = figure_client_accuracy(runs, labels)
   if fig is not None:
-    out['client_accuracy'] = _save(fig, path('client_accuracy'))
+    out['client_accuracy'] = results.save_figure(fig, path('client_accuracy'))
   used: set[str] = set()
   for run, label in zip(runs, labels):
     fig = figure_partition(run, label)
     if fig is None:
       continue
     if len(runs) == 1:
-      out['partition'] = _save(fig, path('partition'))
+      out['partition'] = results.save_figure(fig, path('partition'))
       continue
-    base = name = f'partition_{slug(label)}'
+    base = name = f'partition_{results.slug(label)}'
     n = 1
     while name in used:
       n += 1
       name = f'{base}_{n}'
     used.add(name)
-    out[name] = _save(fig, path(name))
+    out[name] = results.save_figure(fig, path(name))
     out.setdefault('partition', out[name])
   return out
 

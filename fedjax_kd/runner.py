@@ -34,7 +34,6 @@ time spent compiling (part of ``round_time_s``), and the ETA leaves it out
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
@@ -47,30 +46,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_kd import algorithms
 from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment as experiment_lib
+from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
 from fedjax_kd.core import compiles
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 from fedjax_kd.ops import comm
 from fedjax_kd.spec import ExperimentSpec
-
-
-def _fmt_bytes(b: float) -> str:
-  for unit, scale in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
-    if b >= scale:
-      return f'{b / scale:.2f} {unit}'
-  return f'{int(b)} B'
-
-
-def _fmt_time(s: float) -> str:
-  m, s = divmod(int(round(s)), 60)
-  h, m = divmod(m, 60)
-  return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
 
 
 def _with_defaults(cfg: Any, defaults: Any) -> Any:
@@ -83,7 +69,6 @@ def _with_defaults(cfg: Any, defaults: Any) -> Any:
   return out
 
 
-@functools.cache
 def _defaults() -> dict:
   """The default config as its JSON tree (what a run's ``config.json`` holds)."""
   return json.loads(config_lib.default_config().to_json_best_effort())
@@ -336,136 +321,173 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
   """:func:`run` with the workdir locked; ``cleanup`` closes what is left open on the way
   out (the compile progress lines, should the run fail before its first round ends)."""
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-  cfg_json = _config_json(spec)
-  cfg_path = os.path.join(workdir, 'config.json')
-  exp = experiment_lib.build(spec, workdir)
-  algo = exp.algorithm
-  rules = comm.get_rules(spec.comm_rules, algo.paper_rules)
-  t_start = time.time()
-  env = workdir_lib.environment()
-
-  if not resume and workdir_lib.is_primary():
-    # Starting over: an old run's checkpoints and results must not survive it (only files
-    # this project writes go; metrics and TensorBoard are rewritten below).
-    checkpoint_lib.remove_steps(workdir)
-    for name in ('summary.json', 'clients.json'):
-      if os.path.isfile(os.path.join(workdir, name)):
-        os.remove(os.path.join(workdir, name))
-  ckpt = checkpoint_lib.Checkpointer(workdir, keep=spec.checkpoint_keep)
-  start, cum, setup_bytes, last_saved = 1, {'up': 0, 'down': 0, 'total': 0}, None, None
-  latest = ckpt.latest_round() if resume else None
-  if latest is not None:   # refuse a resume that cannot be right, before any compute
-    _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
-  if progress:   # what runs, once nothing can refuse it any more
-    log(header_line(spec, exp, env))
-  compiling = None   # the "compiling ..." lines: the models' initialisation and round 1
-  if progress and (latest or 0) < spec.rounds:
-    compiling = cleanup.enter_context(_CompileProgress(log, (latest or 0) + 1))
-  state = init_state(algo)
-  if latest is not None:
-    like = state
-    state, meta = ckpt.restore(like)
-    if exp.ctx.fed.store is not None:   # restored host arrays go back into the store's files
-      state = exp.ctx.fed.store.adopt(like, state)
-    start = last_saved = int(meta['round'])
-    start += 1
-    cum = meta['cum_bytes']
-    setup_bytes = meta['setup_bytes']
-    log(f'resumed from {ckpt.directory} after round {meta["round"]}')
-  workdir_lib.write_text(cfg_path, cfg_json)
-  selector = exp.ctx.selector
-  workdir_lib.write_json(os.path.join(workdir, 'selection.json'), selector.description())
-  workdir_lib.write_json(os.path.join(workdir, 'partition.json'),
-                         workdir_lib.partition_record(exp.ctx.data, spec.client_models,
-                                                      selector.true_counts))
-  writer = workdir_lib.MetricsWriter(workdir, keep_until=start - 1)
-  scalars = None
-  if spec.tensorboard and workdir_lib.tensorboard_available():
-    scalars = workdir_lib.ScalarWriter(workdir, writer.rows)
-  elif spec.tensorboard:
-    log("note: log.tensorboard: tensorboardX is not installed, so no TensorBoard scalars "
-        "(metrics.jsonl/csv hold every value); pip install 'fedjax_kd[tensorboard]' or set "
-        "--config.log.tensorboard=false")
-  if setup_bytes is None:
-    setup_bytes = comm.count_bytes(algo.setup_payloads() + selector.setup_payloads(), rules)
-    cum = dict(setup_bytes)
-
-  def save(t: int):
-    nonlocal last_saved
-    ckpt.save(t, state, {'round': t, 'cum_bytes': cum, 'setup_bytes': setup_bytes})
-    last_saved = t
-
-  n_done, t_last = 0, start - 1
-  round_s: list[float] = []     # this call's rounds: wall time and time spent compiling
-  compile_s: list[float] = []
+  session = _Session(spec, workdir, resume=resume, progress=progress, log=log, cleanup=cleanup)
   with _StopOnSignal(log) as stop:
     try:
-      for t in range(start, spec.rounds + 1):
-        t0 = time.time()
-        with compiles.time_compiles() as compiled:
-          plan = selector.plan(t, lambda mask, st=state: algo.selection_losses(st, mask))
-          active = plan.active
-          if active.any():
-            state, out = play_round(
-                algo, state, t, active,
-                check=lambda st, fed, o: _check_finite(st, o, t, active, fed, ckpt, last_saved))
-          else:   # everybody dropped out: the model is unchanged, nothing is sent
-            out = RoundOutput({}, [])
-          sent = comm.count_bytes(out.payloads, rules)
-          for k in cum:
-            cum[k] += sent[k]
-          row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
-          row.update(selector.round_metrics(plan))
-          row.update(out.metrics)
-          if t % spec.eval_every == 0 or t == spec.rounds:
-            row.update(algo.evaluate(state))
-        row.update({'up_bytes': sent['up'], 'down_bytes': sent['down'],
-                    'round_bytes': sent['total'], 'cum_bytes': cum['total'],
-                    'cum_up_bytes': cum['up'], 'cum_down_bytes': cum['down'],
-                    'round_time_s': time.time() - t0, 'compile_s': compiled.seconds})
-        row = writer.write(row)
-        if scalars is not None:
-          scalars.write(row)
-        n_done, t_last = n_done + 1, t
-        round_s.append(row['round_time_s'])
-        compile_s.append(row['compile_s'])
-        if compiling is not None:
-          compiling.done()
-          compiling = None
-        if progress:
-          acc = row.get('test_acc')
-          acc_s = f'acc {acc:.4f}' if acc is not None else 'acc   -   '
-          if row.get('client_acc') is not None:   # the server's and the clients' accuracy
-            acc_s += f'  clients {row["client_acc"]:.4f}'
-          log(f'round {t:>4}/{spec.rounds}  {acc_s}  sent {_fmt_bytes(sent["total"]):>10}  '
-              f'cum {_fmt_bytes(cum["total"]):>10}  {row["round_time_s"]:.2f}s  '
-              f'eta {eta_seconds(round_s, compile_s, spec.rounds - t):.0f}s')
-        due = spec.checkpoint_every and (t % spec.checkpoint_every == 0 or t == spec.rounds)
-        if due or (stop.signum is not None and spec.checkpoint_every):
-          save(t)
-        if stop.signum is not None:
-          log(f'stopped after round {t}; rerun the same command to resume.'
-              if spec.checkpoint_every else
-              f'stopped after round {t}; checkpoint.every=0, so a rerun starts over.')
+      for t in range(session.start, spec.rounds + 1):
+        session.record(session.play(t))
+        if session.checkpoint(t, stop.signum):
           break
     finally:
-      if scalars is not None:
-        scalars.close()
-      ckpt.close()
+      session.close()
+  return session.finish(stop.signum)
 
-  if spec.eval_clients and t_last >= 1:
-    workdir_lib.write_json(os.path.join(workdir, 'clients.json'),
-                           client_record(algo, state, t_last))
-  summary = summarize(writer.rows, spec, setup_bytes, rules.name)
-  summary.update(seed=spec.seed, **env)
-  summary['wall_time_s'] = time.time() - t_start
-  summary['rounds_run_this_call'] = n_done
-  if stop.signum is not None:
-    summary['stopped_by'] = signal.Signals(stop.signum).name
-  workdir_lib.write_json(os.path.join(workdir, 'summary.json'), summary, indent=2)
-  if progress:
-    log(summary_table(summary, workdir))
-  return summary
+
+class _Session:
+  """One call of :func:`run`, from its set-up to its summary.
+
+  Set-up (the constructor) builds the experiment, refuses a resume that cannot be right,
+  restores the newest checkpoint, and writes the run's records (config, selection,
+  partition); then the loop plays rounds (:meth:`play`), records their rows (:meth:`record`)
+  and checkpoints (:meth:`checkpoint`); :meth:`finish` writes the summary.
+  """
+
+  def __init__(self, spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
+               log: Callable[[str], None], cleanup: contextlib.ExitStack):
+    self.spec, self.workdir, self.progress, self.log = spec, workdir, progress, log
+    cfg_json = _config_json(spec)
+    cfg_path = os.path.join(workdir, 'config.json')
+    self.exp = experiment_lib.build(spec, workdir)
+    self.algo, self.selector = self.exp.algorithm, self.exp.ctx.selector
+    self.ledger = comm.Ledger(comm.get_rules(spec.comm_rules, self.algo.paper_rules))
+    self.t_start = time.time()
+    self.env = workdir_lib.environment()
+    if not resume and workdir_lib.is_primary():
+      _start_over(workdir)
+    self.ckpt = checkpoint_lib.Checkpointer(workdir, keep=spec.checkpoint_keep)
+    latest = self.ckpt.latest_round() if resume else None
+    if latest is not None:   # refuse a resume that cannot be right, before any compute
+      _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
+    if progress:   # what runs, once nothing can refuse it any more
+      log(results.header_line(spec, self.exp, self.env))
+    self.compiling = None   # the "compiling ..." lines: the models' initialisation and round 1
+    if progress and (latest or 0) < spec.rounds:
+      self.compiling = cleanup.enter_context(_CompileProgress(log, (latest or 0) + 1))
+    self.state = init_state(self.algo)
+    self.start, self.last_saved = 1, None
+    if latest is not None:
+      self._restore()
+    workdir_lib.write_text(cfg_path, cfg_json)
+    workdir_lib.write_json(os.path.join(workdir, 'selection.json'), self.selector.description())
+    workdir_lib.write_json(os.path.join(workdir, 'partition.json'),
+                           workdir_lib.partition_record(self.exp.ctx.data, spec.client_models,
+                                                        self.selector.true_counts))
+    self.writer = workdir_lib.MetricsWriter(workdir, keep_until=self.start - 1)
+    self.scalars = self._scalar_writer()
+    self.ledger = self.ledger.opened(self.algo.setup_payloads() + self.selector.setup_payloads())
+    self.n_done, self.t_last = 0, self.start - 1
+    self.round_s: list[float] = []     # this call's rounds: wall time and time spent compiling
+    self.compile_s: list[float] = []
+
+  def _restore(self) -> None:
+    """The newest checkpoint's state, round and bytes."""
+    like = self.state
+    self.state, meta = self.ckpt.restore(like)
+    if self.exp.ctx.fed.store is not None:   # restored host arrays go back into the store's files
+      self.state = self.exp.ctx.fed.store.adopt(like, self.state)
+    self.last_saved = int(meta['round'])
+    self.start = self.last_saved + 1
+    self.ledger = comm.Ledger.restored(self.ledger.rules, meta)
+    self.log(f'resumed from {self.ckpt.directory} after round {meta["round"]}')
+
+  def _scalar_writer(self) -> workdir_lib.ScalarWriter | None:
+    if self.spec.tensorboard and workdir_lib.tensorboard_available():
+      return workdir_lib.ScalarWriter(self.workdir, self.writer.rows)
+    if self.spec.tensorboard:
+      self.log("note: log.tensorboard: tensorboardX is not installed, so no TensorBoard "
+               "scalars (metrics.jsonl/csv hold every value); pip install "
+               "'fedjax_kd[tensorboard]' or set --config.log.tensorboard=false")
+    return None
+
+  def play(self, t: int) -> dict[str, Any]:
+    """Round ``t``: selection, the algorithm's round, its bytes and (when due) evaluation."""
+    algo, t0 = self.algo, time.time()
+    with compiles.time_compiles() as compiled:
+      plan = self.selector.plan(t, lambda mask, st=self.state: algo.selection_losses(st, mask))
+      active = plan.active
+      if active.any():
+        self.state, out = play_round(
+            algo, self.state, t, active,
+            check=lambda st, fed, o: _check_finite(st, o, t, active, fed, self.ckpt,
+                                                   self.last_saved))
+      else:   # everybody dropped out: the model is unchanged, nothing is sent
+        out = RoundOutput({}, [])
+      self.ledger, sent = self.ledger.add(out.payloads)
+      row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
+      row.update(self.selector.round_metrics(plan))
+      row.update(out.metrics)
+      if t % self.spec.eval_every == 0 or t == self.spec.rounds:
+        row.update(algo.evaluate(self.state))
+    row.update(self.ledger.row(sent))
+    row.update({'round_time_s': time.time() - t0, 'compile_s': compiled.seconds})
+    return row
+
+  def record(self, row: dict[str, Any]) -> None:
+    """Writes a round's row (metrics files, TensorBoard) and its progress line."""
+    row = self.writer.write(row)
+    if self.scalars is not None:
+      self.scalars.write(row)
+    t = row['round']
+    self.n_done, self.t_last = self.n_done + 1, t
+    self.round_s.append(row['round_time_s'])
+    self.compile_s.append(row['compile_s'])
+    if self.compiling is not None:
+      self.compiling.done()
+      self.compiling = None
+    if self.progress:
+      acc = row.get('test_acc')
+      acc_s = f'acc {acc:.4f}' if acc is not None else 'acc   -   '
+      if row.get('client_acc') is not None:   # the server's and the clients' accuracy
+        acc_s += f'  clients {row["client_acc"]:.4f}'
+      self.log(f'round {t:>4}/{self.spec.rounds}  {acc_s}  '
+               f'sent {results.fmt_bytes(row["round_bytes"]):>10}  '
+               f'cum {results.fmt_bytes(row["cum_bytes"]):>10}  {row["round_time_s"]:.2f}s  '
+               f'eta {eta_seconds(self.round_s, self.compile_s, self.spec.rounds - t):.0f}s')
+
+  def checkpoint(self, t: int, signum: int | None) -> bool:
+    """Saves a checkpoint after round ``t`` when one is due or a signal asks to stop;
+    returns whether to stop."""
+    every = self.spec.checkpoint_every
+    due = every and (t % every == 0 or t == self.spec.rounds)
+    if due or (signum is not None and every):
+      self.ckpt.save(t, self.state, {'round': t, **self.ledger.meta()})
+      self.last_saved = t
+    if signum is not None:
+      self.log(f'stopped after round {t}; rerun the same command to resume.' if every else
+               f'stopped after round {t}; checkpoint.every=0, so a rerun starts over.')
+    return signum is not None
+
+  def close(self) -> None:
+    if self.scalars is not None:
+      self.scalars.close()
+    self.ckpt.close()
+
+  def finish(self, signum: int | None) -> dict[str, Any]:
+    """Writes ``clients.json`` and ``summary.json``; returns the summary."""
+    spec, workdir = self.spec, self.workdir
+    if spec.eval_clients and self.t_last >= 1:
+      workdir_lib.write_json(os.path.join(workdir, 'clients.json'),
+                             client_record(self.algo, self.state, self.t_last))
+    summary = results.summarize(self.writer.rows, spec, self.ledger.setup,
+                                self.ledger.rules.name)
+    summary.update(seed=spec.seed, **self.env)
+    summary['wall_time_s'] = time.time() - self.t_start
+    summary['rounds_run_this_call'] = self.n_done
+    if signum is not None:
+      summary['stopped_by'] = signal.Signals(signum).name
+    workdir_lib.write_json(os.path.join(workdir, 'summary.json'), summary, indent=2)
+    if self.progress:
+      self.log(results.summary_table(summary, workdir))
+    return summary
+
+
+def _start_over(workdir: str) -> None:
+  """Without resume: an old run's checkpoints and results must not survive the new one (only
+  files this project writes go; metrics and TensorBoard are rewritten by the run)."""
+  checkpoint_lib.remove_steps(workdir)
+  for name in ('summary.json', 'clients.json'):
+    if os.path.isfile(os.path.join(workdir, name)):
+      os.remove(os.path.join(workdir, name))
 
 
 def _check_resumable(workdir: str, cfg_path: str, cfg_json: str, latest: int,
@@ -535,7 +557,6 @@ def _first_nonfinite(bad: list[str], losses: list[str]) -> str:
   return 'Lower train.learning_rate (or distill.learning_rate) or check the data.'
 
 
-
 def client_record(algo, state, t: int) -> dict[str, Any]:
   """``clients.json``: each client model's test accuracy and loss after round ``t``."""
   spec = algo.spec
@@ -552,101 +573,3 @@ def client_record(algo, state, t: int) -> dict[str, Any]:
                      if spec.data.per_client_test and d.test_n is not None else None),
           'train_n': np.asarray(d.client_n).astype(int).tolist(),
           'client_models': list(spec.client_models)}
-
-
-def summary_table(summary: dict[str, Any], workdir: str) -> str:
-  """The short table a run ends with."""
-  def acc(x):
-    return '-' if x is None else f'{x:.4f}'
-
-  final_round = summary.get('rounds')
-  cls = algorithms.ALGORITHMS.get(summary.get('algorithm'))
-  server = cls is not None and cls.has_server_model
-  what = 'server model' if server else 'mean over clients'
-  lines = [
-      ('algorithm', summary.get('algorithm')),
-      ('final acc', f'{acc(summary.get("final_acc"))} ({what}, round {final_round})'),
-      ('best acc', f'{acc(summary.get("top_acc"))} (round {summary.get("top_round")})'),
-  ]
-  if server and summary.get('final_client_acc') is not None:
-    lines.append(('client acc', f'{acc(summary.get("final_client_acc"))} (mean over clients, '
-                                f'round {final_round})'))
-  lines += [
-      ('rounds', f'{final_round} ({summary.get("rounds_run_this_call", 0)} in this call)'),
-      ('bytes up', _fmt_bytes(summary.get('cum_up_bytes', 0))),
-      ('bytes down', _fmt_bytes(summary.get('cum_down_bytes', 0))),
-      ('bytes total', f'{_fmt_bytes(summary.get("cum_bytes", 0))} '
-                      f'(setup {_fmt_bytes(summary.get("setup_bytes", 0))})'),
-      ('wall time', _fmt_time(summary.get('wall_time_s', 0.0))),
-      ('workdir', workdir),
-  ]
-  if summary.get('stopped_by'):
-    lines.insert(1, ('stopped by', f'{summary["stopped_by"]} (rerun to resume)'))
-  width = max(len(k) for k, _ in lines)
-  rule = '-' * (width + 2 + max(len(str(v)) for _, v in lines))
-  return '\n'.join([rule] + [f'{k:<{width}}  {v}' for k, v in lines] + [rule])
-
-
-def header_line(spec: ExperimentSpec, exp: Any, env: dict[str, Any]) -> str:
-  """What runs, in one line: algorithm, clients, data, models, device."""
-  d = exp.ctx.data
-  share = f'{spec.participation:.0%} a round' if spec.participation < 1 else 'all every round'
-  models = ', '.join(dict.fromkeys(spec.client_models))
-  server = f' | server {spec.server_model}' if exp.algorithm.server_model is not None else ''
-  dev = env['device']
-  return (f'fedjax_kd {env["versions"]["fedjax_kd"]} | {spec.algorithm} | {spec.num_clients} '
-          f'clients ({share}) | data {spec.data.source}: {int(np.sum(d.client_n)):,} private, '
-          f'{int(d.x_public.shape[0]):,} public, {int(d.x_test.shape[0]):,} test | clients '
-          f'{models}{server} | seed {spec.seed} | {dev["platform"]} x{dev["count"]}')
-
-
-def summarize(rows, spec: ExperimentSpec, setup_bytes, rules_name: str) -> dict[str, Any]:
-  evaluated = [r for r in rows if r.get('test_acc') is not None]
-  accs = [r['test_acc'] for r in evaluated]
-  top = int(np.argmax(accs)) if accs else None
-  out = {
-      'algorithm': spec.algorithm, 'rounds': rows[-1]['round'] if rows else 0,
-      'final_acc': accs[-1] if accs else None,
-      'top_acc': accs[top] if accs else None,
-      'top_round': evaluated[top]['round'] if accs else None,
-      # FD and single report the mean client accuracy as test_acc.
-      'final_client_acc': (evaluated[-1].get('client_acc', evaluated[-1]['test_acc'])
-                           if evaluated else None),
-      'cum_bytes': rows[-1]['cum_bytes'] if rows else setup_bytes['total'],
-      'cum_up_bytes': rows[-1]['cum_up_bytes'] if rows else setup_bytes['up'],
-      'cum_down_bytes': rows[-1]['cum_down_bytes'] if rows else setup_bytes['down'],
-      'setup_bytes': setup_bytes['total'], 'comm_rules': rules_name,
-  }
-  cum = [r['cum_bytes'] for r in evaluated]
-  for x in spec.comm_thresholds:
-    out[f'comu@{x:g}'] = comm.comu_at(accs, cum, x)
-  out.update(convergence(rows))
-  return out
-
-
-def convergence(rows, patience: int = 20, min_delta: float = 0.001) -> dict[str, Any]:
-  """Round, accuracy, bytes and time "to convergence" r* (ACE-pFL's time and GB figures).
-
-  r* is the last round whose accuracy beat the best so far by more than
-  ``min_delta`` (0.1 points), provided ``patience`` rounds followed without
-  such a gain; otherwise the run has not converged and r* is its last round.
-  The criterion is the per-client validation accuracy where a run logs one
-  (``val_acc``), else ``test_acc``.
-  """
-  key = 'val_acc' if any(r.get('val_acc') is not None for r in rows) else 'test_acc'
-  seq = [r for r in rows if r.get(key) is not None]
-  if not seq:
-    return {}
-  best, at = -np.inf, 0
-  for i, r in enumerate(seq):
-    if r[key] > best + min_delta:
-      best, at = r[key], i
-  if seq[-1]['round'] - seq[at]['round'] < patience:
-    at = len(seq) - 1
-  r_star = seq[at]['round']
-  upto = [r for r in rows if r['round'] <= r_star]
-  tested = [r for r in upto if r.get('test_acc') is not None]
-  return {'converged_round': r_star, 'converged_by': key,
-          'converged_acc': tested[-1]['test_acc'] if tested else None,
-          'converged_bytes': upto[-1]['cum_bytes'],
-          'converged_time_s': float(sum(r.get('round_time_s') or 0.0 for r in upto))}

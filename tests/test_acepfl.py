@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets
+from fedjax_kd import experiment, presets, results
 from fedjax_kd.algorithms import acepfl, base
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, losses
@@ -309,12 +309,11 @@ def test_scarce_setting_is_the_cpu_setting_with_small_clients():
 
 
 def test_convergence_round_by_hand():
-  from fedjax_kd import runner
   accs = [0.5, 0.6, 0.7, 0.7005] + [0.7] * 25
   rows = [{'round': i + 1, 'val_acc': a, 'test_acc': a - 0.1, 'cum_bytes': 10 * (i + 1),
            'round_time_s': 1.0} for i, a in enumerate(accs)]
-  out = runner.convergence(rows)
+  out = results.convergence(rows)
   assert out['converged_round'] == 3 and out['converged_by'] == 'val_acc'
   assert out['converged_bytes'] == 30 and out['converged_time_s'] == 3.0
   assert out['converged_acc'] == pytest.approx(0.6)
-  assert runner.convergence(rows[:15])['converged_round'] == 15   # not yet: patience 20
+  assert results.convergence(rows[:15])['converged_round'] == 15   # not yet: patience 20

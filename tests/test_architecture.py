@@ -18,7 +18,8 @@ LAYERS = (
     ('errors', 'spec', 'ops'),                                  # leaves
     ('fields', 'core', 'data', 'models', 'compile_cache'),      # readers, engine, data, models
     ('algorithms', 'selection'),                                # the papers
-    ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed'),
+    ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed',
+     'results'),
     ('runner', 'sweep', 'main'),                                # the faces
 )
 
@@ -132,19 +133,27 @@ def test_no_config_error_below_the_config_layer():
 def test_a_data_error_maps_to_the_config_field():
   import pytest  # pylint: disable=g-import-not-at-top
   from fedjax_kd import experiment, fields  # pylint: disable=g-import-not-at-top
-  from fedjax_kd.data import partition  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.data import partition, prepare  # pylint: disable=g-import-not-at-top
   from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top
   from fedjax_kd.ops.errors import ParamError  # pylint: disable=g-import-not-at-top
   labels = np.array([0, 1, 0, 1, 0, 1])
-  call = lambda: partition.partition('shards', labels, 3, num_classes=2, seed=0,
-                                     shards_per_client=0)
+  # The partition library names its own parameter ...
   with pytest.raises(ParamError, match=r'^shards_per_client=0 is not allowed') as e:
-    call()
+    partition.partition('shards', labels, 3, num_classes=2, seed=0, shards_per_client=0)
   assert not isinstance(e.value, ConfigError)
-  with pytest.raises(ConfigError, match=r'^data\.shards_per_client=0 is not allowed'):
-    with fields.as_fields(experiment.PARTITION_FIELDS):
-      call()
-  # A ConfigError (already a field) passes through as it is.
+  # ... data.prepare names the DataSpec field (here the partition's dominant_fraction, which
+  # the partition library calls fraction) ...
+  c = config_lib.default_config()
+  c.data.partition, c.data.dominant_fraction = 'dominant', 0.05
+  spec = config_lib.validate(c)
+  with pytest.raises(ParamError, match=r'^dominant_fraction=0\.05 is not allowed') as e:
+    prepare.prepare(spec.data, num_clients=spec.num_clients, seed=spec.seed)
+  assert not isinstance(e.value, ConfigError)
+  # ... and the build names the config field.
+  with pytest.raises(ConfigError, match=r'^data\.dominant_fraction=0\.05 is not allowed'):
+    experiment.build(spec)
+  # A ConfigError (already a field) passes through as_fields as it is.
   with pytest.raises(ConfigError, match=r'^clients\.models='):
     with fields.as_fields({'spec': 'nope'}):
       raise ConfigError('clients.models', 'x', 'y')

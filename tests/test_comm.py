@@ -68,3 +68,23 @@ def test_comu_at_and_rules_errors():
   assert comm.get_rules('paper', 'scarlet').name == 'scarlet'
   with pytest.raises(ParamError, match="name='exact'"):
     comm.get_rules('exact')
+
+
+def test_ledger_counts_setup_and_rounds_by_hand():
+  # DS-FL's rules: 3 senders upload 10 samples x 2 classes of float32 (3 * 80 = 240 bytes);
+  # the server multicasts one [10, 2] array, counted once (80 bytes).
+  ledger = comm.Ledger(comm.get_rules('dsfl'))
+  # The setup: an open set of 5 samples of 64 bytes each, multicast to 3 clients: 320 bytes.
+  ledger = ledger.opened(comm.open_data_broadcast(5, 64.0, 3))
+  assert ledger.setup == {'up': 0, 'down': 320, 'total': 320} == ledger.cum
+  assert ledger.opened(comm.open_data_broadcast(9, 64.0, 3)) is ledger   # counted once
+  ledger, sent = ledger.add(comm.soft_label_exchange(3, 10, 2))
+  assert sent == {'up': 240, 'down': 80, 'total': 320}
+  ledger, sent = ledger.add(comm.soft_label_exchange(2, 10, 2))   # one client dropped out
+  assert sent == {'up': 160, 'down': 80, 'total': 240}
+  assert ledger.cum == {'up': 400, 'down': 480, 'total': 880}
+  assert ledger.row(sent) == {'up_bytes': 160, 'down_bytes': 80, 'round_bytes': 240,
+                              'cum_bytes': 880, 'cum_up_bytes': 400, 'cum_down_bytes': 480}
+  # What a checkpoint keeps restores the same ledger; the setup is not counted again.
+  again = comm.Ledger.restored(ledger.rules, ledger.meta())
+  assert again == ledger and again.opened(comm.open_data_broadcast(5, 64.0, 3)) == ledger

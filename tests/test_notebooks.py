@@ -100,7 +100,7 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
     for png in ('accuracy_vs_round', 'accuracy_vs_bytes', 'partition', 'client_accuracy'):
       assert (wd / 'plots' / f'{png}.png').stat().st_size > 0
     assert 'ran 1 new rounds' in text
-    assert 'final acc' in text                # runner.summary_table
+    assert 'final acc' in text                # results.summary_table
     images = [o for c in nb.cells for o in c.get('outputs', []) if 'image/png' in o.get('data', {})]
     assert len(images) == 4
   elif name == 'paper_comparison.ipynb':

@@ -165,9 +165,9 @@ def test_plot_runs_writes_pngs_with_documented_names(tmp_path):
   out = tmp_path / 'plots'
   files = plot.plot_runs([a, b], str(out))
   names = {'accuracy_vs_round', 'accuracy_vs_bytes', 'client_accuracy',
-           'partition_x_run_dsfl', 'partition_y_run_fedmd'}
+           'partition_x-run-dsfl', 'partition_y-run-fedmd'}
   assert set(files) == names | {'partition'}
-  assert files['partition'] == files['partition_x_run_dsfl']
+  assert files['partition'] == files['partition_x-run-dsfl']
   for key in names:
     assert files[key] == str(out / f'{key}.png')
     assert is_png(files[key]), key

@@ -17,7 +17,7 @@ import pytest
 
 from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
-from fedjax_kd import runner
+from fedjax_kd import results, runner
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
@@ -321,7 +321,7 @@ def test_clients_and_partition_files(tmp_path):
 
 
 def test_summary_table_by_hand():
-  text = runner.summary_table(
+  text = results.summary_table(
       {'algorithm': 'dsfl', 'final_acc': 0.64375, 'top_acc': 0.7, 'top_round': 37,
        'rounds': 40, 'rounds_run_this_call': 15, 'cum_up_bytes': 1_500_000,
        'cum_down_bytes': 2_250, 'cum_bytes': 1_502_250, 'setup_bytes': 999,
@@ -337,7 +337,7 @@ def test_summary_table_by_hand():
   assert body['bytes total'] == '1.50 MB (setup 999 B)'
   assert body['wall time'] == '1m08s'
   # Without a server model the headline accuracy is the clients' mean, shown once.
-  fd = runner.summary_table({'algorithm': 'fd', 'final_acc': 0.5, 'rounds': 3,
+  fd = results.summary_table({'algorithm': 'fd', 'final_acc': 0.5, 'rounds': 3,
                              'final_client_acc': 0.5}, 'runs/fd')
   assert '0.5000 (mean over clients, round 3)' in fd and 'client acc' not in fd
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from fedjax_kd import sweep
+from fedjax_kd import results, sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / 'benchmarks' / 'reproduction.py'
@@ -39,8 +39,8 @@ def _script(*args):
 
 def _cell(label, values, grid=None, key='final_acc', thresholds=(), reached=None, **stats):
   """An aggregated cell with per-seed values of one statistic (plus others)."""
-  st = {key: sweep.stat(dict(enumerate(values)))}
-  st.update({k: sweep.stat(dict(enumerate(v))) for k, v in stats.items()})
+  st = {key: results.stat(dict(enumerate(values)))}
+  st.update({k: results.stat(dict(enumerate(v))) for k, v in stats.items()})
   return {'variant': label, 'cell': dict(grid or {}), 'n': len(values), 'planned': len(values),
           'stats': st, 'thresholds': list(thresholds), 'reached': reached or {}}
 
@@ -500,7 +500,7 @@ def _fake_sweep(out, engine, variants, finals, r3):
   runs = []
   for label, agg in variants:
     for seed in range(3):
-      wd = out / 'runs' / sweep.slug(label) / f'seed{seed}'
+      wd = out / 'runs' / results.slug(label) / f'seed{seed}'
       wd.mkdir(parents=True)
       curve = [0.1, 0.5, r3[label][seed]] if finals is None else [0.1, 0.5, finals[label][seed]]
       rows = [{'round': r, 'test_acc': a, 'label_acc': 0.8, 'upload_acc': 0.2, 'entropy': 1.0,

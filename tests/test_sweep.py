@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_kd import config as config_lib, presets, sweep
+from fedjax_kd import config as config_lib, presets, results, sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.sweep import Variant
@@ -196,7 +196,7 @@ def test_aggregate_numbers_by_hand(tmp_path):
   assert os.path.getsize(paths['test_acc']) > 0 and os.path.getsize(paths['client_acc']) > 0
   # One seed: the std is undefined ('–' in tables, 0 in the CSV) and n says so.
   one = sweep.aggregate(a[:1])
-  assert sweep.fmt_stat(one[0]['stats']['final_acc']) == '0.500 ± –'
+  assert results.fmt_stat(one[0]['stats']['final_acc']) == '0.500 ± –'
   assert '0.0' in sweep.csv_text(one, [0.55]).splitlines()[1].split(',')
 
 

@@ -254,10 +254,10 @@ def test_tfds_imdb_reviews_is_tokenized_as_dsfl(tmp_path):
 
 
 @pytest.mark.parametrize('field,value,message', [
-    ('data.normalize', 'standardize', "'unit' \\(data.source holds token ids"),
-    ('data.augment', 'flip_crop', "'none' \\(data.source holds token ids"),
+    ('data.normalize', 'standardize', "'unit' \\(the source holds token ids"),
+    ('data.augment', 'flip_crop', "'none' \\(the source holds token ids"),
     ('algorithm', 'fedcache2', 'does not synthesize inputs'),
-    ('data.public_source', 'digits', 'same input kind as data.source \\(token ids below 40\\)'),
+    ('data.public_source', 'digits', 'same input kind as the private source \\(token ids below 40\\)'),
 ])
 def test_what_cannot_apply_to_token_ids_is_refused(tmp_path, field, value, message):
   c = presets.dsfl_text('imdb', _write(tmp_path / 'ids.npz', 300, 20, 6, 40, 2))

@@ -84,7 +84,7 @@ def split_reference(fields: Any) -> tuple[RefOptions, tuple[tuple[str, Any], ...
     ConfigError: an unknown ``reference.*`` field or a value it does not allow.
   """
   opts, rest = {}, []
-  for field, value in sweep._pairs(fields):  # pylint: disable=protected-access
+  for field, value in sweep.planning._pairs(fields):  # pylint: disable=protected-access
     if not field.startswith('reference.'):
       rest.append((field, value))
       continue
@@ -598,7 +598,7 @@ def plan(base, variants: Sequence[sweep.Variant], seeds: Sequence[int], out: str
     for cell in cells:
       for s in seeds:
         cfg = without_reference(base).copy_and_resolve_references()
-        sweep.apply_overrides(cfg, [*fields, *cell, *sweep._pairs(overrides),  # pylint: disable=protected-access
+        sweep.apply_overrides(cfg, [*fields, *cell, *sweep.planning._pairs(overrides),  # pylint: disable=protected-access
                                     ('seed', int(s))])
         config_lib.validate(cfg)
         run = sweep.Run(v, cell, int(s), '', cfg)

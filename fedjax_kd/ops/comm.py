@@ -140,6 +140,52 @@ def count_bytes(payloads: Iterable[Payload], rules: CommRules) -> dict[str, int]
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Ledger:
+  """The bytes a run has sent: the one-time setup exchange and the rounds', cumulative.
+
+  A frozen value: :meth:`opened` and :meth:`add` return a new ledger. Its :meth:`meta` is what
+  a checkpoint stores and :meth:`restored` reads back.
+
+  Attributes:
+    rules: the byte-accounting rules.
+    setup: ``{'up', 'down', 'total'}`` bytes of the setup exchange (None until opened).
+    cum: the same, cumulative: the setup plus every round so far.
+  """
+  rules: CommRules
+  setup: dict[str, int] | None = None
+  cum: dict[str, int] = dataclasses.field(
+      default_factory=lambda: {UP: 0, DOWN: 0, 'total': 0})
+
+  def opened(self, payloads: Iterable[Payload]) -> 'Ledger':
+    """The ledger with the setup exchange counted (unchanged when it already is)."""
+    if self.setup is not None:
+      return self
+    setup = count_bytes(payloads, self.rules)
+    return dataclasses.replace(self, setup=setup, cum=dict(setup))
+
+  def add(self, payloads: Iterable[Payload]) -> tuple['Ledger', dict[str, int]]:
+    """``(ledger, sent)``: a round's payloads counted and added to the cumulative bytes."""
+    sent = count_bytes(payloads, self.rules)
+    cum = {k: v + sent[k] for k, v in self.cum.items()}
+    return dataclasses.replace(self, cum=cum), sent
+
+  def row(self, sent: dict[str, int]) -> dict[str, int]:
+    """A round's byte columns of ``metrics.jsonl``, after :meth:`add` returned ``sent``."""
+    return {'up_bytes': sent[UP], 'down_bytes': sent[DOWN], 'round_bytes': sent['total'],
+            'cum_bytes': self.cum['total'], 'cum_up_bytes': self.cum[UP],
+            'cum_down_bytes': self.cum[DOWN]}
+
+  def meta(self) -> dict[str, dict[str, int] | None]:
+    """What a checkpoint keeps of the ledger."""
+    return {'cum_bytes': dict(self.cum), 'setup_bytes': self.setup}
+
+  @classmethod
+  def restored(cls, rules: CommRules, meta: dict) -> 'Ledger':
+    """The ledger a checkpoint's :meth:`meta` recorded."""
+    return cls(rules, meta['setup_bytes'], dict(meta['cum_bytes']))
+
+
 def soft_label_exchange(num_senders: int, num_samples: int, num_classes: int,
                         num_receivers: int | None = None,
                         name: str = 'soft_labels') -> list[Payload]:

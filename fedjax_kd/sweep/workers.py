@@ -1,0 +1,487 @@
+"""Running a sweep's runs: worker processes, resume and skip, progress, stop signals.
+
+Part of :mod:`fedjax_kd.sweep`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+
+from fedjax_kd import compile_cache
+from fedjax_kd import config as config_lib
+from fedjax_kd import results
+from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.errors import ConfigError, DataError, DivergenceError
+from fedjax_kd.sweep.planning import (
+    DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, _config_json, _jsonable, _read_json,
+    load_run_config)
+
+RUNS_PER_WORKER = 20              # a worker process is replaced after this many runs
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """What became of a run.
+
+  Attributes:
+    run: the :class:`Run`.
+    status: ``'done'``, ``'skipped'`` (already finished), ``'diverged'`` (a
+      round left NaN or Inf: the run stopped there, now or in an earlier call),
+      ``'failed'`` or ``'stopped'`` (SIGINT/SIGTERM; resumable).
+    wall_s: seconds it took in this call.
+    message: the error, or a short note (e.g. the final accuracy).
+    summary: the run's ``summary.json`` content when there is one.
+  """
+  run: Run
+  status: str
+  wall_s: float = 0.0
+  message: str = ''
+  summary: dict[str, Any] | None = None
+
+
+# ------------------------------------------------------------ run state
+def read_diverged(workdir: str) -> dict[str, Any] | None:
+  """The run's divergence record (``{'round', 'message'}``), or None if it has none."""
+  doc = _read_json(os.path.join(workdir, DIVERGED_FILE))
+  return doc if isinstance(doc, dict) else None
+
+
+def diverged_lines(cells: Sequence[dict[str, Any]]) -> list[str]:
+  """``'<label>: seed s at round r, ...'`` for each cell with diverged seeds."""
+  return [f'{c["label"]}: ' + ', '.join(f'seed {s} at round {r}'
+                                         for s, r in sorted(c['diverged'].items()))
+          for c in cells if c.get('diverged')]
+
+
+def run_state(run: Run) -> tuple[str, str]:
+  """Whether ``run`` has to be started, resumed or skipped.
+
+  Returns:
+    ``(state, note)``: ``'new'`` (nothing there), ``'partial'`` (resume from
+    the newest checkpoint, if any), ``'complete'`` (its ``summary.json`` has
+    the planned rounds and no ``stopped_by``), ``'diverged'`` (an earlier call
+    stopped at a non-finite round: :data:`DIVERGED_FILE`) or ``'stale'`` (the workdir
+    holds a run of a different config, or of more rounds: it is left alone
+    and the note names a differing field).
+  """
+  from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
+  summary = _read_json(os.path.join(run.workdir, 'summary.json'))
+  old = _read_json(os.path.join(run.workdir, 'config.json'))
+  if old is not None:
+    new = json.loads(_config_json(run.config))
+    a, b = runner._resumable(old), runner._resumable(new)  # pylint: disable=protected-access
+    if a != b:
+      diff = _first_difference(a, b)
+      return 'stale', (f'{run.workdir} holds a run of a different config ({diff}); delete it '
+                       'or use another --out')
+  diverged = read_diverged(run.workdir)
+  if old is not None and diverged is not None:
+    return 'diverged', (f'diverged at round {diverged.get("round")} in an earlier call; delete '
+                        f'{os.path.join(run.workdir, DIVERGED_FILE)} to try again')
+  ckpts = os.path.join(run.workdir, 'checkpoints')
+  resumable = os.path.isdir(ckpts) and any(n.isdigit() for n in os.listdir(ckpts))
+  if summary is None or not os.path.exists(os.path.join(run.workdir, workdir_lib.METRICS)):
+    if old is None:
+      return 'new', ''
+    return 'partial', 'resuming from its checkpoint' if resumable else 'starting over'
+  done = int(summary.get('rounds') or 0)
+  if summary.get('stopped_by') or done < run.rounds:
+    return 'partial', f'resuming after round {done}'
+  if done > run.rounds:
+    return 'stale', (f'{run.workdir} ran {done} rounds, the plan asks for {run.rounds}; delete '
+                     'it or use another --out')
+  acc = summary.get('final_acc')
+  return 'complete', f'finished: {done} rounds' + (f', acc {acc:.4f}' if results.finite(acc) else '')
+
+
+def _first_difference(a: Any, b: Any, prefix: str = '') -> str:
+  if isinstance(a, dict) and isinstance(b, dict):
+    for k in sorted(set(a) | set(b)):
+      if a.get(k) != b.get(k):
+        return _first_difference(a.get(k), b.get(k), f'{prefix}{k}.')
+  return f'{prefix.rstrip(".")}: {a!r} there, {b!r} now'
+
+
+# ------------------------------------------------------------ execution
+class _Stop(Exception):
+  """SIGTERM in the parent: stop like Ctrl-C."""
+
+
+def _worker_command() -> list[str]:
+  return [sys.executable, '-m', 'fedjax_kd.sweep', '--_worker=-']
+
+
+class _Worker:
+  """A worker process: takes run directories on stdin, answers a JSON line each."""
+
+  def __init__(self, env: dict[str, str]):
+    # Output outside a run (imports, a crash between runs) goes to a temporary
+    # file; during a run the worker sends it to the run's sweep.log.
+    self.err = tempfile.TemporaryFile()
+    # Its own session: a terminal's Ctrl-C reaches only the parent, which
+    # forwards exactly one SIGINT (a second one would abort the round).
+    self.proc = subprocess.Popen(_worker_command(), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=self.err, env=env,
+                                 text=True, bufsize=1, start_new_session=True)
+    self.count = 0
+
+  def stderr_tail(self, chars: int = 600) -> str:
+    """The end of what the worker wrote outside runs (one line)."""
+    try:
+      self.err.seek(0)
+      text = self.err.read().decode(errors='replace')
+    except (OSError, ValueError):
+      return ''
+    return ' '.join(text.split())[-chars:]
+
+  def ask(self, rundir: str) -> dict[str, Any] | None:
+    """Runs one run; None when the worker died."""
+    self.count += 1
+    try:
+      self.proc.stdin.write(json.dumps({'rundir': rundir}) + '\n')
+      self.proc.stdin.flush()
+      line = self.proc.stdout.readline()
+    except (BrokenPipeError, OSError, ValueError):
+      line = ''
+    if not line:
+      return None
+    try:
+      return json.loads(line)
+    except ValueError:
+      return None
+
+  def signal(self, signum: int) -> None:
+    if self.proc.poll() is None:
+      try:
+        os.kill(self.proc.pid, signum)
+      except OSError:
+        pass
+
+  def close(self) -> int:
+    """Ends the worker (it exits when its stdin closes); returns its exit status."""
+    try:
+      self.proc.stdin.close()
+    except OSError:
+      pass
+    try:
+      code = self.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+      self.proc.kill()
+      code = self.proc.wait()
+    return code
+
+
+def _schedule(pending: list[tuple[int, Run, str]]) -> list[tuple[int, Run, str]]:
+  """The order runs start in: seed-major, and within a seed one run per algorithm first.
+
+  Every variant's first seed runs before any second seed, and the first run
+  of each algorithm before the second run of any, so that workers running at
+  the same time mostly compile different programs and later runs find theirs
+  in the persistent compilation cache.
+  """
+  seed_rank = {s: k for k, s in enumerate(dict.fromkeys(r.seed for _, r, _ in pending))}
+  seen: dict[tuple[int, str], int] = {}
+  keyed = []
+  for item in pending:
+    i, run, _ = item
+    k = (run.seed, run.variant.algorithm)
+    seen[k] = seen.get(k, -1) + 1
+    keyed.append(((seed_rank[run.seed], seen[k], i), item))
+  return [item for _, item in sorted(keyed, key=lambda kv: kv[0])]
+
+
+def _display_names(runs: Sequence[Run]) -> list[str]:
+  """Each run's workdir below the runs' common directory, without ``/runs/``."""
+  if not runs:
+    return []
+  dirs = [os.path.abspath(r.workdir) for r in runs]
+  root = os.path.commonpath(dirs) if len(dirs) > 1 else os.path.dirname(dirs[0])
+  out = []
+  for r, d in zip(runs, dirs):
+    rel = os.path.relpath(d, root).replace(os.sep, '/')
+    out.append(rel.replace(f'/{RUNS_DIR}/', '/') if rel.count('/') > 1 else r.name)
+  return out
+
+
+def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | None = print,
+            compilation_cache: str | None = None) -> list[RunResult]:
+  """Runs every run that is not finished yet, up to ``jobs`` worker processes at once.
+
+  Finished runs are skipped, interrupted ones resumed from their newest
+  checkpoint (:func:`run_state`). Each run's config goes to
+  ``<workdir>/sweep_run.json`` and its output to ``<workdir>/sweep.log``.
+  SIGINT/SIGTERM stop the running runs after their current round (they save
+  a checkpoint) and start no new ones; a second Ctrl-C aborts them at once.
+
+  Args:
+    runs: from :func:`plan`.
+    jobs: worker processes at once (>= 1).
+    log: where the progress lines go (one per run started, finished,
+      skipped or failed); None for silence.
+    compilation_cache: the workers' JAX persistent compilation cache directory
+      (one of ``compile_cache.OFF``: no cache); None lets each worker choose as
+      ``fedjax_kd.main`` does (:func:`fedjax_kd.compile_cache.resolve`).
+
+  Returns:
+    A :class:`RunResult` per run, in the order of ``runs``.
+  """
+  log = log or (lambda s: None)
+  jobs = max(1, int(jobs))
+  n = len(runs)
+  width = len(str(n))
+  names = _display_names(runs)
+  outcome: dict[int, RunResult] = {}
+  pending = []
+  for i, run in enumerate(runs):
+    state, note = run_state(run)
+    if state == 'complete':
+      outcome[i] = RunResult(run, 'skipped', 0.0, note,
+                             _read_json(os.path.join(run.workdir, 'summary.json')))
+      log(f'[{i + 1:>{width}}/{n}] skipped  {names[i]}  ({note})')
+    elif state == 'diverged':
+      outcome[i] = RunResult(run, 'diverged', 0.0, note)
+      log(f'[{i + 1:>{width}}/{n}] diverged {names[i]}  ({note})')
+    elif state == 'stale':
+      outcome[i] = RunResult(run, 'failed', 0.0, note)
+      log(f'[{i + 1:>{width}}/{n}] FAILED   {names[i]}  {note}')
+    else:
+      os.makedirs(run.workdir, exist_ok=True)
+      workdir_lib.write_json(os.path.join(run.workdir, RUN_FILE),
+                             {'label': run.variant.label, 'algorithm': run.variant.algorithm,
+                              'cell': [list(p) for p in run.cell], 'seed': run.seed,
+                              'config': json.loads(_config_json(run.config))}, indent=2)
+      pending.append((i, run, note))
+  todo: queue.Queue = queue.Queue()
+  for item in _schedule(pending):
+    todo.put(item)
+  if todo.empty():
+    return [outcome[i] for i in range(n)]
+
+  env = dict(os.environ)
+  if compilation_cache is not None:   # the workers' compile_cache.resolve() reads it first
+    off = compilation_cache.strip().lower() in compile_cache.OFF
+    env[compile_cache.ENV_VAR] = 'none' if off else os.path.abspath(compilation_cache)
+  stop = threading.Event()
+  events: queue.Queue = queue.Queue()
+  lock = threading.Lock()
+  workers: list[_Worker] = []
+
+  def slot():
+    worker = None
+    try:
+      while not stop.is_set():
+        try:
+          i, run, note = todo.get_nowait()
+        except queue.Empty:
+          break
+        if worker is not None and worker.count >= RUNS_PER_WORKER:
+          worker.close()
+          worker.err.close()
+          worker = None
+        if worker is None:
+          worker = _Worker(env)
+          with lock:
+            workers.append(worker)
+        if stop.is_set():   # stopped while the worker started: leave the run for a rerun
+          break
+        events.put(('start', i, run, note))
+        t0 = time.time()
+        answer = worker.ask(os.path.abspath(run.workdir))
+        wall = time.time() - t0
+        if answer is None:
+          code = worker.close()
+          tail = worker.stderr_tail()
+          worker.err.close()
+          worker = None
+          status = 'stopped' if stop.is_set() else 'failed'
+          result = RunResult(run, status, wall, f'the worker process exited with status {code}; '
+                             f'see {os.path.join(run.workdir, LOG_FILE)}'
+                             + (f'; it wrote: {tail}' if tail else ''))
+        else:
+          result = RunResult(run, answer['status'], answer.get('wall_s', wall),
+                             answer.get('message', ''), answer.get('summary'))
+          if answer['status'] == 'stopped':
+            stop.set()
+        events.put(('end', i, result, None))
+    finally:
+      if worker is not None:
+        worker.close()
+        worker.err.close()
+      events.put(('exit', None, None, None))
+
+  threads = [threading.Thread(target=slot, daemon=True) for _ in range(min(jobs, todo.qsize()))]
+  old_term = None
+  if threading.current_thread() is threading.main_thread():
+    def on_term(signum, frame):
+      del signum, frame
+      raise _Stop
+    old_term = signal.signal(signal.SIGTERM, on_term)
+  interrupts = 0
+  for t in threads:
+    t.start()
+  live = len(threads)
+  try:
+    while live:
+      try:
+        try:
+          kind, i, obj, note = events.get(timeout=0.5)
+        except queue.Empty:
+          continue
+        if kind == 'exit':
+          live -= 1
+        elif kind == 'start':
+          extra = f'  ({note})' if note else ''
+          log(f'[{i + 1:>{width}}/{n}] start    {names[i]}{extra}')
+        else:
+          outcome[i] = obj
+          word = {'failed': 'FAILED', 'diverged': 'DIVERGED'}.get(obj.status, obj.status)
+          msg = f'  {obj.message}' if obj.message else ''
+          log(f'[{i + 1:>{width}}/{n}] {word:<8} {names[i]}  {results.fmt_time(obj.wall_s)}{msg}')
+      except (KeyboardInterrupt, _Stop) as e:
+        interrupts += 1
+        signum = signal.SIGTERM if isinstance(e, _Stop) else signal.SIGINT
+        stop.set()
+        log(f'{signal.Signals(signum).name}: the running runs stop after their current round '
+            'and save a checkpoint' + ('' if interrupts == 1 else ' (again: aborting them)'))
+        with lock:
+          for w in workers:
+            w.signal(signum)
+  finally:
+    if old_term is not None:
+      signal.signal(signal.SIGTERM, old_term)
+  for i, run in enumerate(runs):
+    if i not in outcome:
+      outcome[i] = RunResult(run, 'stopped', 0.0, 'not started')
+  return [outcome[i] for i in range(n)]
+
+
+def run_one(rundir: str, log: Callable[[str], None]) -> dict[str, Any]:
+  """Runs (or resumes) the run in ``rundir``; the answer a worker sends back.
+
+  Returns:
+    ``{'status', 'code', 'message', 'wall_s', 'summary'}``: ``status`` is
+    ``'done'``, ``'diverged'`` (also written to :data:`DIVERGED_FILE`),
+    ``'failed'`` or ``'stopped'``; ``code`` is what
+    ``fedjax_kd.main`` would exit with (0, 2 bad config or data, 3
+    divergence, 1 any other error, 128 + signal when stopped).
+  """
+  from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
+  t0 = time.time()
+  resumed = []
+
+  def runner_log(s: str) -> None:
+    if s.startswith('resumed from'):
+      resumed.append(s)
+    log(s)
+
+  try:
+    spec = config_lib.validate(load_run_config(rundir))
+    summary = runner.run(spec, rundir, resume=True, progress=False, log=runner_log)
+  except (ConfigError, DataError) as e:
+    log(f'error: {e}')
+    return {'status': 'failed', 'code': 2, 'message': f'error: {e}', 'wall_s': time.time() - t0}
+  except DivergenceError as e:
+    log(f'error: {e}')
+    workdir_lib.write_json(os.path.join(rundir, DIVERGED_FILE),
+                           {'round': e.round, 'message': str(e)[:2000]}, indent=2)
+    return {'status': 'diverged', 'code': 3, 'message': f'round {e.round}: {str(e)[:300]}',
+            'wall_s': time.time() - t0}
+  except KeyboardInterrupt:
+    log('interrupted; a rerun resumes from the newest checkpoint, if there is one')
+    return {'status': 'stopped', 'code': 130, 'message': 'interrupted',
+            'wall_s': time.time() - t0}
+  except Exception as e:  # pylint: disable=broad-except
+    log(traceback.format_exc())
+    return {'status': 'failed', 'code': 1,
+            'message': f'{type(e).__name__}: {str(e)[:300]} (traceback in '
+                       f'{os.path.join(rundir, LOG_FILE)})', 'wall_s': time.time() - t0}
+  wall = time.time() - t0
+  if summary.get('stopped_by'):
+    return {'status': 'stopped', 'code': 128 + signal.Signals[summary['stopped_by']].value,
+            'message': f'stopped by {summary["stopped_by"]} after round {summary["rounds"]}',
+            'wall_s': wall, 'summary': summary}
+  acc = summary.get('final_acc')
+  msg = (f'acc {acc:.4f}' if results.finite(acc) else 'acc -') + (
+      f'  (resumed after round {summary["rounds"] - summary["rounds_run_this_call"]})'
+      if resumed else '')
+  return {'status': 'done', 'code': 0, 'message': msg, 'wall_s': wall, 'summary': summary}
+
+
+def quiet_logs() -> None:
+  """Only warnings from JAX, absl and orbax (orbax logs every save at INFO)."""
+  import logging  # pylint: disable=g-import-not-at-top
+
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  logging.getLogger('jax._src.xla_bridge').setLevel(logging.WARNING)
+  absl_logging.set_verbosity(absl_logging.WARNING)   # orbax logs every save at INFO
+
+
+def worker_main(target: str) -> int:
+  """The hidden ``--_worker`` entry point.
+
+  Args:
+    target: a run directory (run it, print to the terminal, exit like
+      ``fedjax_kd.main``), or ``-``: read run directories from stdin, one a
+      line (JSON ``{"rundir": ...}`` or a bare path), run each with its output
+      in ``<rundir>/sweep.log``, and answer each with one JSON line on stdout.
+
+  Returns:
+    The exit status.
+  """
+  quiet_logs()
+  # Where the sweep chose the cache, $FEDJAX_KD_COMPILATION_CACHE says so (execute()).
+  compile_cache.enable(compile_cache.resolve()[0])
+  if target != '-':
+    def say(s):
+      print(s, file=sys.stderr, flush=True)
+    return int(run_one(target, say)['code'])
+  proto = os.fdopen(os.dup(1), 'w', buffering=1)
+  os.dup2(2, 1)                     # stray prints must not reach the answers
+  home_err = os.dup(2)
+  code = 0
+  try:
+    for line in sys.stdin:
+      line = line.strip()
+      if not line:
+        continue
+      rundir = json.loads(line)['rundir'] if line.startswith('{') else line
+      with open(os.path.join(rundir, LOG_FILE), 'a') as f:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+          print(f'--- sweep worker {os.getpid()} at {time.strftime("%Y-%m-%d %H:%M:%S")}',
+                file=sys.stderr, flush=True)
+          answer = run_one(rundir, lambda s: print(s, file=sys.stderr, flush=True))
+        finally:
+          sys.stdout.flush()
+          sys.stderr.flush()
+          os.dup2(home_err, 1)
+          os.dup2(home_err, 2)
+      proto.write(json.dumps(answer, default=_jsonable) + '\n')
+      proto.flush()
+      if answer['status'] == 'stopped':
+        code = int(answer['code'])
+        break
+  except KeyboardInterrupt:
+    code = 130
+  return code
+
+
+def stopped_status(outcome: Sequence[RunResult]) -> int:
+  """128 + the signal that stopped the sweep: 143 for SIGTERM, else 130 (SIGINT)."""
+  term = any((r.summary or {}).get('stopped_by') == 'SIGTERM' for r in outcome)
+  return 128 + (signal.SIGTERM if term else signal.SIGINT).value
