@@ -158,7 +158,7 @@ def check_spec(spec, model: str = 'resnet20') -> None:
   if spec.algorithm not in LABELS:
     problems.append(f'algorithm: the official code runs {" and ".join(LABELS)}, not '
                     f'{spec.algorithm!r}')
-  for name, o in (('train', spec.train), ('distill', spec.distill or spec.train)):
+  for name, o in (('train', spec.train), ('distill', spec.distill.optimizer or spec.train)):
     if o.optimizer != 'sgd' or o.momentum or o.weight_decay or o.lr_decay != 1.0:
       problems.append(f'{name}: plain SGD only (their torch.optim.SGD(lr) has no momentum, '
                       f'weight decay or decay)')
@@ -171,7 +171,7 @@ def check_spec(spec, model: str = 'resnet20') -> None:
   def is_model(m: str) -> bool:
     name, _, width = m.partition('@')
     return name == model and float(width or 1) == 1.0
-  if not all(is_model(m) for m in (*spec.client_models, spec.server_model)):
+  if not all(is_model(m) for m in (*spec.clients.models, spec.server.model)):
     problems.append(f'clients.models / server.model: {model}@1.0 only (--model={model})')
   if problems:
     raise ValueError('; '.join(problems))
@@ -187,9 +187,9 @@ def export_setting(cfg, path: str) -> dict[str, Any]:
   from fedjax_kd import config as config_lib   # pylint: disable=g-import-not-at-top
   from fedjax_kd import experiment   # pylint: disable=g-import-not-at-top
   spec = config_lib.validate(cfg)
-  check_spec(spec, spec.server_model.partition('@')[0])
+  check_spec(spec, spec.server.model.partition('@')[0])
   tr = spec.train
-  di = spec.distill or spec.train
+  di = spec.distill.optimizer or spec.train
   exp = experiment.build(spec)
   d = exp.ctx.data
   nchw = lambda a: np.ascontiguousarray(  # noqa: E731
@@ -212,11 +212,11 @@ def export_setting(cfg, path: str) -> dict[str, Any]:
   opts = spec.options
   return {
       'algorithm': spec.algorithm, 'seed': spec.seed, 'rounds': spec.rounds,
-      'num_clients': spec.num_clients, 'num_classes': int(d.num_classes),
+      'num_clients': spec.clients.num_clients, 'num_classes': int(d.num_classes),
       'public_size': int(arrays['x_public'].shape[0]),
       'public_size_per_round': int(arrays['draws'].shape[1]),
       'epochs': tr.epochs, 'batch_size': tr.batch_size, 'lr': tr.learning_rate,
-      'kd_epochs': spec.distill_epochs, 'kd_batch_size': spec.distill_batch_size,
+      'kd_epochs': spec.distill.epochs, 'kd_batch_size': spec.distill.batch_size,
       'kd_lr': di.learning_rate,
       'enhanced_era_exponent': getattr(opts, 'beta', None),
       'cache_duration': opts.cache.duration if spec.algorithm == 'scarlet' else None,

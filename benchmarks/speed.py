@@ -138,7 +138,7 @@ def steps_per_round(spec, exp, m: int) -> int:
   b, e = spec.train.batch_size, spec.train.epochs
   per_client = float(np.mean(-(-n // b))) * e
   if spec.algorithm == 'dsfl':
-    per_client += -(-spec.public_per_round // spec.distill_batch_size) * spec.distill_epochs
+    per_client += -(-spec.distill.public_per_round // spec.distill.batch_size) * spec.distill.epochs
   return int(round(per_client * m))
 
 
@@ -178,11 +178,11 @@ def time_workload(name: str, c, data_desc: str, args) -> dict[str, Any]:
     times.append(time.perf_counter() - t0)
   round_s = float(np.mean(times))
   steps = steps_per_round(spec, exp, m)
-  k = spec.num_clients
+  k = spec.clients.num_clients
   full_round_s = round_s * k / m
   row = {
       'workload': name, 'data': data_desc, 'algorithm': spec.algorithm,
-      'model': spec.client_models[0], 'num_clients': k, 'clients_per_round': m,
+      'model': spec.clients.models[0], 'num_clients': k, 'clients_per_round': m,
       'batch_size': spec.train.batch_size, 'epochs': spec.train.epochs,
       'compute_dtype': spec.train.compute_dtype,
       'lowering': layers.resolve_lowering(args.lowering),

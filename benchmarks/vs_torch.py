@@ -301,12 +301,12 @@ def round_examples(algorithm: str, client_n: Sequence[int], epochs: int, public:
 
 def round_flops(spec, data) -> float:
   """FLOPs of one round of a built experiment (``spec``, ``exp.ctx.data``)."""
-  fwd = forward_flops(spec.client_models[0], data.num_classes, data.input_shape)
+  fwd = forward_flops(spec.clients.models[0], data.num_classes, data.input_shape)
   fedavg = spec.algorithm == 'fedavg'
   ex = round_examples(spec.algorithm, np.asarray(data.client_n), spec.train.epochs,
-                      0 if fedavg else spec.public_per_round,
-                      0 if fedavg else spec.distill_epochs,
-                      bool(spec.server_model) and not fedavg)
+                      0 if fedavg else spec.distill.public_per_round,
+                      0 if fedavg else spec.distill.epochs,
+                      bool(spec.server.model) and not fedavg)
   return fwd * ex
 
 
@@ -457,7 +457,7 @@ def time_torch(cfg, rounds: int, threads: int) -> dict[str, Any]:
   rows = [torch.from_numpy(idx[k, :n[k]].astype(np.int64)).to(dev) for k in range(len(n))]
   data = [(xp[r], yp[r]) for r in rows]
   c, ch = d.num_classes, xp.shape[1]
-  model_name = spec.client_models[0]
+  model_name = spec.clients.models[0]
   tr = spec.train
   times = []
   if spec.algorithm == 'fedavg':
@@ -483,8 +483,8 @@ def time_torch(cfg, rounds: int, threads: int) -> dict[str, Any]:
   else:   # public-set distillation: DS-FL / SCARLET (ERA or Enhanced ERA)
     x_pub = images(d.x_public)
     clients = [torch_model(model_name, c, ch).to(dev) for _ in range(len(n))]
-    server = torch_model(spec.server_model, c, ch).to(dev) if spec.server_model else None
-    de, db, dlr = spec.distill_epochs, spec.distill_batch_size, (spec.distill or tr).learning_rate
+    server = torch_model(spec.server.model, c, ch).to(dev) if spec.server.model else None
+    de, db, dlr = spec.distill.epochs, spec.distill.batch_size, (spec.distill.optimizer or tr).learning_rate
     beta = getattr(spec.options, 'beta', None)   # SCARLET's Enhanced ERA, else ERA's T
     temperature = getattr(spec.options, 'temperature', 1.0)
     for t in range(1, rounds + 2):

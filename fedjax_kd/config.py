@@ -20,7 +20,9 @@ import numpy as np
 from fedjax_kd import fields
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops.errors import ParamError
-from fedjax_kd.spec import DataSpec, ExperimentSpec, ModelOptions, OptimSpec, SelectionSpec
+from fedjax_kd.spec import (
+    CheckpointSpec, ClientsSpec, CommSpec, DataSpec, DistillSpec, EvalSpec, ExperimentSpec,
+    LogSpec, ModelOptions, OptimSpec, ServerSpec, SelectionSpec)
 
 # The readers, under the short names this module uses (fedjax_kd.fields documents them).
 _get, _int, _float, _bool, _choice = (fields.get, fields.integer, fields.number,
@@ -558,21 +560,22 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
 
   spec = ExperimentSpec(
       algorithm=algorithm, seed=seed, rounds=rounds, data=data,
-      num_clients=num_clients, client_models=tuple(client_models),
-      participation=participation, shared_init=_bool(config, 'clients.shared_init'),
-      server_model=server_model, train=train, distill=distill,
-      distill_batch_size=distill_batch, distill_epochs=distill_epochs,
-      public_per_round=public_per_round, comm_rules=comm_rules,
-      comm_thresholds=thresholds, eval_every=_int(config, 'eval.every', 1),
-      eval_clients=_bool(config, 'eval.clients'),
-      eval_chunk=_int(config, 'eval.chunk', 1),
-      checkpoint_every=_int(config, 'checkpoint.every', 0),
-      checkpoint_keep=_int(config, 'checkpoint.keep', 1),
-      tensorboard=_bool(config, 'log.tensorboard'), selection=selection,
-      store=_choice(config, 'clients.store', ('device', 'host', 'disk')),
-      store_dir=str(_get(config, 'clients.store_dir') or ''),
-      store_chunk=_int(config, 'clients.store_chunk', 1), model=_model_options(config),
-      raw=config)
+      clients=ClientsSpec(
+          num_clients=num_clients, models=tuple(client_models), participation=participation,
+          shared_init=_bool(config, 'clients.shared_init'),
+          store=_choice(config, 'clients.store', ('device', 'host', 'disk')),
+          store_dir=str(_get(config, 'clients.store_dir') or ''),
+          store_chunk=_int(config, 'clients.store_chunk', 1)),
+      server=ServerSpec(model=server_model), train=train,
+      distill=DistillSpec(optimizer=distill, batch_size=distill_batch, epochs=distill_epochs,
+                          public_per_round=public_per_round),
+      comm=CommSpec(rules=comm_rules, thresholds=thresholds),
+      eval=EvalSpec(every=_int(config, 'eval.every', 1), clients=_bool(config, 'eval.clients'),
+                    chunk=_int(config, 'eval.chunk', 1)),
+      checkpoint=CheckpointSpec(every=_int(config, 'checkpoint.every', 0),
+                                keep=_int(config, 'checkpoint.keep', 1)),
+      log=LogSpec(tensorboard=_bool(config, 'log.tensorboard')), selection=selection,
+      model=_model_options(config), raw=config)
   cls = algorithms.ALGORITHMS[algorithm]
   if cls.uses_public and cls.samples_public and public_per_round > data.num_public:
     raise ConfigError('distill.public_per_round', public_per_round,

@@ -51,20 +51,20 @@ def make_store(spec: ExperimentSpec, workdir: str | None = None) -> ClientStore 
   ``'disk'`` keeps its memory maps in ``clients.store_dir``, by default
   ``<workdir>/client_store`` (or a temporary folder without a workdir).
   """
-  if spec.store == 'device':
+  if spec.clients.store == 'device':
     return None
   directory = None
-  if spec.store == 'disk':
+  if spec.clients.store == 'disk':
     directory = store_directory(spec, workdir) or tempfile.mkdtemp(prefix='fedjax_kd_store_')
-  return ClientStore(spec.store, directory, chunk=spec.store_chunk)
+  return ClientStore(spec.clients.store, directory, chunk=spec.clients.store_chunk)
 
 
 def store_directory(spec: ExperimentSpec, workdir: str | None = None) -> str | None:
   """Where a ``clients.store='disk'`` store keeps its memory maps: ``clients.store_dir``, or
   ``<workdir>/client_store``; None for other stores (or a disk store with neither set)."""
-  if spec.store != 'disk':
+  if spec.clients.store != 'disk':
     return None
-  return spec.store_dir or (os.path.join(workdir, 'client_store') if workdir else None)
+  return spec.clients.store_dir or (os.path.join(workdir, 'client_store') if workdir else None)
 
 
 # The config fields that feed the data and model libraries' parameters (they raise a ParamError
@@ -81,7 +81,7 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   ``workdir`` only places a ``clients.store='disk'`` store.
   """
   with fields.as_fields(DATA_FIELDS):
-    prepared = prepare_lib.prepare(spec.data, num_clients=spec.num_clients, seed=spec.seed)
+    prepared = prepare_lib.prepare(spec.data, num_clients=spec.clients.num_clients, seed=spec.seed)
   if prepared.vocab_size is not None and getattr(algorithms.ALGORITHMS.get(spec.algorithm),
                                                  'synthesizes_inputs', False):
     raise ConfigError('algorithm', spec.algorithm, 'an algorithm that does not synthesize '
@@ -100,19 +100,19 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   num_classes, vocab_size = split.num_classes, prepared.vocab_size
   stats, per_sample = prepared.stats, prepared.bytes_per_public_sample
   del split, client_indices, prepared   # the device copy is the one copy
-  specs = list(dict.fromkeys(spec.client_models + (spec.server_model,)))
+  specs = list(dict.fromkeys(spec.clients.models + (spec.server.model,)))
   modules = {}
   for s in specs:
-    field = 'server.model' if s not in spec.client_models else 'clients.models'
+    field = 'server.model' if s not in spec.clients.models else 'clients.models'
     with fields.as_fields(MODEL_FIELDS):
       modules[s] = registry.get_model(s, num_classes=num_classes, input_shape=input_shape,
                                       field=field, init=spec.model.init,
                                       bn_momentum=spec.model.bn_momentum,
                                       bn_epsilon=spec.model.bn_epsilon, vocab_size=vocab_size)
   optimizers = {'train': make_optimizer(spec.train)}
-  if spec.distill is not None:
-    optimizers['distill'] = make_optimizer(spec.distill)
-  fed = Federation(data, spec.client_models, modules, optimizers,
+  if spec.distill.optimizer is not None:
+    optimizers['distill'] = make_optimizer(spec.distill.optimizer)
+  fed = Federation(data, spec.clients.models, modules, optimizers,
                    store=make_store(spec, workdir), compute_dtype=spec.train.compute_dtype)
   selector = selection_lib.ClientSelector(spec, data.client_labels(), data.client_n)
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
@@ -128,9 +128,9 @@ def participants(spec: ExperimentSpec, t: int) -> np.ndarray:
 
   Kept for scripts; runs go through `fedjax_kd.selection.ClientSelector`.
   """
-  k = spec.num_clients
+  k = spec.clients.num_clients
   mask = np.zeros(k, bool)
-  if spec.participation >= 1.0:
+  if spec.clients.participation >= 1.0:
     mask[:] = True
   else:
     mask[selection_ops.uniform_round(k, spec.selection.m, spec.seed, t)] = True

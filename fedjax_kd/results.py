@@ -105,7 +105,7 @@ def summarize(rows: Sequence[dict[str, Any]], spec: Any, setup_bytes: Mapping[st
       'setup_bytes': setup_bytes['total'], 'comm_rules': rules_name,
   }
   cum = [r['cum_bytes'] for r in evaluated]
-  for x in spec.comm_thresholds:
+  for x in spec.comm.thresholds:
     out[f'comu@{x:g}'] = comm.comu_at(accs, cum, x)
   out.update(convergence(rows))
   return out
@@ -192,11 +192,11 @@ def fmt_stat(s: dict[str, Any] | None, kind: str = 'acc') -> str:
 def header_line(spec: Any, exp: Any, env: dict[str, Any]) -> str:
   """What runs, in one line: algorithm, clients, data, models, device."""
   d = exp.ctx.data
-  share = f'{spec.participation:.0%} a round' if spec.participation < 1 else 'all every round'
-  models = ', '.join(dict.fromkeys(spec.client_models))
-  server = f' | server {spec.server_model}' if exp.algorithm.server_model is not None else ''
+  share = f'{spec.clients.participation:.0%} a round' if spec.clients.participation < 1 else 'all every round'
+  models = ', '.join(dict.fromkeys(spec.clients.models))
+  server = f' | server {spec.server.model}' if exp.algorithm.server_model is not None else ''
   dev = env['device']
-  return (f'fedjax_kd {env["versions"]["fedjax_kd"]} | {spec.algorithm} | {spec.num_clients} '
+  return (f'fedjax_kd {env["versions"]["fedjax_kd"]} | {spec.algorithm} | {spec.clients.num_clients} '
           f'clients ({share}) | data {spec.data.source}: {int(np.sum(d.client_n)):,} private, '
           f'{int(d.x_public.shape[0]):,} public, {int(d.x_test.shape[0]):,} test | clients '
           f'{models}{server} | seed {spec.seed} | {dev["platform"]} x{dev["count"]}')

@@ -349,12 +349,12 @@ class _Session:
     cfg_path = os.path.join(workdir, 'config.json')
     self.exp = experiment_lib.build(spec, workdir)
     self.algo, self.selector = self.exp.algorithm, self.exp.ctx.selector
-    self.ledger = comm.Ledger(comm.get_rules(spec.comm_rules, self.algo.paper_rules))
+    self.ledger = comm.Ledger(comm.get_rules(spec.comm.rules, self.algo.paper_rules))
     self.t_start = time.time()
     self.env = workdir_lib.environment()
     if not resume and workdir_lib.is_primary():
       _start_over(workdir)
-    self.ckpt = checkpoint_lib.Checkpointer(workdir, keep=spec.checkpoint_keep)
+    self.ckpt = checkpoint_lib.Checkpointer(workdir, keep=spec.checkpoint.keep)
     latest = self.ckpt.latest_round() if resume else None
     if latest is not None:   # refuse a resume that cannot be right, before any compute
       _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
@@ -370,7 +370,7 @@ class _Session:
     workdir_lib.write_text(cfg_path, cfg_json)
     workdir_lib.write_json(os.path.join(workdir, 'selection.json'), self.selector.description())
     workdir_lib.write_json(os.path.join(workdir, 'partition.json'),
-                           workdir_lib.partition_record(self.exp.ctx.data, spec.client_models,
+                           workdir_lib.partition_record(self.exp.ctx.data, spec.clients.models,
                                                         self.selector.true_counts))
     self.writer = workdir_lib.MetricsWriter(workdir, keep_until=self.start - 1)
     self.scalars = self._scalar_writer()
@@ -391,9 +391,9 @@ class _Session:
     self.log(f'resumed from {self.ckpt.directory} after round {meta["round"]}')
 
   def _scalar_writer(self) -> workdir_lib.ScalarWriter | None:
-    if self.spec.tensorboard and workdir_lib.tensorboard_available():
+    if self.spec.log.tensorboard and workdir_lib.tensorboard_available():
       return workdir_lib.ScalarWriter(self.workdir, self.writer.rows)
-    if self.spec.tensorboard:
+    if self.spec.log.tensorboard:
       self.log("note: log.tensorboard: tensorboardX is not installed, so no TensorBoard "
                "scalars (metrics.jsonl/csv hold every value); pip install "
                "'fedjax_kd[tensorboard]' or set --config.log.tensorboard=false")
@@ -416,7 +416,7 @@ class _Session:
       row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
       row.update(self.selector.round_metrics(plan))
       row.update(out.metrics)
-      if t % self.spec.eval_every == 0 or t == self.spec.rounds:
+      if t % self.spec.eval.every == 0 or t == self.spec.rounds:
         row.update(algo.evaluate(self.state))
     row.update(self.ledger.row(sent))
     row.update({'round_time_s': time.time() - t0, 'compile_s': compiled.seconds})
@@ -447,7 +447,7 @@ class _Session:
   def checkpoint(self, t: int, signum: int | None) -> bool:
     """Saves a checkpoint after round ``t`` when one is due or a signal asks to stop;
     returns whether to stop."""
-    every = self.spec.checkpoint_every
+    every = self.spec.checkpoint.every
     due = every and (t % every == 0 or t == self.spec.rounds)
     if due or (signum is not None and every):
       self.ckpt.save(t, self.state, {'round': t, **self.ledger.meta()})
@@ -465,7 +465,7 @@ class _Session:
   def finish(self, signum: int | None) -> dict[str, Any]:
     """Writes ``clients.json`` and ``summary.json``; returns the summary."""
     spec, workdir = self.spec, self.workdir
-    if spec.eval_clients and self.t_last >= 1:
+    if spec.eval.clients and self.t_last >= 1:
       workdir_lib.write_json(os.path.join(workdir, 'clients.json'),
                              client_record(self.algo, self.state, self.t_last))
     summary = results.summarize(self.writer.rows, spec, self.ledger.setup,
@@ -561,7 +561,7 @@ def client_record(algo, state, t: int) -> dict[str, Any]:
   """``clients.json``: each client model's test accuracy and loss after round ``t``."""
   spec = algo.spec
   acc, nll = algo.ctx.fed.evaluate(state.clients, per_client_test=spec.data.per_client_test,
-                               chunk=spec.eval_chunk)
+                               chunk=spec.eval.chunk)
   d = algo.ctx.data
 
   def floats(a):
@@ -572,4 +572,4 @@ def client_record(algo, state, t: int) -> dict[str, Any]:
           'test_n': (np.asarray(d.test_n).astype(int).tolist()
                      if spec.data.per_client_test and d.test_n is not None else None),
           'train_n': np.asarray(d.client_n).astype(int).tolist(),
-          'client_models': list(spec.client_models)}
+          'client_models': list(spec.clients.models)}

@@ -76,7 +76,7 @@ class ClientSelector:
   def __init__(self, spec: ExperimentSpec, label_counts: np.ndarray, sizes: np.ndarray):
     self.spec = spec
     self.sel = spec.selection
-    self.k = spec.num_clients
+    self.k = spec.clients.num_clients
     self.m = self.sel.m
     self.true_counts = np.asarray(label_counts, np.float64)
     self.sizes = np.asarray(sizes, np.int64)

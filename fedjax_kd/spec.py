@@ -74,34 +74,77 @@ class SelectionSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClientsSpec:
+  """``clients.*``: who the clients are and where their state lives."""
+  num_clients: int
+  models: tuple[str, ...]             # clients.models, one spec per client (clients.assignment)
+  participation: float
+  shared_init: bool
+  store: str = 'device'               # 'device' | 'host' | 'disk'
+  store_dir: str = ''
+  store_chunk: int = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSpec:
+  """``server.*``."""
+  model: str                          # server.model ('' in the config: the first client model)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistillSpec:
+  """``distill.*``: distillation on the open samples."""
+  optimizer: OptimSpec | None         # None for distill.optimizer='same': train's optimizer
+  batch_size: int
+  epochs: int
+  public_per_round: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CommSpec:
+  """``comm.*``: byte accounting."""
+  rules: str
+  thresholds: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+  """``eval.*``."""
+  every: int
+  clients: bool
+  chunk: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSpec:
+  """``checkpoint.*``."""
+  every: int
+  keep: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSpec:
+  """``log.*``."""
+  tensorboard: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentSpec:
-  """The validated experiment; algorithm options live in ``options``."""
+  """The validated experiment, one field per config group (``spec.eval.every`` is
+  ``eval.every``); algorithm options live in ``options``."""
   algorithm: str
   seed: int
   rounds: int
   data: DataSpec
-  num_clients: int
-  client_models: tuple[str, ...]
-  participation: float
-  shared_init: bool
-  server_model: str
+  clients: ClientsSpec
+  server: ServerSpec
   train: OptimSpec
-  distill: OptimSpec | None           # None: distillation shares ``train``'s optimizer
-  distill_batch_size: int
-  distill_epochs: int
-  public_per_round: int
-  comm_rules: str
-  comm_thresholds: tuple[float, ...]
-  eval_every: int
-  eval_clients: bool
-  eval_chunk: int
-  checkpoint_every: int
-  checkpoint_keep: int = 2
-  tensorboard: bool = True
+  distill: DistillSpec
+  comm: CommSpec
+  eval: EvalSpec
+  checkpoint: CheckpointSpec
+  log: LogSpec = LogSpec()
   selection: SelectionSpec = SelectionSpec()
-  store: str = 'device'               # clients.store: 'device' | 'host' | 'disk'
-  store_dir: str = ''
-  store_chunk: int = 256
   model: ModelOptions = ModelOptions()
   options: Any = None
   raw: Any = None                     # the ConfigDict, for writing to the workdir
@@ -109,4 +152,4 @@ class ExperimentSpec:
   @property
   def partial(self) -> bool:
     """Whether a round can leave clients out (sampling or dropout)."""
-    return self.participation < 1.0 or self.selection.dropout > 0
+    return self.clients.participation < 1.0 or self.selection.dropout > 0

@@ -286,10 +286,10 @@ def test_public_labels_from_another_data_set_are_refused():
 def test_paper_config_validates_for_every_setting():
   for setting in ('dir0.1', 'dir1.0', 'dir10', 'pat2', 'pat5', 'pat7'):
     spec = config_lib.validate(load_config('acepfl_cifar10.py', setting))
-    assert spec.num_clients == 20 and spec.rounds == 300
+    assert spec.clients.num_clients == 20 and spec.rounds == 300
     assert spec.options.top_k == 5 and spec.options.clusters == 3
     assert spec.options.weights == (0.4, 0.3, 0.2, 0.1)
-    assert spec.client_models[:4] == ('googlenet@1', 'vgg16@1', 'resnet34@1', 'resnet50@1')
+    assert spec.clients.models[:4] == ('googlenet@1', 'vgg16@1', 'resnet34@1', 'resnet50@1')
   assert config_lib.validate(load_config('acepfl_cifar10.py', 'pat2')).data.classes_per_client == 2
 
 
@@ -300,8 +300,7 @@ def test_scarce_setting_is_the_cpu_setting_with_small_clients():
   assert (spec.rounds, spec.options.r0) == (21, 7)     # three temperature stages of 7 rounds
   assert (base.data.num_private, base.data.alpha, base.train.epochs) == (5400, 0.1, 1)
   # Everything else is the CPU setting's: models, D0, loss, clients.
-  for field in ('num_clients', 'client_models'):
-    assert getattr(spec, field) == getattr(base, field)
+  assert spec.clients == base.clients
   assert spec.data.num_public == base.data.num_public == 600
   assert spec.options.weights == base.options.weights
   with pytest.raises(ValueError, match="expected no argument or ':scarce'"):

@@ -148,7 +148,7 @@ def test_a_data_error_maps_to_the_config_field():
   c.data.partition, c.data.dominant_fraction = 'dominant', 0.05
   spec = config_lib.validate(c)
   with pytest.raises(ParamError, match=r'^dominant_fraction=0\.05 is not allowed') as e:
-    prepare.prepare(spec.data, num_clients=spec.num_clients, seed=spec.seed)
+    prepare.prepare(spec.data, num_clients=spec.clients.num_clients, seed=spec.seed)
   assert not isinstance(e.value, ConfigError)
   # ... and the build names the config field.
   with pytest.raises(ConfigError, match=r'^data\.dominant_fraction=0\.05 is not allowed'):

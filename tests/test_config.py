@@ -82,11 +82,11 @@ def test_model_spec_canonicalised_and_assignment():
   c = tiny()
   c.clients.models = ['mlp@0.50', 'mlp']
   spec = config_lib.validate(c)
-  assert spec.client_models == ('mlp@0.5', 'mlp@1', 'mlp@0.5', 'mlp@1')
+  assert spec.clients.models == ('mlp@0.5', 'mlp@1', 'mlp@0.5', 'mlp@1')
   c.clients.assignment = '1,1,0,1'
-  assert config_lib.validate(c).client_models == ('mlp@1', 'mlp@1', 'mlp@0.5', 'mlp@1')
+  assert config_lib.validate(c).clients.models == ('mlp@1', 'mlp@1', 'mlp@0.5', 'mlp@1')
   c.clients.assignment = 'blocks'
-  assert config_lib.validate(c).client_models == ('mlp@0.5', 'mlp@0.5', 'mlp@1', 'mlp@1')
+  assert config_lib.validate(c).clients.models == ('mlp@0.5', 'mlp@0.5', 'mlp@1', 'mlp@1')
 
 
 def test_participants_sampling():

@@ -205,9 +205,9 @@ def load_config(name, arg):
     ('0.5', ['resnet_l@1']), ('2.0,hetero', ['resnet_s@1', 'resnet_m@1', 'resnet_l@1'])])
 def test_paper_config_matches_the_spec(arg, models):
   s = config_lib.validate(load_config('fedcache2_cifar10.py', arg))
-  assert s.algorithm == 'fedcache2' and s.num_clients == 100 and s.rounds == 15
+  assert s.algorithm == 'fedcache2' and s.clients.num_clients == 100 and s.rounds == 15
   assert s.data.partition == 'dirichlet' and s.data.alpha == float(arg.split(',')[0])
-  assert sorted(set(s.client_models)) == sorted(models)
+  assert sorted(set(s.clients.models)) == sorted(models)
   assert (s.train.optimizer, s.train.learning_rate, s.train.batch_size, s.train.epochs) == (
       'adam', 0.01, 64, 5)
   o = s.options

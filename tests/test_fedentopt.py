@@ -77,9 +77,9 @@ def test_q_and_m_follow_the_paper_rules():
   assert (s.selection.m, s.selection.q) == (5, 15)
   for arg, q, m in [('dir0.1', 50, 10), ('c2', 70, 10), ('c3', 70, 4)]:
     s = spec_of(load_config('fedentopt_cifar10.py', arg))
-    assert (s.selection.q, s.selection.m, s.num_clients, s.rounds) == (q, m, 100, 500)
+    assert (s.selection.q, s.selection.m, s.clients.num_clients, s.rounds) == (q, m, 100, 500)
     assert s.train.lr_decay == 0.98 and s.train.fresh_optimizer and s.train.batch_size == 64
-    assert set(s.client_models) == {'lenet5@1'} and s.data.num_public == 0
+    assert set(s.clients.models) == {'lenet5@1'} and s.data.num_public == 0
   s = spec_of(load_config('fedentopt_cifar100.py', 'c3'))
   assert s.data.label_key == 'coarse_label' and s.selection.m == 8
   s = spec_of(load_config('fedentopt_cifar10.py', 'c2,scaffold,fedentopt_dp'))

@@ -143,9 +143,10 @@ def test_shakespeare_runs_end_to_end_with_speakers_as_clients(tmp_path):
 def test_shipped_configs_count_the_users(tmp_path):
   root = femnist_fixture(tmp_path / 'femnist')
   c = config_lib.validate(shipped_config('leaf_femnist').get_config(str(root)))
-  assert (c.num_clients, c.algorithm, c.data.source) == (5, 'dsfl', f'femnist:{root}')
-  assert c.data.partition == 'natural' and set(c.client_models) == {'leaf_cnn@1'}
+  assert (c.clients.num_clients, c.algorithm, c.data.source) == (5, 'dsfl', f'femnist:{root}')
+  assert c.data.partition == 'natural' and set(c.clients.models) == {'leaf_cnn@1'}
   root = shakespeare_fixture(tmp_path / 'shakespeare')
   c = config_lib.validate(shipped_config('leaf_shakespeare').get_config(f'{root},fedavg'))
-  assert (c.num_clients, c.algorithm) == (3, 'fedavg') and set(c.client_models) == {'char_lstm@1'}
+  assert (c.clients.num_clients, c.algorithm) == (3, 'fedavg') and set(c.clients.models) == {
+      'char_lstm@1'}
   assert leaf.count_users(str(tmp_path / 'femnist')) == 5

@@ -136,7 +136,7 @@ def test_checkpoint_holds_the_whole_state_bit_for_bit(tmp_path):
   c.train.momentum = 0.9   # a non-empty optimizer state
   spec = config_lib.validate(c)
   algo = experiment.build(spec).algorithm
-  state, _ = base.play_round(algo, algo.init(), 1, np.ones(spec.num_clients, bool))
+  state, _ = base.play_round(algo, algo.init(), 1, np.ones(spec.clients.num_clients, bool))
   ck = checkpoint.Checkpointer(str(tmp_path))
   meta = {'round': 1, 'cum_bytes': {'up': 3, 'down': 4, 'total': 7}}
   ck.save(1, state, meta)

@@ -212,13 +212,13 @@ def test_scarlet_cifar10_is_the_papers_setting(alpha, beta, rounds):
   spec = config_lib.validate(shipped_config('scarlet_cifar10').get_config(alpha))
   assert spec.options.beta == beta and spec.rounds == rounds
   assert spec.options.cache.enabled and spec.options.cache.duration == 50
-  assert (spec.num_clients, spec.public_per_round, spec.data.num_public) == (100, 1000, 10_000)
-  assert set(spec.client_models) == {'resnet20@1'} and spec.data.public_source == 'tfds:cifar100'
+  assert (spec.clients.num_clients, spec.distill.public_per_round, spec.data.num_public) == (100, 1000, 10_000)
+  assert set(spec.clients.models) == {'resnet20@1'} and spec.data.public_source == 'tfds:cifar100'
   assert spec.data.partition == 'client_dirichlet' and spec.data.alpha == float(alpha)
-  assert (spec.train.epochs, spec.distill_epochs, spec.train.batch_size) == (5, 5, 100)
-  assert spec.train.learning_rate == 0.1 and spec.shared_init
+  assert (spec.train.epochs, spec.distill.epochs, spec.train.batch_size) == (5, 5, 100)
+  assert spec.train.learning_rate == 0.1 and spec.clients.shared_init
   c100 = config_lib.validate(shipped_config('scarlet_cifar100').get_config())
-  assert c100.options.beta == 1.25 and set(c100.client_models) == {'resnet32@1'}
+  assert c100.options.beta == 1.25 and set(c100.clients.models) == {'resnet32@1'}
 
 
 def test_shared_init_starts_every_client_and_the_server_from_one_model():

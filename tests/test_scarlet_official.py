@@ -40,7 +40,7 @@ def test_model_flag_selects_the_matching_fedjax_kd_fields(tmp_path):
   cfg = official.build_config(official.CONFIG, 'scarlet', 0, 2,
                               [('data.source', 'synthetic:400')], model='cnn')
   spec = config_lib.validate(cfg)
-  assert spec.server_model.startswith('cnn@') and cfg.model.init == 'torch'
+  assert spec.server.model.startswith('cnn@') and cfg.model.init == 'torch'
   official.check_spec(spec, 'cnn')
   with pytest.raises(ValueError, match='resnet20@1.0 only'):
     official.check_spec(spec, 'resnet20')

@@ -27,11 +27,11 @@ def test_many_config_is_the_stated_workload(tmp_path):
   args = argparse.Namespace(mnist='', epochs=0)
   c, desc = vs_torch.many_config('dsfl', args, str(tmp_path), k=1000, model='leaf_cnn')
   spec = config_lib.validate(c)
-  assert spec.algorithm == 'dsfl' and spec.num_clients == 1000
+  assert spec.algorithm == 'dsfl' and spec.clients.num_clients == 1000
   assert spec.train.batch_size == 10 and spec.train.epochs == 1
-  assert spec.distill_batch_size == 10 and spec.distill_epochs == 1
-  assert spec.public_per_round == 59 and c.data.num_private == 59_000
-  assert spec.client_models[0].startswith('leaf_cnn@1') and spec.server_model.startswith('leaf_cnn@1')
+  assert spec.distill.batch_size == 10 and spec.distill.epochs == 1
+  assert spec.distill.public_per_round == 59 and c.data.num_private == 59_000
+  assert spec.clients.models[0].startswith('leaf_cnn@1') and spec.server.model.startswith('leaf_cnn@1')
   assert desc.endswith('59 a client')
   c, _ = vs_torch.many_config('fedavg', args, str(tmp_path), k=100, model='dsfl_cnn')
   spec = config_lib.validate(c)

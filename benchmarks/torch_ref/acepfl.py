@@ -238,7 +238,7 @@ def ace_loss(logits, labels, teacher, best_logits, history, temp: float,
 # ------------------------------------------------------------ what the reference runs
 def _check(spec) -> None:
   """Raises ValueError naming the first config field whose value this reference does not run."""
-  for group, o in (('train', spec.train), ('distill', spec.distill)):
+  for group, o in (('train', spec.train), ('distill', spec.distill.optimizer)):
     if o is None:
       continue
     for field, ok in (('optimizer', o.optimizer == 'sgd'), ('momentum', o.momentum == 0),
@@ -251,7 +251,7 @@ def _check(spec) -> None:
     raise ValueError('clients.participation: the reference runs every client every round')
   if spec.selection.stragglers:
     raise ValueError('selection.stragglers: the reference runs no stragglers')
-  if spec.shared_init:
+  if spec.clients.shared_init:
     raise ValueError('clients.shared_init: the reference gives each client its own init')
   if spec.data.augment != 'none':
     raise ValueError(f'data.augment: the reference runs no augmentation, got '

@@ -153,14 +153,14 @@ def export_setting(cfg, algorithms: Sequence[str]) -> Setting:
   spec = config_lib.validate(cfg)
   if spec.algorithm not in algorithms:
     raise ConfigError('algorithm', spec.algorithm, tuple(algorithms))
-  for field, names in (('clients.models', list(spec.client_models)),
-                       ('server.model', [spec.server_model])):
+  for field, names in (('clients.models', list(spec.clients.models)),
+                       ('server.model', [spec.server.model])):
     if not {_parse_model(m)[0] for m in names} <= set(MODELS):
       raise ConfigError(field, names, f'models the reference has: {tuple(MODELS)}')
   exp = experiment.build(spec)
   d = exp.ctx.data
   idx, n = np.asarray(d.client_idx), np.asarray(d.client_n)
-  tr, di = spec.train, spec.distill or spec.train
+  tr, di = spec.train, spec.distill.optimizer or spec.train
   if exp.algorithm.uses_public and d.x_public.shape[0]:
     draws = np.stack([exp.algorithm.sample_public(t)[0] for t in range(1, spec.rounds + 1)])
   else:   # parameter exchange: no open set
@@ -174,10 +174,10 @@ def export_setting(cfg, algorithms: Sequence[str]) -> Setting:
       client_test_rows=None if d.test_idx is None else tuple(
           np.asarray(d.test_idx)[k, :int(d.test_n[k])] for k in range(len(d.test_n))),
       draws=draws,
-      num_classes=d.num_classes, client_models=tuple(spec.client_models),
-      server_model=spec.server_model,
+      num_classes=d.num_classes, client_models=tuple(spec.clients.models),
+      server_model=spec.server.model,
       train=(tr.epochs, tr.batch_size, tr.learning_rate),
-      distill=(spec.distill_epochs, spec.distill_batch_size, di.learning_rate),
+      distill=(spec.distill.epochs, spec.distill.batch_size, di.learning_rate),
       spec=spec, config=json.loads(cfg.to_json_best_effort()), experiment=exp)
 
 

@@ -251,7 +251,7 @@ class ACEPFL(base.Algorithm):
   @classmethod
   def options_from_config(cls, config, spec) -> ACEOptions:
     g = 'acepfl'
-    k = spec.num_clients
+    k = spec.clients.num_clients
     clusters = fields.integer(config, f'{g}.clusters', 1)
     if clusters > k:
       raise ConfigError(f'{g}.clusters', clusters,
@@ -346,7 +346,7 @@ class ACEPFL(base.Algorithm):
           stage_div=o.stage_div, normalize_delta=o.normalize_delta)
     except ParamError as e:
       raise fields.field_error(e, self.param_fields()) from None
-    self.rules = comm.get_rules(self.spec.comm_rules, self.paper_rules)
+    self.rules = comm.get_rules(self.spec.comm.rules, self.paper_rules)
     self.loss_fn = _LOSS_FNS[o.kl_direction]
 
   # ---------------------------------------------------------- clustering
@@ -431,7 +431,7 @@ class ACEPFL(base.Algorithm):
     state, metrics['train_loss'] = self.train_clients(state, r)
 
     # 2-3. Tempered, top-K filtered soft predictions on D0.
-    logp = r.fed.predict(state.clients, self.x_pub, active, chunk=self.spec.eval_chunk,
+    logp = r.fed.predict(state.clients, self.x_pub, active, chunk=self.spec.eval.chunk,
                          log=True)
     up, kept = _upload(logp, jnp.float32(temp), act, rng.server_key(self.ctx.root, t, 'custom'),
                        jnp.float32(o.noise_scale), k=self.k_top,
@@ -468,7 +468,7 @@ class ACEPFL(base.Algorithm):
     else:
       aux.update(s=jnp.take(teachers, table.teacher_of, axis=0),
                  m=jnp.take(hist, table.teacher_of, axis=0))
-    rule = LocalRule(epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
+    rule = LocalRule(epochs=self.spec.distill.epochs, batch_size=self.spec.distill.batch_size,
                      opt_slot=self.distill_slot)   # D0 is never augmented
     clients, dloss = r.fed.fit(
         state.clients, self.ctx.root, t, 'distill', rule,
@@ -496,7 +496,7 @@ class ACEPFL(base.Algorithm):
       # All active clients (not just the improved ones), so the slot count never varies
       # and the kernel compiles once.
       new_logp = r.fed.predict(state.clients, self.x_pub, active,
-                               chunk=self.spec.eval_chunk, log=True)
+                               chunk=self.spec.eval.chunk, log=True)
       imp = jnp.asarray(improved)
       table = table.replace(
           best_logp=jnp.where(imp[:, None, None], new_logp, table.best_logp),
@@ -559,10 +559,10 @@ class ACEPFL(base.Algorithm):
     """``[S]`` accuracy that picks the best past model (-inf for inactive clients)."""
     if self.options.best_metric == 'public':
       acc, _ = r.fed.evaluate_shared(state.clients, self.x_pub, self.y_pub, active=r.active,
-                                     chunk=self.spec.eval_chunk)
+                                     chunk=self.spec.eval.chunk)
     else:
       acc, _ = r.fed.evaluate(state.clients, split='val', active=r.active,
-                              chunk=self.spec.eval_chunk)
+                              chunk=self.spec.eval.chunk)
     return np.where(np.isfinite(acc), acc, -np.inf)
 
 

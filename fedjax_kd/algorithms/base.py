@@ -145,11 +145,11 @@ class Algorithm:
     self.options = ctx.spec.options
     self.server_model = None
     if self.has_server_model:
-      self.server_model = SingleModel(ctx.modules[self.spec.server_model], ctx.optimizers,
+      self.server_model = SingleModel(ctx.modules[self.spec.server.model], ctx.optimizers,
                                       ctx.data.input_shape, ctx.spec.train.compute_dtype,
                                       normalize=ctx.data.normalize,
                                       input_dtype=ctx.data.model_input_dtype)
-    self.distill_slot = 'train' if self.spec.distill is None else 'distill'
+    self.distill_slot = 'train' if self.spec.distill.optimizer is None else 'distill'
     # One function object per run, so it is a stable jit static argument.
     self.augment = augment_lib.get_augment(self.spec.data.augment, ctx.input_stats)
     # SCARLET's code also augments the public images clients predict on.
@@ -177,7 +177,7 @@ class Algorithm:
     key = rng.server_key(self.ctx.root, 0, 'init')
     # clients.shared_init: every client and the server start from one draw (the server's),
     # as the papers' code builds one model and copies it.
-    clients = fed.init(self.ctx.root, shared_key=key if self.spec.shared_init else None)
+    clients = fed.init(self.ctx.root, shared_key=key if self.spec.clients.shared_init else None)
     server = ()
     if self.server_model is not None:
       server = self.server_model.init(key)
@@ -210,7 +210,7 @@ class Algorithm:
 
   def distill_rule(self) -> LocalRule:
     """The rule of distillation: ``distill.*`` epochs and batch size, its optimizer slot."""
-    return LocalRule(epochs=self.spec.distill_epochs, batch_size=self.spec.distill_batch_size,
+    return LocalRule(epochs=self.spec.distill.epochs, batch_size=self.spec.distill.batch_size,
                      opt_slot=self.distill_slot, augment=self.augment)
 
   def local_inputs(self, r: Round, **hook_data) -> Local:
@@ -241,13 +241,13 @@ class Algorithm:
     global model's loss.
     """
     _, nll = self.ctx.fed.evaluate(state.clients, active=candidates, split='train',
-                                   chunk=self.spec.eval_chunk)
+                                   chunk=self.spec.eval.chunk)
     return nll
 
   def sample_public(self, t: int) -> tuple[np.ndarray, Array]:
     """o_r: ``public_per_round`` open indices, uniform without replacement, fresh each round."""
     n_pub = int(self.ctx.data.x_public.shape[0])
-    m = min(self.spec.public_per_round, n_pub)
+    m = min(self.spec.distill.public_per_round, n_pub)
     idx = np.sort(rng.host_rng(self.spec.seed, t, 'sample').choice(n_pub, m, replace=False))
     return idx, jnp.take(self.ctx.data.x_public, jnp.asarray(idx), axis=0)
 
@@ -269,15 +269,15 @@ class Algorithm:
 
   def predict_clients(self, state: AlgState, r: Round, x: Array) -> Array:
     """``[S, m, C]`` client probabilities on public inputs (zeros for inactive)."""
-    return r.fed.predict(state.clients, x, r.active, chunk=self.spec.eval_chunk,
+    return r.fed.predict(state.clients, x, r.active, chunk=self.spec.eval.chunk,
                          augment=self.predict_augment, root=self.ctx.root, t=r.t)
 
   def client_metrics(self, state: AlgState, prefix: str = 'client_') -> dict[str, float]:
-    if not self.spec.eval_clients and prefix:
+    if not self.spec.eval.clients and prefix:
       return {}
     acc, nll = self.ctx.fed.evaluate(state.clients,
                                      per_client_test=self.spec.data.per_client_test,
-                                     chunk=self.spec.eval_chunk)
+                                     chunk=self.spec.eval.chunk)
     out = {f'{prefix}acc': float(np.nanmean(acc)), f'{prefix}acc_min': float(np.nanmin(acc)),
            f'{prefix}acc_max': float(np.nanmax(acc)), f'{prefix}loss': float(np.nanmean(nll))}
     d = self.ctx.data
@@ -295,7 +295,7 @@ class Algorithm:
   def server_metrics(self, state: AlgState) -> dict[str, float]:
     d = self.ctx.data
     acc, loss, acc5 = self.server_model.evaluate(state.server, d.x_test, d.y_test,
-                                                 chunk=self.spec.eval_chunk)
+                                                 chunk=self.spec.eval.chunk)
     # Top-5 too: SCARLET's code prints it for CIFAR-100 (as its "Test Accuracy").
     return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
 

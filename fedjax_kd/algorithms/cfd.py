@@ -48,4 +48,4 @@ class CFD(protocol.Protocol):
 
   def downlink(self, state, r, x, labels, probs, mask):
     del r, labels, probs, mask
-    return state, self.server_model.predict(state.server, x, chunk=self.spec.eval_chunk)
+    return state, self.server_model.predict(state.server, x, chunk=self.spec.eval.chunk)

@@ -90,11 +90,11 @@ class FD(base.Algorithm):
     metrics = {}
     if t == 1 or self.options.update_every_round:
       state, metrics['train_loss'] = self.train_clients(state, r)
-    means, counts = r.fed.class_mean_probs(state.clients, active, chunk=self.spec.eval_chunk)
+    means, counts = r.fed.class_mean_probs(state.clients, active, chunk=self.spec.eval.chunk)
     _, teacher, weight = fd_teachers(means, counts, jnp.asarray(active))
     d = r.fed.data
     tr = self.spec.train
-    rule = LocalRule(epochs=self.spec.distill_epochs, batch_size=tr.batch_size,
+    rule = LocalRule(epochs=self.spec.distill.epochs, batch_size=tr.batch_size,
                      opt_slot=self.distill_slot)
     clients, loss = r.fed.fit(
         state.clients, self.ctx.root, t, 'distill', rule,

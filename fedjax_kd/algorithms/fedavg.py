@@ -52,8 +52,8 @@ class FedAvg(base.Algorithm):
 
   @classmethod
   def options_from_config(cls, config, spec):
-    if len(set(spec.client_models)) != 1:
-      raise ConfigError('clients.models', list(dict.fromkeys(spec.client_models)),
+    if len(set(spec.clients.models)) != 1:
+      raise ConfigError('clients.models', list(dict.fromkeys(spec.clients.models)),
                         f'a single model spec for {cls.name} (parameter averaging needs '
                         'identical architectures)')
     if cls.sgd_only and spec.train.optimizer != 'sgd':
@@ -66,7 +66,7 @@ class FedAvg(base.Algorithm):
   def __init__(self, ctx):
     # The global model has the clients' architecture whatever server.model says.
     ctx = dataclasses.replace(ctx, spec=dataclasses.replace(
-        ctx.spec, server_model=ctx.spec.client_models[0]))
+        ctx.spec, server=dataclasses.replace(ctx.spec.server, model=ctx.spec.clients.models[0])))
     super().__init__(ctx)
 
   def _model_elements(self, state) -> int:
@@ -132,7 +132,7 @@ class FedAvg(base.Algorithm):
     _, nll, _ = self.server_model.kernels.evaluate(
         state.server, jnp.zeros(len(ids), jnp.int32), d.x_private, d.y_private,
         jnp.take(d.client_idx, g, axis=0), jnp.asarray(d.client_n)[g],
-        chunk=self.spec.eval_chunk)
+        chunk=self.spec.eval.chunk)
     out = np.full(self.num_clients, np.nan, np.float32)
     out[ids] = np.asarray(nll)
     return out

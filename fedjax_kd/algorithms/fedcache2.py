@@ -257,7 +257,7 @@ class FedCache2(base.Algorithm):
     d = r.fed.data
     opts = DistillOptions(epochs=o.dd_epochs, batch_size=o.dd_batch_size, lr=float(o.dd_lr),
                           reg=float(o.dd_reg), bn_mode=o.dd_bn_mode, augment=self.augment,
-                          chunk=max(1, min(self.spec.eval_chunk, 256, d.client_idx.shape[-1])),
+                          chunk=max(1, min(self.spec.eval.chunk, 256, d.client_idx.shape[-1])),
                           value_range=tuple(float(v) for v in self.value_range))
     x_new, dd_loss, skipped = r.fed.map_clients(
         state.clients, self.ctx.root, t, 'distill', distill_synthetic, active=active,

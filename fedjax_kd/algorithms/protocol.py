@@ -131,7 +131,7 @@ class Protocol(base.Algorithm):
   def __init__(self, ctx):
     super().__init__(ctx)
     self.n_public = int(self.ctx.data.x_public.shape[0])
-    self.n_round = self.spec.public_per_round   # <= n_public, checked by config.validate
+    self.n_round = self.spec.distill.public_per_round   # <= n_public, checked by config.validate
     self.num_classes = self.ctx.data.num_classes
     self.track_clients = self.cache.enabled and self.spec.partial
     # Debug mode: assert that the labels a client rebuilds from its cache equal
