@@ -1,7 +1,8 @@
-"""Errors raised for bad user input, before any compute starts."""
+"""Errors raised for bad user input (before any compute starts) and for faults under a run."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable
 
 from fedjax_kd.ops.errors import ParamError
@@ -43,3 +44,41 @@ class DivergenceError(RuntimeError):
     super().__init__(f'round {round_} produced NaN or Inf in {names}. The round\'s cohort: '
                      f'clients [{shown}] ({len(self.cohort)} clients). '
                      f'Nothing of round {round_} was written; {advice}')
+
+
+def is_disk_full(error: BaseException) -> bool:
+  """Whether ``error`` says a write ran out of disk space (or over quota): an ``OSError``
+  with ``ENOSPC``/``EDQUOT``, or a wrapped one (TensorStore's ``RESOURCE_EXHAUSTED``)."""
+  import errno  # pylint: disable=g-import-not-at-top
+  if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+    return True
+  text = str(error)
+  return 'No space left on device' in text or 'Disk quota exceeded' in text
+
+
+class DiskFullError(DataError):
+  """A file of the run could not be written: its device is full (or over quota).
+
+  The run stops at once. What it wrote before stays and the file being written is left as
+  it was (no half row, no half checkpoint), so the same command resumes from the newest
+  checkpoint once there is room.
+
+  Attributes:
+    path: the file (or checkpoint) that could not be written.
+    free: the bytes free on its device when it failed (None if unknown).
+  """
+
+  def __init__(self, path: str):
+    import shutil  # pylint: disable=g-import-not-at-top
+    probe = path
+    while probe and not os.path.exists(probe):
+      probe = os.path.dirname(probe)
+    try:
+      self.free = shutil.disk_usage(probe or '.').free
+      free = (f'{self.free / 1e6:.1f} MB' if self.free >= 1e5 else f'{self.free:,} bytes')
+    except OSError:
+      self.free, free = None, 'unknown'
+    self.path = path
+    super().__init__(f'no space left to write {path} ({free} free on its device): free some '
+                     'space or move the workdir to a larger disk, then rerun the same command '
+                     'to resume from the newest checkpoint')

@@ -240,6 +240,10 @@ def _absl_flags(argv: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> None:
   logging.getLogger('jax._src.xla_bridge').setLevel(logging.WARNING)  # no TPU-probe noise
+  # A checkpoint write that fails (a full disk) leaves orbax's other write tasks with the same
+  # exception, which asyncio logs when they are collected, after the run has said it in one
+  # line; fedjax_kd runs no asyncio code of its own.
+  logging.getLogger('asyncio').setLevel(logging.CRITICAL)
   if not flags.FLAGS['verbosity'].present:   # orbax logs every save at INFO
     absl_logging.set_verbosity(absl_logging.WARNING)
   sys.exit(cli(argv))

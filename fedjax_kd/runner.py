@@ -347,6 +347,9 @@ class _Session:
     self.spec, self.workdir, self.progress, self.log = spec, workdir, progress, log
     cfg_json = _config_json(spec)
     cfg_path = os.path.join(workdir, 'config.json')
+    metrics = os.path.join(workdir, workdir_lib.METRICS)
+    if resume and checkpoint_lib.has_steps(workdir) and os.path.exists(metrics):
+      workdir_lib.read_round_rows(metrics)   # rows a resume cannot continue: refused at once
     self.exp = experiment_lib.build(spec, workdir)
     self.algo, self.selector = self.exp.algorithm, self.exp.ctx.selector
     self.ledger = comm.Ledger(comm.get_rules(spec.comm.rules, self.algo.paper_rules))
@@ -382,7 +385,7 @@ class _Session:
   def _restore(self) -> None:
     """The newest checkpoint's state, round and bytes."""
     like = self.state
-    self.state, meta = self.ckpt.restore(like)
+    self.state, meta = self.ckpt.restore(like, warn=self.log)
     if self.exp.ctx.fed.store is not None:   # restored host arrays go back into the store's files
       self.state = self.exp.ctx.fed.store.adopt(like, self.state)
     self.last_saved = int(meta['round'])

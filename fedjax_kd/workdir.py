@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_kd.errors import DataError
+from fedjax_kd.errors import DataError, DiskFullError, is_disk_full
 
 METRICS = 'metrics.jsonl'
 METRICS_CSV = 'metrics.csv'
@@ -59,10 +59,17 @@ def write_text(path: str, text: str) -> None:
   if not is_primary():
     return
   tmp = f'{path}.tmp'
-  with open(tmp, 'w', newline='') as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
+  try:
+    with open(tmp, 'w', newline='') as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+  except OSError as e:
+    if os.path.exists(tmp):
+      os.remove(tmp)          # ours, half written; the old file stays as it was
+    if is_disk_full(e):
+      raise DiskFullError(path) from None
+    raise
   os.replace(tmp, path)
 
 
@@ -152,10 +159,16 @@ def _append(path: str, text: str) -> None:
   data = text.encode()
   fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
   try:
+    size = os.fstat(fd).st_size
     view = memoryview(data)
     while view:
       n = os.write(fd, view)
       view = view[n:]
+  except OSError as e:
+    os.ftruncate(fd, size)    # no half row: the file ends where it did
+    if is_disk_full(e):
+      raise DiskFullError(path) from None
+    raise
   finally:
     os.close(fd)
 
@@ -169,6 +182,11 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
   Raises:
     DataError: a complete line is not a JSON object.
   """
+  return [row for _, row in _numbered_rows(path)]
+
+
+def _numbered_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
+  """``(line number, row)`` of a JSON-lines file's complete lines (see :func:`read_jsonl`)."""
   with open(path, 'rb') as f:
     data = f.read()
   lines = data.split(b'\n')
@@ -184,7 +202,31 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
       raise DataError(f'{path}: line {i} is not valid JSON ({e}).') from None
     if not isinstance(row, dict):
       raise DataError(f'{path}: line {i} is not a JSON object.')
+    rows.append((i, row))
+  return rows
+
+
+def read_round_rows(path: str) -> list[dict[str, Any]]:
+  """A run's ``metrics.jsonl`` rows, refusing rows a resume cannot continue from.
+
+  Every complete line must be a JSON object with an integer ``round``, and the rounds must
+  increase from one line to the next (a file edited by hand, or two runs' rows mixed).
+
+  Raises:
+    DataError: naming the line and what to do.
+  """
+  rows, prev = [], 0
+  fix = ('fix or delete that line (rows after the newest checkpoint are recomputed), or rerun '
+         'with --noresume to start over')
+  for i, row in _numbered_rows(path):
+    r = row.get('round')
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+      raise DataError(f'{path}: line {i} has no round number (round={r!r}); {fix}.')
+    if r <= prev:
+      raise DataError(f'{path}: line {i} is round {r}, after round {prev}: rows must be in '
+                      f'round order; {fix}.')
     rows.append(row)
+    prev = r
   return rows
 
 
@@ -214,16 +256,17 @@ class MetricsWriter:
   Args:
     workdir: the run's directory.
     keep_until: on resume, the last round whose rows are kept (later rows
-      were computed after the checkpoint and are recomputed); None starts
-      afresh.
+      were computed after the checkpoint and are recomputed); None or 0 starts
+      afresh. Resuming refuses a file whose rows are not in round order
+      (:func:`read_round_rows`).
   """
 
   def __init__(self, workdir: str, keep_until: int | None = None):
     self.jsonl = os.path.join(workdir, METRICS)
     self.csv = os.path.join(workdir, METRICS_CSV)
     self.rows: list[dict[str, Any]] = []
-    if keep_until is not None and os.path.exists(self.jsonl):
-      self.rows = [r for r in read_jsonl(self.jsonl) if r.get('round', 0) <= keep_until]
+    if keep_until and os.path.exists(self.jsonl):   # resuming after round keep_until
+      self.rows = [r for r in read_round_rows(self.jsonl) if r['round'] <= keep_until]
     write_text(self.jsonl, ''.join(json.dumps(r) + '\n' for r in self.rows))
     self.columns: list[str] = []
     self._rewrite_csv()
