@@ -48,6 +48,14 @@ def _largest_file(step_dir):
   return max(files, key=os.path.getsize)
 
 
+def _flip_bit(f, at):
+  """Silent corruption: one bit of the byte at ``at`` flipped, the size unchanged."""
+  f.seek(at)
+  b = f.read(1)
+  f.seek(at)
+  f.write(bytes([b[0] ^ 1]))
+
+
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
   """An uninterrupted run: its rows, and a copy to damage per test."""
@@ -83,10 +91,7 @@ def test_a_damaged_newest_checkpoint_is_kept_aside_and_the_one_before_resumes(
     if damage == 'truncated':
       f.truncate(size // 2)
     else:                        # silent corruption: same size, one bit differs
-      f.seek(size // 2)
-      b = f.read(1)
-      f.seek(size // 2)
-      f.write(bytes([b[0] ^ 1]))
+      _flip_bit(f, size // 2)
   logs = []
   summary = _run(work, log=logs.append)
   rel = os.path.relpath(path, os.path.join(work, 'checkpoints', '6'))
@@ -177,10 +182,7 @@ def test_checkpointer_verifies_falls_back_and_keeps_the_damaged_step(tmp_path):
   assert recorded == checkpoint_lib.file_digests(str(step4))
   path = _largest_file(str(step4))
   with open(path, 'r+b') as f:   # one bit flipped, same size: only the checksum sees it
-    f.seek(100)
-    b = f.read(1)
-    f.seek(100)
-    f.write(bytes([b[0] ^ 1]))
+    _flip_bit(f, 100)
   rel = os.path.relpath(path, str(step4))
   assert checkpoint_lib.verify(str(step4)) == f'{rel} differs from its checksum'
   warnings = []
@@ -336,10 +338,7 @@ def test_the_faults_table_says_what_the_code_says(tmp_path, monkeypatch):
   like = _save_tiny(tmp_path, (2, 4))
   for step in ('2', '4'):
     with open(_largest_file(str(tmp_path / 'checkpoints' / step)), 'r+b') as f:
-      f.seek(10)
-      b = f.read(1)
-      f.seek(10)
-      f.write(bytes([b[0] ^ 1]))
+      _flip_bit(f, 10)
   warnings = []
   with pytest.raises(DataError) as e:
     checkpoint_lib.Checkpointer(str(tmp_path)).restore(like, warn=warnings.append)
