@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from fedjax_kd import workdir as workdir_lib
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -73,8 +75,7 @@ def main(argv=None) -> int:
   print('\n'.join(lines))
   if a.out:
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, 'w') as f:
-      json.dump({'config': a.config, 'cold': cold, 'warm': warm}, f, indent=1)
+    workdir_lib.write_json(a.out, {'config': a.config, 'cold': cold, 'warm': warm}, indent=1)
   return 0
 
 

@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -48,6 +49,13 @@ def _largest_file(step_dir):
   return max(files, key=os.path.getsize)
 
 
+def _truncate_every_step(work):
+  """Every checkpoint of ``work`` damaged: its largest file cut to one byte."""
+  for step in ('4', '6'):
+    with open(_largest_file(os.path.join(work, 'checkpoints', step)), 'r+b') as f:
+      f.truncate(1)
+
+
 def _flip_bit(f, at):
   """Silent corruption: one bit of the byte at ``at`` flipped, the size unchanged."""
   f.seek(at)
@@ -66,7 +74,7 @@ def reference(tmp_path_factory):
 
 def _copy(reference, tmp_path):
   dst = tmp_path / 'run'
-  subprocess.run(['cp', '-a', str(reference), str(dst)], check=True)
+  shutil.copytree(reference, dst)
   return dst
 
 
@@ -112,9 +120,7 @@ def test_a_damaged_newest_checkpoint_is_kept_aside_and_the_one_before_resumes(
 @pytest.mark.slow
 def test_no_checkpoint_that_restores_is_one_line_that_says_what_to_do(reference, tmp_path):
   work = _copy(reference, tmp_path)
-  for step in ('4', '6'):
-    with open(_largest_file(os.path.join(work, 'checkpoints', step)), 'r+b') as f:
-      f.truncate(1)
+  _truncate_every_step(work)
   rows_before = (work / 'metrics.jsonl').read_text()
   with pytest.raises(DataError) as e:
     _run(work, log=lambda line: None)
@@ -202,9 +208,7 @@ def test_checkpointer_verifies_falls_back_and_keeps_the_damaged_step(tmp_path):
 @pytest.mark.slow
 def test_the_command_line_shows_one_line_and_exits_2(reference, tmp_path):
   work = _copy(reference, tmp_path)
-  for step in ('4', '6'):
-    with open(_largest_file(os.path.join(work, 'checkpoints', step)), 'r+b') as f:
-      f.truncate(1)
+  _truncate_every_step(work)
   cfg = tmp_path / 'cfg.py'
   cfg.write_text('from tests.test_faults import _config\n\n'
                  'def get_config():\n  return _config()\n')
@@ -300,7 +304,7 @@ def test_the_default_run_on_a_full_disk_is_one_line_and_resumes_elsewhere(tmp_pa
     assert not [n for n in os.listdir(work / 'checkpoints') if 'tmp' in n]
     # Moved to a larger disk, the same command finishes the run.
     moved = tmp_path / 'moved'
-    subprocess.run(['cp', '-a', str(work), str(moved)], check=True)
+    shutil.copytree(work, moved)
     r = subprocess.run(cmd + [f'--workdir={moved}'], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
