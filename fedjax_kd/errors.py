@@ -82,3 +82,9 @@ class DiskFullError(DataError):
     super().__init__(f'no space left to write {path} ({free} free on its device): free some '
                      'space or move the workdir to a larger disk, then rerun the same command '
                      'to resume from the newest checkpoint')
+
+
+class DeviceMemoryError(DataError):
+  """A run does not fit its device's memory: refused before it compiles (the estimate
+  exceeds the device), or stopped when XLA ran out of memory mid-run. The message is one
+  line with the estimate, the device's memory and the settings that would fit."""

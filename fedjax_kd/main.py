@@ -23,9 +23,14 @@ cannot detect them (it does on Cloud TPU pods, SLURM and mpirun). Process 0
 writes the workdir and prints progress; all processes run every round.
 
 Exit codes: 0 done; 2 bad input, one line on stderr naming the flag, field or
-file (nothing ran); 3 a round produced NaN/Inf (the last good checkpoint is
-kept); 130/143 stopped by SIGINT/SIGTERM (after a checkpoint where a round was
-running; rerun to resume).
+file (nothing ran), or a run the device's memory cannot hold (refused before it
+compiles, naming the settings that would fit; or out of memory mid-run); 3 a
+round produced NaN/Inf (the last good checkpoint is kept); 4 a multi-process run
+lost a process (killed, crashed, its host gone; or it exited with an error of its
+own): every other process stops within about 10 s (``$FEDJAX_KD_HEARTBEAT_TIMEOUT_S``)
+with one line naming it, and rerunning the same command on every process resumes
+from the newest checkpoint (docs/multihost.md); 130/143 stopped by SIGINT/SIGTERM
+(after a checkpoint where a round was running; rerun to resume).
 """
 
 from __future__ import annotations
@@ -66,6 +71,10 @@ def _define(fv: flags.FlagValues, argv: Sequence[str] = ()) -> None:
                       "JAX persistent compilation cache directory (off, none, false or '': "
                       'no cache; default: $FEDJAX_KD_COMPILATION_CACHE, else '
                       '$JAX_COMPILATION_CACHE_DIR, else ~/.cache/fedjax_kd/jax_cache).', flag_values=fv)
+  flags.DEFINE_bool('memory_check', True,
+                    'Refuse, before anything compiles, a run whose estimated device memory '
+                    'exceeds the device\'s (fedjax_kd.memory); --nomemory_check runs it anyway.',
+                    flag_values=fv)
   flags.DEFINE_string('coordinator_address', None,
                       'Multi-host: host:port of process 0 (jax.distributed).', flag_values=fv)
   flags.DEFINE_integer('num_processes', None, 'Multi-host: number of processes.',
@@ -202,11 +211,14 @@ def cli(argv: Sequence[str]) -> int:
     workdir = fv.workdir or f'runs/{spec.algorithm}'
     primary = distributed.is_primary()   # process 0 prints; the others stay quiet
     summary = runner.run(spec, workdir, resume=fv.resume, progress=fv.progress and primary,
-                         log=None if primary else (lambda s: None))
+                         log=None if primary else (lambda s: None),
+                         memory_check=fv.memory_check)
   except (ConfigError, DataError) as e:
+    _settle(e)
     print(_one_line(e), file=sys.stderr)
     return 2
   except DivergenceError as e:
+    _settle(e)
     print(_one_line(e), file=sys.stderr)
     return 3
   except KeyboardInterrupt:
@@ -214,12 +226,31 @@ def cli(argv: Sequence[str]) -> int:
     print('error: interrupted (Ctrl-C); rerun the same command to resume from the newest '
           'checkpoint, if the run had saved one', file=sys.stderr)
     return 128 + signal.SIGINT.value
+  except Exception as e:
+    _settle(e)   # a lost process ends this one here (exit 4); else the traceback follows
+    raise
   finally:
     if previous is not None:
       signal.signal(signal.SIGINT, previous)
   if summary.get('stopped_by'):   # SIGINT/SIGTERM: checkpointed, resumable
     return 128 + signal.Signals[summary['stopped_by']].value
   return 0
+
+
+def _settle(error: BaseException) -> None:
+  """In a multi-process run, before ``error`` is reported: when another process was lost (a
+  failed collective is usually where that shows first), this ends the process with one line
+  naming it and exit code 4 (:func:`fedjax_kd.distributed.settle`); else it returns."""
+  distributed = sys.modules.get('fedjax_kd.distributed')
+  if distributed is not None:
+    distributed.settle(error)
+
+
+def _exiting(code: int) -> None:
+  """Tells the other processes of a multi-process run that this one ends with ``code``."""
+  distributed = sys.modules.get('fedjax_kd.distributed')
+  if distributed is not None:
+    distributed.exiting(code)
 
 
 def _absl_flags(argv: list[str]) -> list[str]:
@@ -246,7 +277,12 @@ def main(argv: list[str]) -> None:
   logging.getLogger('asyncio').setLevel(logging.CRITICAL)
   if not flags.FLAGS['verbosity'].present:   # orbax logs every save at INFO
     absl_logging.set_verbosity(absl_logging.WARNING)
-  sys.exit(cli(argv))
+  code = 1
+  try:
+    code = cli(argv)
+  finally:
+    _exiting(code)
+  sys.exit(code)
 
 
 def entry() -> None:

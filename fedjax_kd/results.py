@@ -189,8 +189,9 @@ def fmt_stat(s: dict[str, Any] | None, kind: str = 'acc') -> str:
   return f'{s["mean"] / scale:.{digits}f} ± {std}'
 
 
-def header_line(spec: Any, exp: Any, env: dict[str, Any]) -> str:
-  """What runs, in one line: algorithm, clients, data, models, device."""
+def header_line(spec: Any, exp: Any, env: dict[str, Any], memory: str = '') -> str:
+  """What runs, in one line: algorithm, clients, data, models, device (and ``memory``, the
+  estimated device memory, when given)."""
   d = exp.ctx.data
   share = f'{spec.clients.participation:.0%} a round' if spec.clients.participation < 1 else 'all every round'
   models = ', '.join(dict.fromkeys(spec.clients.models))
@@ -199,7 +200,8 @@ def header_line(spec: Any, exp: Any, env: dict[str, Any]) -> str:
   return (f'fedjax_kd {env["versions"]["fedjax_kd"]} | {spec.algorithm} | {spec.clients.num_clients} '
           f'clients ({share}) | data {spec.data.source}: {int(np.sum(d.client_n)):,} private, '
           f'{int(d.x_public.shape[0]):,} public, {int(d.x_test.shape[0]):,} test | clients '
-          f'{models}{server} | seed {spec.seed} | {dev["platform"]} x{dev["count"]}')
+          f'{models}{server} | seed {spec.seed} | {dev["platform"]} x{dev["count"]}'
+          + (f' | memory about {memory}' if memory else ''))
 
 
 def summary_table(summary: dict[str, Any], workdir: str) -> str:

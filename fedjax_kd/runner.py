@@ -49,7 +49,9 @@ import numpy as np
 from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
+from fedjax_kd import distributed
 from fedjax_kd import experiment as experiment_lib
+from fedjax_kd import memory as memory_lib
 from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
@@ -282,7 +284,8 @@ class _StopOnSignal(contextlib.AbstractContextManager):
 
 # ---------------------------------------------------------------- loop
 def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
-        progress: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+        progress: bool = True, log: Callable[[str], None] | None = None,
+        memory_check: bool | None = None) -> dict[str, Any]:
   """Runs an experiment end to end, or resumes it; returns the summary dict.
 
   Args:
@@ -291,6 +294,9 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
     resume: False ignores (and overwrites) an existing checkpoint.
     progress: print a line per round and the closing table.
     log: where progress lines go (default: stderr).
+    memory_check: refuse a run whose estimated device memory exceeds the device's before
+      anything compiles (:mod:`fedjax_kd.memory`); None: on unless
+      ``$FEDJAX_KD_MEMORY_CHECK`` is 0/off/false/no.
 
   Returns:
     The content of ``summary.json``; ``stopped_by`` names the signal when the
@@ -299,8 +305,12 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
   Raises:
     ConfigError: the workdir holds a checkpoint of a different config.
     DataError: bad data files or an unreadable checkpoint.
+    DeviceMemoryError: the run does not fit the device (refused before it compiles), or
+      the device ran out of memory mid-run.
     DivergenceError: a round produced NaN or Inf.
   """
+  if memory_check is None:
+    memory_check = memory_lib.enabled()
   with contextlib.ExitStack() as locks:
     # One run at a time per workdir (and per disk client store): a second run is refused
     # before anything is built or written. Taking the lock also proves the folder writable.
@@ -309,7 +319,8 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
     if store_dir is not None:
       held.append(locks.enter_context(workdir_lib.DirLock(store_dir, 'clients.store_dir')))
     try:
-      return _run(spec, workdir, resume=resume, progress=progress, log=log, cleanup=locks)
+      return _run(spec, workdir, resume=resume, progress=progress, log=log, cleanup=locks,
+                  memory_check=memory_check)
     except (ConfigError, DataError):   # refused before writing: leave no new empty folder
       for lock in reversed(held):
         lock.discard()
@@ -317,17 +328,21 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
 
 
 def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
-         log: Callable[[str], None] | None, cleanup: contextlib.ExitStack) -> dict[str, Any]:
+         log: Callable[[str], None] | None, cleanup: contextlib.ExitStack,
+         memory_check: bool = True) -> dict[str, Any]:
   """:func:`run` with the workdir locked; ``cleanup`` closes what is left open on the way
   out (the compile progress lines, should the run fail before its first round ends)."""
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-  session = _Session(spec, workdir, resume=resume, progress=progress, log=log, cleanup=cleanup)
+  session = _Session(spec, workdir, resume=resume, progress=progress, log=log, cleanup=cleanup,
+                     memory_check=memory_check)
   with _StopOnSignal(log) as stop:
     try:
-      for t in range(session.start, spec.rounds + 1):
-        session.record(session.play(t))
-        if session.checkpoint(t, stop.signum):
-          break
+      with session.out_of_memory():
+        for t in range(session.start, spec.rounds + 1):
+          distributed.note_round(t, session.last_saved)   # named if a process is lost
+          session.record(session.play(t))
+          if session.checkpoint(t, stop.signum):
+            break
     finally:
       session.close()
   return session.finish(stop.signum)
@@ -343,7 +358,8 @@ class _Session:
   """
 
   def __init__(self, spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
-               log: Callable[[str], None], cleanup: contextlib.ExitStack):
+               log: Callable[[str], None], cleanup: contextlib.ExitStack,
+               memory_check: bool = True):
     self.spec, self.workdir, self.progress, self.log = spec, workdir, progress, log
     cfg_json = _config_json(spec)
     cfg_path = os.path.join(workdir, 'config.json')
@@ -351,6 +367,8 @@ class _Session:
     if resume and checkpoint_lib.has_steps(workdir) and os.path.exists(metrics):
       workdir_lib.read_round_rows(metrics)   # rows a resume cannot continue: refused at once
     self.exp = experiment_lib.build(spec, workdir)
+    # A run the device cannot hold is refused here, before anything compiles or is written.
+    self.memory = memory_lib.check(self.exp) if memory_check else None
     self.algo, self.selector = self.exp.algorithm, self.exp.ctx.selector
     self.ledger = comm.Ledger(comm.get_rules(spec.comm.rules, self.algo.paper_rules))
     self.t_start = time.time()
@@ -362,14 +380,16 @@ class _Session:
     if latest is not None:   # refuse a resume that cannot be right, before any compute
       _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
     if progress:   # what runs, once nothing can refuse it any more
-      log(results.header_line(spec, self.exp, self.env))
+      log(results.header_line(spec, self.exp, self.env, memory=memory_lib.fmt(
+          self.memory.total) if self.memory else ''))
     self.compiling = None   # the "compiling ..." lines: the models' initialisation and round 1
     if progress and (latest or 0) < spec.rounds:
       self.compiling = cleanup.enter_context(_CompileProgress(log, (latest or 0) + 1))
-    self.state = init_state(self.algo)
     self.start, self.last_saved = 1, None
-    if latest is not None:
-      self._restore()
+    with self.out_of_memory():
+      self.state = init_state(self.algo)
+      if latest is not None:
+        self._restore()
     workdir_lib.write_text(cfg_path, cfg_json)
     workdir_lib.write_json(os.path.join(workdir, 'selection.json'), self.selector.description())
     workdir_lib.write_json(os.path.join(workdir, 'partition.json'),
@@ -381,6 +401,17 @@ class _Session:
     self.n_done, self.t_last = 0, self.start - 1
     self.round_s: list[float] = []     # this call's rounds: wall time and time spent compiling
     self.compile_s: list[float] = []
+
+  @contextlib.contextmanager
+  def out_of_memory(self):
+    """XLA running out of device memory (``RESOURCE_EXHAUSTED``) becomes one line with the
+    estimate and what would fit (:func:`fedjax_kd.memory.exhausted_advice`)."""
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except
+      if isinstance(e, DataError) or not memory_lib.is_exhausted(e):
+        raise
+      raise memory_lib.exhausted_advice(self.exp, e) from None
 
   def _restore(self) -> None:
     """The newest checkpoint's state, round and bytes."""

@@ -25,11 +25,13 @@ writers here are no-ops on the other processes (they still compute every row).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -54,14 +56,35 @@ def write_json(path: str, obj: Any, indent: int | None = None) -> None:
   write_text(path, json.dumps(obj, indent=indent))
 
 
+@contextlib.contextmanager
+def _disk_full(path: str):
+  """An ``OSError`` saying the disk is full becomes :class:`DiskFullError` naming ``path``."""
+  try:
+    yield
+  except OSError as e:
+    if is_disk_full(e):
+      raise DiskFullError(path) from None
+    raise
+
+
 def write_text(path: str, text: str) -> None:
   """Replaces ``path`` with ``text`` atomically (process 0 only)."""
+  write_bytes(path, text.encode())
+
+
+def write_bytes(path: str, data: bytes) -> None:
+  """Replaces ``path`` with ``data`` atomically (process 0 only).
+
+  Raises:
+    DiskFullError: the device is full; ``path`` is left as it was and no temporary file
+      stays behind.
+  """
   if not is_primary():
     return
   tmp = f'{path}.tmp'
   try:
-    with open(tmp, 'w', newline='') as f:
-      f.write(text)
+    with open(tmp, 'wb') as f:
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
   except OSError as e:
@@ -296,8 +319,8 @@ class MetricsWriter:
     return row
 
 
-def _summary_writer_class():
-  """tensorboardX's ``SummaryWriter``, imported without PyTorch.
+def _tensorboardx():
+  """tensorboardX's ``(EventsWriter, event_pb2, summary_pb2)``, imported without PyTorch.
 
   tensorboardX imports ``torch`` at import time where it is installed (only to accept
   torch tensors, which scalars written here never are): 2-4 s of a run's start. While
@@ -310,11 +333,13 @@ def _summary_writer_class():
   if hide:
     sys.modules['torch'] = None   # type: ignore[assignment]
   try:
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top
+    from tensorboardX.event_file_writer import EventsWriter
+    from tensorboardX.proto import event_pb2, summary_pb2
   finally:
     if hide and sys.modules.get('torch', 0) is None:
       del sys.modules['torch']
-  return SummaryWriter
+  return EventsWriter, event_pb2, summary_pb2
 
 
 def environment() -> dict[str, Any]:
@@ -362,7 +387,7 @@ def tensorboard_available() -> bool:
 
 
 class ScalarWriter:
-  """TensorBoard scalars in ``<workdir>/tensorboard`` (tensorboardX).
+  """TensorBoard scalars in ``<workdir>/tensorboard`` (tensorboardX's event format).
 
   Every numeric value of a round's row is logged under its metrics name with
   the round as the step. The event files are rebuilt from ``metrics.jsonl`` whenever a run
@@ -370,6 +395,12 @@ class ScalarWriter:
   in the folder is touched) are removed and ``rows``, the rounds kept from before, are
   written again. A run killed before its events were flushed, or resumed from an earlier
   checkpoint, or started over, so holds every round exactly once, as ``metrics.jsonl`` does.
+
+  A round's event is written and flushed in the caller's thread (tensorboardX's own
+  ``SummaryWriter`` writes from a background thread, whose failure on a full disk is a
+  traceback on stderr and a writer that blocks), so a full disk is a
+  :class:`~fedjax_kd.errors.DiskFullError` naming the event file, like any other file of
+  the run.
 
   Args:
     workdir: the run's directory.
@@ -383,33 +414,47 @@ class ScalarWriter:
     self._w = None
     if not is_primary():
       return
-    SummaryWriter = _summary_writer_class()   # pylint: disable=invalid-name
+    events_writer, self._event_pb2, self._summary_pb2 = _tensorboardx()
     if os.path.isdir(self.logdir):
       for name in os.listdir(self.logdir):
         path = os.path.join(self.logdir, name)
         if name.startswith(self.PREFIX) and os.path.isfile(path):
           os.remove(path)
-    self._w = SummaryWriter(self.logdir, flush_secs=10)
+    with _disk_full(self.logdir):
+      os.makedirs(self.logdir, exist_ok=True)
+      self._w = events_writer(os.path.join(self.logdir, 'events'))
+      self.path = self._w._file_name   # pylint: disable=protected-access
     for row in rows:
-      self.write(row)
-    self._w.flush()
+      self.write(row, flush=False)
+    self.flush()
 
-  def write(self, row: dict[str, Any]) -> None:
+  def write(self, row: dict[str, Any], flush: bool = True) -> None:
+    """Logs ``row``'s numbers at step ``row['round']`` (flushed to disk unless ``flush`` is
+    False)."""
     if self._w is None:
       return
-    step = int(row['round'])
-    for k, v in row.items():
-      if k == 'round' or isinstance(v, bool) or not isinstance(v, (int, float)):
-        continue
-      self._w.add_scalar(k, float(v), step)
+    values = [self._summary_pb2.Summary.Value(tag=k, simple_value=float(v))
+              for k, v in row.items()
+              if k != 'round' and not isinstance(v, bool) and isinstance(v, (int, float))]
+    event = self._event_pb2.Event(wall_time=time.time(), step=int(row['round']),
+                                  summary=self._summary_pb2.Summary(value=values))
+    with _disk_full(self.path):
+      self._w.write_event(event)
+      if flush:
+        self._w.flush()
 
   def flush(self) -> None:
     if self._w is not None:
-      self._w.flush()
+      with _disk_full(self.path):
+        self._w.flush()
 
   def close(self) -> None:
     if self._w is not None:
-      self._w.close()
+      w, self._w = self._w, None
+      try:
+        w.close()
+      except OSError:   # a full disk was reported by the write that met it
+        pass
 
 
 def partition_record(data: Any, client_models, train_counts: np.ndarray) -> dict[str, Any]:

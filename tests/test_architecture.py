@@ -19,7 +19,7 @@ LAYERS = (
     ('fields', 'core', 'data', 'models', 'compile_cache'),      # readers, engine, data, models
     ('algorithms', 'selection'),                                # the papers
     ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed',
-     'results'),
+     'results', 'memory'),
     ('runner', 'sweep', 'main'),                                # the faces
 )
 

@@ -17,10 +17,17 @@ import pytest
 
 from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import config as config_lib
+from fedjax_kd import experiment as experiment_lib
+from fedjax_kd import memory as memory_lib
 from fedjax_kd import runner
 from fedjax_kd import workdir as workdir_lib
-from fedjax_kd.errors import DataError, DiskFullError
+from fedjax_kd.errors import DataError, DeviceMemoryError, DiskFullError
+from fedjax_kd.sweep import workers
 from tests.test_main import REPO, tiny
+
+# The multi-process rows of docs/workdir.md's table, checked by tests/test_faults_multiprocess.py.
+MULTIPROCESS_ROWS = ('process lost in a multi-process run',
+                     'coordinator lost in a multi-process run')
 
 ROUNDS = 6
 
@@ -278,6 +285,22 @@ def test_a_full_disk_during_a_checkpoint_leaves_no_partial_step(tmp_path, monkey
   ckpt.close()
 
 
+def test_a_full_disk_under_tensorboard_is_one_error_naming_the_event_file(tmp_path,
+                                                                           monkeypatch):
+  """tensorboardX's own writer fails in a background thread (a traceback, then a writer that
+  blocks); the run's scalar writer writes in its own thread and raises DiskFullError."""
+  pytest.importorskip('tensorboardX')
+  from tensorboardX import record_writer  # pylint: disable=g-import-not-at-top
+  w = workdir_lib.ScalarWriter(str(tmp_path), [{'round': 1, 'test_acc': 0.5}])
+  size = os.path.getsize(w.path)
+  monkeypatch.setattr(record_writer.RecordWriter, 'write', lambda self, data: _enospc())
+  with pytest.raises(DiskFullError, match=f'^no space left to write {re.escape(w.path)} \\('):
+    w.write({'round': 2, 'test_acc': 0.6})
+  monkeypatch.undo()
+  w.close()
+  assert os.path.getsize(w.path) == size           # round 1's event, as it was flushed
+
+
 def _mount_tiny(path, size='600k'):
   os.makedirs(path, exist_ok=True)
   r = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', str(path)],
@@ -323,20 +346,22 @@ def _table():
   out = {}
   for line in rows:
     fault, seen, _ = [c.strip() for c in line.strip('|').split(' | ')]
-    out[fault] = seen.strip('`')
+    out[fault] = re.search('`([^`]+)`', seen)[1]     # the message, without words around it
   return out
 
 
 def _matches(template, message):
   pattern = re.escape(template)
-  pattern = re.sub(r'<[a-z]+>', '.+', pattern.replace(r'\<', '<').replace(r'\>', '>'))
+  pattern = re.sub(r'<[^<>]+>', '.+', pattern.replace(r'\<', '<').replace(r'\>', '>'))
   return re.fullmatch(pattern, message) is not None
 
 
 def test_the_faults_table_says_what_the_code_says(tmp_path, monkeypatch):
   table = _table()
   assert set(table) == {'disk full', 'damaged checkpoint', 'no checkpoint restores',
-                        'metrics edited by hand'}
+                        'metrics edited by hand', 'run too big for the device',
+                        'out of device memory mid-run', 'sweep killed with runs in flight',
+                        'sweep run directory still held'} | set(MULTIPROCESS_ROWS)
   assert _matches(table['disk full'], f'error: {DiskFullError(str(tmp_path / "m.jsonl"))}')
   # Two damaged steps: the newest is kept aside and the one before tried, then none is left.
   like = _save_tiny(tmp_path, (2, 4))
@@ -353,3 +378,19 @@ def test_the_faults_table_says_what_the_code_says(tmp_path, monkeypatch):
   with pytest.raises(DataError) as e:
     workdir_lib.read_round_rows(str(path))
   assert _matches(table['metrics edited by hand'], f'error: {e.value}')
+  # Device memory: refused before compiling, and out of memory mid-run.
+  c = tiny(rounds=2)
+  c.clients.num_clients, c.train.batch_size = 8, 5     # fewer clients would halve its steps
+  exp = experiment_lib.build(config_lib.validate(c))
+  plan = memory_lib.plan(exp)
+  with pytest.raises(DeviceMemoryError) as e:
+    memory_lib.check(exp, limit=plan.total - plan.step // 2)
+  assert _matches(table['run too big for the device'], f'error: {e.value}'), str(e.value)
+  oom = memory_lib.exhausted_advice(exp, RuntimeError(
+      'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1024 bytes.'))
+  assert _matches(table['out of device memory mid-run'], f'error: {oom}'), str(oom)
+  # A sweep's run directory held by another process (the kill row is checked by
+  # tests/test_faults_sweep.py against the rerun's own output).
+  held = workers.in_use_message(str(tmp_path / 'runs' / 'dsfl'), 'pid 7 on host, since 10:00',
+                                120)
+  assert _matches(table['sweep run directory still held'], f'failed: dsfl: {held}')

@@ -49,9 +49,19 @@ up to ``--jobs`` at once, each taking runs one after the other) calling
 command skips every finished run (its ``summary.json`` has the planned
 rounds and no ``stopped_by``), resumes an interrupted one from its newest
 checkpoint, and starts the rest. A failed run is reported and the sweep goes
-on; the exit status is then 1. Each run's output (progress lines, warnings,
-tracebacks) goes to ``<workdir>/sweep.log``; ``python -m fedjax_kd.sweep
---_worker=<workdir>`` reruns (resumes) one run in the terminal, for debugging.
+on; the exit status is then 1.
+
+A sweep stopped at any moment loses nothing: SIGINT/SIGTERM stop the running runs after
+their current round (they save a checkpoint); a sweep killed outright (SIGKILL) takes its
+workers with it (each gets SIGTERM and stops the same way: ``prctl(PR_SET_PDEATHSIG)`` on
+Linux, elsewhere within a second). The same command then skips the finished runs (their
+files untouched), resumes the others from their newest checkpoint, and counts every run
+once. A run directory still held by another process (a killed sweep's worker finishing its
+round) is waited for up to two minutes, then reported as failed in one line naming it.
+
+Each run's output (progress lines, warnings, tracebacks) goes to ``<workdir>/sweep.log``;
+``python -m fedjax_kd.sweep --_worker=<workdir>`` reruns (resumes) one run in the terminal,
+for debugging.
 
 Workers inherit the environment (``XLA_FLAGS``, ``CUDA_VISIBLE_DEVICES``,
 ...). Compiled programs are shared between workers, reruns and
@@ -76,8 +86,9 @@ round and against cumulative bytes. :func:`aggregate` and
 :func:`write_outputs` regenerate them from the workdirs alone.
 
 Exit codes: 0 every run finished (or was skipped); 1 a run failed; 2 bad
-flags or config (nothing ran); 130/143 stopped by SIGINT/SIGTERM (the
-running runs checkpoint first; rerun to resume).
+flags or config (nothing ran), or a file of the sweep itself could not be written (a full
+disk: ``error: no space left to write <file> (<free> free on its device): ...``) or read;
+130/143 stopped by SIGINT/SIGTERM (the running runs checkpoint first; rerun to resume).
 
 Library use::
 

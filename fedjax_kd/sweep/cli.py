@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
 from fedjax_kd import results
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.errors import ConfigError, DataError, DiskFullError
 from fedjax_kd.sweep.planning import Run, Variant, plan, show_value, write_plan
 from fedjax_kd.sweep.workers import execute, quiet_logs, stopped_status, worker_main
 from fedjax_kd.sweep.collect import aggregate
@@ -188,17 +188,21 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.dry_run:
     print(describe(runs))
     return 0
-  write_plan(args.out, runs, config=args.config, overrides=overrides, thresholds=thresholds,
-             metrics=metrics)
   if cache is not None and not compile_cache.writable(cache):   # one warning, here
     cache = None
   t0 = time.time()
-  outcome = execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
-                    compilation_cache=cache or 'none')
+  try:   # the sweep's own files: a full disk or an unreadable run is one line, not a traceback
+    write_plan(args.out, runs, config=args.config, overrides=overrides, thresholds=thresholds,
+               metrics=metrics)
+    outcome = execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
+                      compilation_cache=cache or 'none')
+    cells_out = aggregate(args.out)
+    paths = write_outputs(args.out, cells_out, thresholds, title=f'Sweep of {args.config}')
+  except (DiskFullError, DataError) as e:
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    return 2
   counts = {k: sum(r.status == k for r in outcome) for k in ('done', 'skipped', 'diverged',
                                                              'failed', 'stopped')}
-  cells_out = aggregate(args.out)
-  paths = write_outputs(args.out, cells_out, thresholds, title=f'Sweep of {args.config}')
   print(f'sweep: {counts["done"]} done, {counts["skipped"]} skipped, {counts["failed"]} failed'
         + (f', {counts["diverged"]} diverged (NaN/Inf; kept as outcome)'
            if counts['diverged'] else '')

@@ -229,8 +229,31 @@ def write_figures(prefix: str, cells: Sequence[dict[str, Any]], title: str = '')
       continue
     fig = figure_accuracy(cells, metric, title)
     if fig is not None:
-      out[metric] = results.save_figure(fig, f'{prefix}{metric}.png')
+      out[metric] = save_figure(fig, f'{prefix}{metric}.png')
   return out
+
+
+def save_figure(fig: Any, path: str) -> str:
+  """Saves ``fig`` as :func:`fedjax_kd.results.save_figure` does, but atomically.
+
+  The PNG is rendered in memory, then written to a temporary file that replaces ``path``,
+  so a full disk (or a kill) leaves the old figure or none, never a truncated one.
+
+  Returns:
+    ``path``.
+
+  Raises:
+    DiskFullError: the device is full (the message names ``path`` and the free space).
+  """
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  FigureCanvasAgg(fig)
+  buf = io.BytesIO()
+  fig.savefig(buf, format='png', dpi=results.DPI)
+  plt.close(fig)   # a no-op for figures pyplot does not manage
+  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+  workdir_lib.write_bytes(path, buf.getvalue())
+  return path
 
 
 def write_outputs(out_dir: str, cells: Sequence[dict[str, Any]],
@@ -245,6 +268,10 @@ def write_outputs(out_dir: str, cells: Sequence[dict[str, Any]],
 
   Returns:
     ``{'csv', 'md', 'test_acc'[, 'client_acc']}``: the paths written.
+
+  Raises:
+    DiskFullError: a file could not be written for lack of space; every file is written
+      atomically, so each is either as it was or complete.
   """
   if thresholds is None:
     thresholds = cells[0]['thresholds'] if cells else ()

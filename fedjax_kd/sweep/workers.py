@@ -23,12 +23,20 @@ from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
 from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
-from fedjax_kd.errors import ConfigError, DataError, DivergenceError
+from fedjax_kd.errors import ConfigError, DataError, DiskFullError, DivergenceError
 from fedjax_kd.sweep.planning import (
     DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, _config_json, _jsonable, _read_json,
     load_run_config)
 
 RUNS_PER_WORKER = 20              # a worker process is replaced after this many runs
+# A run whose directory another process still holds (e.g. a worker of a killed sweep finishing
+# its round) is waited for this long, then reported as failed (the rerun goes on).
+LOCK_WAIT_S = 120.0
+LOCK_POLL_S = 0.2
+# The sweep's pid, in its workers' environment: a worker stops when its sweep is gone.
+PARENT_ENV = 'FEDJAX_KD_SWEEP_PARENT'
+PARENT_POLL_S = 1.0
+_PR_SET_PDEATHSIG = 1             # <linux/prctl.h>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +112,75 @@ def run_state(run: Run) -> tuple[str, str]:
                      'it or use another --out')
   acc = summary.get('final_acc')
   return 'complete', f'finished: {done} rounds' + (f', acc {acc:.4f}' if results.finite(acc) else '')
+
+
+def settled(run: Run, state: str, note: str) -> RunResult | None:
+  """The result of a run that :func:`run_state` says not to run; None if it has to run."""
+  if state == 'complete':
+    return RunResult(run, 'skipped', 0.0, note,
+                     _read_json(os.path.join(run.workdir, 'summary.json')))
+  if state == 'diverged':
+    return RunResult(run, 'diverged', 0.0, note)
+  if state == 'stale':
+    return RunResult(run, 'failed', 0.0, note)
+  return None
+
+
+def lock_holder(rundir: str) -> str | None:
+  """Who holds ``rundir``'s run lock (:class:`fedjax_kd.workdir.DirLock`), if anyone.
+
+  The lock is probed with a shared ``flock`` that is dropped at once, so a free directory
+  stays free. Without ``fcntl`` (not POSIX) nothing can be told: None.
+
+  Returns:
+    ``'pid P on HOST, since TIME'`` (``'another process'`` when its record is
+    unreadable) while a live process holds the lock; None when it is free.
+  """
+  try:
+    import fcntl  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  try:
+    fd = os.open(os.path.join(rundir, workdir_lib.LOCK), os.O_RDONLY)
+  except OSError:
+    return None           # no lock file: no run ever held the directory
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+      try:
+        h = json.loads(os.pread(fd, 4096, 0).decode(errors='replace'))
+        return f'pid {h["pid"]} on {h["host"]}, since {h["since"]}'
+      except (OSError, ValueError, KeyError, TypeError):
+        return 'another process'
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return None
+  finally:
+    os.close(fd)
+
+
+def wait_for_lock(rundir: str, timeout: float, stop: threading.Event | None = None
+                  ) -> str | None:
+  """Waits up to ``timeout`` seconds (or until ``stop`` is set) for ``rundir`` to be free.
+
+  Returns:
+    None once it is free, else the holder (:func:`lock_holder`).
+  """
+  deadline = time.monotonic() + timeout
+  holder = lock_holder(rundir)
+  while holder is not None and time.monotonic() < deadline:
+    if stop is None:
+      time.sleep(LOCK_POLL_S)
+    elif stop.wait(LOCK_POLL_S):
+      break
+    holder = lock_holder(rundir)
+  return holder
+
+
+def in_use_message(rundir: str, holder: str, waited: float) -> str:
+  """The one line for a run directory that stayed locked by another process."""
+  return (f'{rundir} is in use by another fedjax_kd run ({holder}), still after waiting '
+          f'{waited:.0f} s: let it end (or stop that process), then rerun the same command')
 
 
 def _first_difference(a: Any, b: Any, prefix: str = '') -> str:
@@ -223,7 +300,11 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
   checkpoint (:func:`run_state`). Each run's config goes to
   ``<workdir>/sweep_run.json`` and its output to ``<workdir>/sweep.log``.
   SIGINT/SIGTERM stop the running runs after their current round (they save
-  a checkpoint) and start no new ones; a second Ctrl-C aborts them at once.
+  a checkpoint) and start no new ones; a second Ctrl-C aborts them at once. If this
+  process is killed outright, its workers get SIGTERM (:func:`_follow_parent`). A run
+  whose directory another process holds (a killed sweep's worker finishing its round) is
+  waited for up to :data:`LOCK_WAIT_S` seconds, then skipped if that process finished it,
+  run if not, and reported as failed (:func:`in_use_message`) if it is still held.
 
   Args:
     runs: from :func:`plan`.
@@ -246,16 +327,13 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
   pending = []
   for i, run in enumerate(runs):
     state, note = run_state(run)
-    if state == 'complete':
-      outcome[i] = RunResult(run, 'skipped', 0.0, note,
-                             _read_json(os.path.join(run.workdir, 'summary.json')))
-      log(f'[{i + 1:>{width}}/{n}] skipped  {names[i]}  ({note})')
-    elif state == 'diverged':
-      outcome[i] = RunResult(run, 'diverged', 0.0, note)
-      log(f'[{i + 1:>{width}}/{n}] diverged {names[i]}  ({note})')
-    elif state == 'stale':
-      outcome[i] = RunResult(run, 'failed', 0.0, note)
-      log(f'[{i + 1:>{width}}/{n}] FAILED   {names[i]}  {note}')
+    done = settled(run, state, note)
+    if done is not None:
+      outcome[i] = done
+      if done.status == 'failed':
+        log(f'[{i + 1:>{width}}/{n}] FAILED   {names[i]}  {note}')
+      else:
+        log(f'[{i + 1:>{width}}/{n}] {done.status:<8} {names[i]}  ({note})')
     else:
       os.makedirs(run.workdir, exist_ok=True)
       workdir_lib.write_json(os.path.join(run.workdir, RUN_FILE),
@@ -270,6 +348,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
     return [outcome[i] for i in range(n)]
 
   env = dict(os.environ)
+  env[PARENT_ENV] = str(os.getpid())
   if compilation_cache is not None:   # the workers' compile_cache.resolve() reads it first
     off = compilation_cache.strip().lower() in compile_cache.OFF
     env[compile_cache.ENV_VAR] = 'none' if off else os.path.abspath(compilation_cache)
@@ -286,6 +365,23 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
           i, run, note = todo.get_nowait()
         except queue.Empty:
           break
+        holder = lock_holder(run.workdir)
+        if holder is not None:   # e.g. a worker of a killed sweep, finishing its round
+          events.put(('wait', i, holder, None))
+          t0 = time.monotonic()
+          holder = wait_for_lock(run.workdir, LOCK_WAIT_S, stop)
+          if stop.is_set():
+            break
+          if holder is not None:
+            waited = time.monotonic() - t0
+            events.put(('end', i, RunResult(run, 'failed', waited,
+                                            in_use_message(run.workdir, holder, waited)), None))
+            continue
+          state, note = run_state(run)   # that process may have finished it
+          done = settled(run, state, note)
+          if done is not None:
+            events.put(('end', i, done, None))
+            continue
         if worker is not None and worker.count >= RUNS_PER_WORKER:
           worker.close()
           worker.err.close()
@@ -314,6 +410,9 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
                              answer.get('message', ''), answer.get('summary'))
           if answer['status'] == 'stopped':
             stop.set()
+          if answer.get('disk_full'):   # the next runs would fail the same way: start none
+            stop.set()
+            events.put(('full', i, None, None))
         events.put(('end', i, result, None))
     finally:
       if worker is not None:
@@ -344,6 +443,12 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
         elif kind == 'start':
           extra = f'  ({note})' if note else ''
           log(f'[{i + 1:>{width}}/{n}] start    {names[i]}{extra}')
+        elif kind == 'full':
+          log(f'{names[i]} met a full disk: no new runs start; free some space, then rerun '
+              'the same command')
+        elif kind == 'wait':
+          log(f'[{i + 1:>{width}}/{n}] waiting  {names[i]}  (in use by {obj}; waiting up to '
+              f'{LOCK_WAIT_S:g} s for it to end)')
         else:
           outcome[i] = obj
           word = {'failed': 'FAILED', 'diverged': 'DIVERGED'}.get(obj.status, obj.status)
@@ -391,7 +496,8 @@ def run_one(rundir: str, log: Callable[[str], None]) -> dict[str, Any]:
     summary = runner.run(spec, rundir, resume=True, progress=False, log=runner_log)
   except (ConfigError, DataError) as e:
     log(f'error: {e}')
-    return {'status': 'failed', 'code': 2, 'message': f'error: {e}', 'wall_s': time.time() - t0}
+    return {'status': 'failed', 'code': 2, 'message': f'error: {e}', 'wall_s': time.time() - t0,
+            'disk_full': isinstance(e, DiskFullError)}
   except DivergenceError as e:
     log(f'error: {e}')
     workdir_lib.write_json(os.path.join(rundir, DIVERGED_FILE),
@@ -428,6 +534,57 @@ def quiet_logs() -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)   # orbax logs every save at INFO
 
 
+def _follow_parent() -> None:
+  """Makes this worker stop when the sweep that started it is gone, however it ended.
+
+  A sweep killed outright (SIGKILL: a job scheduler, an out-of-memory killer) cannot stop
+  its workers, and they run in their own session, so nothing else reaches them. Each then
+  gets SIGTERM, the signal the sweep itself would have forwarded: a run stops after its
+  current round and saves a checkpoint (a worker between runs or still setting one up just
+  exits), so it soon frees the run directory for a rerun. On Linux the kernel sends it
+  (``prctl(PR_SET_PDEATHSIG)``); elsewhere, or should that fail, a thread checks every
+  :data:`PARENT_POLL_S` seconds whether the worker was handed to another parent. Without
+  :data:`PARENT_ENV` (a worker started by hand) nothing is done.
+  """
+  try:
+    parent = int(os.environ.pop(PARENT_ENV))
+  except (KeyError, ValueError):
+    return
+  if _parent_death_signal(signal.SIGTERM):
+    if os.getppid() != parent:     # the sweep died before the kernel was told
+      os.kill(os.getpid(), signal.SIGTERM)
+    return
+
+  def watch():
+    while os.getppid() == parent:
+      time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  threading.Thread(target=watch, daemon=True, name='fedjax_kd-sweep-parent').start()
+
+
+def _parent_death_signal(signum: int) -> bool:
+  """Asks Linux to send ``signum`` when the parent thread ends; False where it cannot."""
+  if not sys.platform.startswith('linux'):
+    return False
+  try:
+    import ctypes  # pylint: disable=g-import-not-at-top
+    return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+  except (OSError, AttributeError, TypeError):
+    return False
+
+
+def _answer(fd: int, answer: dict[str, Any]) -> bool:
+  """Writes one JSON line to the sweep; False when it is gone (the pipe is closed)."""
+  data = memoryview((json.dumps(answer, default=_jsonable) + '\n').encode())
+  try:
+    while data:
+      data = data[os.write(fd, data):]
+  except OSError:   # BrokenPipeError: the sweep was killed; the run's files say it all
+    return False
+  return True
+
+
 def worker_main(target: str) -> int:
   """The hidden ``--_worker`` entry point.
 
@@ -440,6 +597,8 @@ def worker_main(target: str) -> int:
   Returns:
     The exit status.
   """
+  if target == '-':
+    _follow_parent()
   quiet_logs()
   # Where the sweep chose the cache, $FEDJAX_KD_COMPILATION_CACHE says so (execute()).
   compile_cache.enable(compile_cache.resolve()[0])
@@ -447,7 +606,7 @@ def worker_main(target: str) -> int:
     def say(s):
       print(s, file=sys.stderr, flush=True)
     return int(run_one(target, say)['code'])
-  proto = os.fdopen(os.dup(1), 'w', buffering=1)
+  proto = os.dup(1)                 # answers go out with os.write: nothing left buffered
   os.dup2(2, 1)                     # stray prints must not reach the answers
   home_err = os.dup(2)
   code = 0
@@ -471,8 +630,9 @@ def worker_main(target: str) -> int:
           sys.stderr.flush()
           os.dup2(home_err, 1)
           os.dup2(home_err, 2)
-      proto.write(json.dumps(answer, default=_jsonable) + '\n')
-      proto.flush()
+      if not _answer(proto, answer):
+        code = int(answer['code'])
+        break
       if answer['status'] == 'stopped':
         code = int(answer['code'])
         break

@@ -1,0 +1,168 @@
+"""Device-memory planning (fedjax_kd.memory): the parts worked out by hand, the refusal before
+anything compiles, and XLA running out of memory mid-run."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+
+from fedjax_kd import config as config_lib
+from fedjax_kd import experiment as experiment_lib
+from fedjax_kd import memory
+from fedjax_kd import runner
+from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.algorithms import base
+from fedjax_kd.core.kernels import CohortKernels
+from fedjax_kd.errors import DeviceMemoryError
+from fedjax_kd.models import registry
+from tests.test_main import tiny
+
+
+def _build(algorithm='dsfl', **fields):
+  c = tiny(algorithm)
+  if algorithm == 'acepfl':
+    c.data.val_fraction = 0.2      # its best-model choice needs a validation split
+  for k, v in fields.items():
+    group, name = k.split('__')
+    setattr(getattr(c, group), name, v)
+  return experiment_lib.build(config_lib.validate(c))
+
+
+def test_bytes_and_their_format_by_hand():
+  tree = {'a': jnp.zeros((3, 4)),
+          'b': [jnp.zeros(5, jnp.int8), jax.ShapeDtypeStruct((2,), jnp.bfloat16)]}
+  assert memory.tree_bytes(tree) == 3 * 4 * 4 + 5 + 2 * 2
+  assert [memory.fmt(x) for x in (512, 48 * 1024, 312 << 20, 3 << 29, 40 << 30)] == [
+      '512 B', '48 KiB', '312 MiB', '1.5 GiB', '40 GiB']
+
+
+def test_activations_of_the_2nn_by_hand():
+  """The 2NN at width 1 on 10 classes: its products output 200 + 200 + 10 floats a sample."""
+  m = registry.get_model('mlp@1.0', num_classes=10, input_shape=(784,))
+  k = CohortKernels(m, {'train': optax.sgd(0.1)})
+  v = m.init(jax.random.PRNGKey(0), jnp.zeros((1, 784)))
+  train, peak = memory.activation_bytes(k, v['params'], {}, (784,), 'float32', train=True)
+  # Training: the three products' outputs twice (values and gradients) and the largest once.
+  assert (train, peak) == ((2 * (200 + 200 + 10) + 200) * 4, (200 + 200) * 4)
+  k16 = CohortKernels(m, {'train': optax.sgd(0.1)}, compute_dtype='bfloat16')
+  train16, _ = memory.activation_bytes(k16, v['params'], {}, (784,), 'float32', train=True)
+  assert train16 == (2 * (200 + 200 + 10) + 200) * 2   # bfloat16 products
+
+
+@pytest.mark.parametrize('algorithm', [
+    'dsfl', *[pytest.param(a, marks=pytest.mark.slow) for a in ('scarlet', 'fedcache2', 'fedmd',
+                                                               'fedavg', 'acepfl')]])
+def test_the_state_and_data_parts_are_exact(algorithm):
+  """What the plan says the state and data hold is what initialisation allocates."""
+  exp = _build(algorithm)
+  p = memory.plan(exp)
+  d = exp.ctx.fed.data
+  arrays = [getattr(d, f.name) for f in dataclasses.fields(d)]
+  assert p.data == sum(a.nbytes for a in arrays if isinstance(a, jax.Array))
+  assert p.state == memory.tree_bytes(base.init_state(exp.algorithm))
+
+
+def test_a_client_store_keeps_only_a_rounds_rows_on_the_device():
+  exp = _build(clients__num_clients=40, clients__participation=0.1, train__batch_size=4)
+  dev = memory.plan(exp)
+  host = memory.plan(exp, store='host')
+  per_client = [c.row for c in memory._parts(exp).cohorts]  # pylint: disable=protected-access
+  # 40 clients in two cohorts of 20; 4 a round: at most 4 rows of a cohort, a bucket of 4.
+  assert dev.state - host.state == sum((20 - 4) * r for r in per_client)
+  assert host.store_rows == dev.store_rows == sum(20 * r for r in per_client)
+
+
+def test_a_run_that_does_not_fit_is_refused_in_one_line_naming_what_fits(tmp_path, monkeypatch):
+  spec = config_lib.validate(tiny(rounds=2))
+  exp = experiment_lib.build(spec)
+  plan = memory.plan(exp)
+  need = plan.total
+  limit = need - plan.step // 2          # half the largest step too much
+  monkeypatch.setattr(memory, 'device_memory', lambda: (limit, 'host memory available'))
+  work = tmp_path / 'run'
+  with pytest.raises(DeviceMemoryError) as e:
+    runner.run(spec, str(work), progress=False)
+  msg = str(e.value)
+  assert '\n' not in msg
+  assert msg.startswith(f'this run needs about {memory.fmt(need)} (data ')
+  assert f'more than the {memory.fmt(limit)} of host memory available; would fit: ' in msg
+  assert msg.endswith('(--nomemory_check runs it anyway)')
+  # Each setting it names does fit, by the same plan.
+  named = [s.split(' ')[0] for s in msg.split('would fit: ')[1].split('; or ')]
+  assert named, msg
+  for setting in named:
+    field, value = setting[len('--config.'):].split('=')
+    over = {'clients.store': 'store', 'eval.chunk': 'eval_chunk',
+            'clients.num_clients': 'num_clients'}[field]
+    value = value if over == 'store' else int(value)
+    assert memory.plan(exp, **{over: value}).total <= limit, setting
+  # Refused before anything was compiled or written: not even the workdir is left.
+  assert not work.exists()
+
+
+@pytest.mark.slow
+def test_without_the_check_the_run_goes_ahead(tmp_path, monkeypatch):
+  spec = config_lib.validate(tiny(rounds=2))
+  monkeypatch.setattr(memory, 'device_memory', lambda: (1 << 20, 'host memory available'))
+  with pytest.raises(DeviceMemoryError):
+    runner.run(spec, str(tmp_path / 'run'), progress=False)
+  monkeypatch.setenv('FEDJAX_KD_MEMORY_CHECK', 'off')
+  summary = runner.run(spec, str(tmp_path / 'run'), progress=False)
+  assert summary['rounds_run_this_call'] == 2
+
+
+@pytest.mark.slow
+def test_out_of_memory_mid_run_is_one_line_and_the_same_command_resumes(tmp_path, monkeypatch):
+  c = tiny(rounds=4)
+  c.checkpoint.every = 2
+  c.clients.num_clients, c.train.batch_size = 8, 5     # fewer clients would halve its steps
+  spec = config_lib.validate(c)
+  ref = tmp_path / 'ref'
+  runner.run(spec, str(ref), progress=False)
+  work = tmp_path / 'run'
+  real = runner.play_round
+
+  def exhausted(algo, state, t, active, check=None):
+    if t == 3:
+      raise jax.errors.JaxRuntimeError(
+          'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.\n'
+          'BufferAssignment OOM Debugging.')
+    return real(algo, state, t, active, check=check)
+
+  monkeypatch.setattr(runner, 'play_round', exhausted)
+  with pytest.raises(DeviceMemoryError) as e:
+    runner.run(spec, str(work), progress=False)
+  msg = str(e.value)
+  assert '\n' not in msg
+  assert msg.startswith('out of device memory (')
+  assert ('RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.; '
+          'the estimate was ') in msg and '; settings that halve it: --config.' in msg
+  assert msg.endswith('The newest checkpoint is kept: rerun the same command once the device '
+                      'is free, or change a setting in a new --workdir')
+  assert [r['round'] for r in workdir_lib.read_metrics(str(work))] == [1, 2]
+  monkeypatch.undo()
+  summary = runner.run(spec, str(work), progress=False)
+  assert summary['rounds_run_this_call'] == 2
+
+  def rows(w):
+    return [{k: v for k, v in r.items() if not k.endswith('_s')}
+            for r in workdir_lib.read_metrics(str(w))]
+
+  assert rows(work) == rows(ref)
+
+
+def test_a_full_disk_is_not_taken_for_device_memory():
+  assert memory.is_exhausted(RuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating 4 bytes'))
+  assert not memory.is_exhausted(ValueError(
+      'RESOURCE_EXHAUSTED: Error writing "w" in OCDBT database: No space left on device'))
+  assert not memory.is_exhausted(ValueError('shapes do not match'))
+
+
+def test_host_memory_reads_meminfo_and_a_cgroup_limit(tmp_path, monkeypatch):
+  avail = memory.host_available()
+  assert avail is None or avail > 0
+  limit, what = memory.device_memory()
+  if jax.local_devices()[0].platform == 'cpu' and avail is not None:
+    assert what == 'host memory available' and limit >= avail
