@@ -25,7 +25,7 @@ import pytest
 from fedjax_kd import presets, sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DiskFullError
-from fedjax_kd.sweep import planning, report, workers
+from fedjax_kd.sweep import planning, workers
 from tests import test_faults
 from tests.test_sweep import REPO, TINY_SETS, _env
 
@@ -367,7 +367,7 @@ def test_the_sweep_outputs_on_a_full_disk_are_one_line_and_intact(tmp_path, monk
   names = ('compare.csv', 'compare.md', 'accuracy_test_acc.png', 'sweep.json')
   before = {n: (out / n).read_bytes() for n in names}
   for prefix, module, first in (('compare.', workdir_lib, 'compare.csv'),
-                                ('accuracy_', report, 'accuracy_test_acc.png')):
+                                ('accuracy_', workdir_lib, 'accuracy_test_acc.png')):
     with monkeypatch.context() as m:
       _full_after(prefix, module, m)
       assert sweep.main(argv) == 2
