@@ -41,7 +41,8 @@ from typing import Any, Callable, Iterator
 import jax
 
 from fedjax_kd import distributed
-from fedjax_kd.errors import DataError, DiskFullError, is_disk_full
+from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.errors import DataError, disk_full_as, is_disk_full
 
 DIRNAME = 'checkpoints'
 CHECKSUMS = 'fedjax_kd_checksums.json'   # in each step directory, written after the save
@@ -200,33 +201,22 @@ class Checkpointer:
   def save(self, round_: int, state: Any, meta: dict[str, Any]) -> None:
     """Saves ``state`` and the JSON-able ``meta`` as step ``round_``, then its checksums."""
     ocp = self._ocp
-    try:
-      with _quiet_orbax():
-        self._mgr.save(round_, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(distributed.globalize(state)),
-            meta=ocp.args.JsonSave(meta)), force=True)
-        self._mgr.wait_until_finished()
-    except Exception as e:  # pylint: disable=broad-except
-      if not is_disk_full(e):
-        raise
-      self._remove_partial(round_)
-      raise DiskFullError(os.path.join(self.directory, str(round_))) from None
-    if distributed.is_primary():
-      step_dir = os.path.join(self.directory, str(round_))
-      digests = file_digests(step_dir)
-      tmp = os.path.join(step_dir, CHECKSUMS + '.tmp')
+    step_dir = os.path.join(self.directory, str(round_))
+    with disk_full_as(step_dir):
       try:
-        with open(tmp, 'w') as f:
-          json.dump(digests, f)
-          f.flush()
-          os.fsync(f.fileno())
-      except OSError as e:
-        # The step is complete; without its checksums it is trusted as orbax reads it.
-        os.remove(tmp)
+        with _quiet_orbax():
+          self._mgr.save(round_, args=ocp.args.Composite(
+              state=ocp.args.StandardSave(distributed.globalize(state)),
+              meta=ocp.args.JsonSave(meta)), force=True)
+          self._mgr.wait_until_finished()
+      except Exception as e:  # pylint: disable=broad-except
         if is_disk_full(e):
-          raise DiskFullError(tmp[:-len('.tmp')]) from None
+          self._remove_partial(round_)
         raise
-      os.replace(tmp, os.path.join(step_dir, CHECKSUMS))
+    if distributed.is_primary():
+      # Atomic, process 0 only; on a full disk the step is complete and, without its
+      # checksums, trusted as orbax reads it.
+      workdir_lib.write_json(os.path.join(step_dir, CHECKSUMS), file_digests(step_dir))
 
   def _remove_partial(self, round_: int) -> None:
     """Removes what a save cut short left: orbax's temporary step directories of ``round_``

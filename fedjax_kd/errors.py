@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from fedjax_kd.ops.errors import ParamError
 
@@ -82,6 +83,18 @@ class DiskFullError(DataError):
     super().__init__(f'no space left to write {path} ({free} free on its device): free some '
                      'space or move the workdir to a larger disk, then rerun the same command '
                      'to resume from the newest checkpoint')
+
+
+@contextlib.contextmanager
+def disk_full_as(path: str) -> Iterator[None]:
+  """Inside, an error saying the disk is full (:func:`is_disk_full`) becomes
+  :class:`DiskFullError` naming ``path``; other errors pass unchanged."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    if is_disk_full(e):
+      raise DiskFullError(path) from None
+    raise
 
 
 class DeviceMemoryError(DataError):

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd.core.federation import _bucket  # the engine's slot buckets
 from fedjax_kd.errors import DeviceMemoryError
 
 # Primitives whose outputs a backward pass keeps (elementwise ops fuse into them) ...
@@ -141,11 +142,6 @@ class MemoryPlan:
     runtime = f', runtime {fmt(self.runtime)}' if self.runtime else ''
     return (f'{fmt(self.total)} (data {fmt(self.data)}, state {fmt(self.state)}, largest '
             f'step {fmt(self.step)}{runtime})')
-
-
-def _bucket(count: int, size: int, multiple: int) -> int:
-  from fedjax_kd.core.federation import _bucket as bucket  # pylint: disable=g-import-not-at-top
-  return bucket(count, size, multiple)
 
 
 def _round_clients(spec: Any) -> int:

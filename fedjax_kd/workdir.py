@@ -25,7 +25,6 @@ writers here are no-ops on the other processes (they still compute every row).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -36,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_kd.errors import DataError, DiskFullError, is_disk_full
+from fedjax_kd.errors import DataError, disk_full_as
 
 METRICS = 'metrics.jsonl'
 METRICS_CSV = 'metrics.csv'
@@ -56,17 +55,6 @@ def write_json(path: str, obj: Any, indent: int | None = None) -> None:
   write_text(path, json.dumps(obj, indent=indent))
 
 
-@contextlib.contextmanager
-def _disk_full(path: str):
-  """An ``OSError`` saying the disk is full becomes :class:`DiskFullError` naming ``path``."""
-  try:
-    yield
-  except OSError as e:
-    if is_disk_full(e):
-      raise DiskFullError(path) from None
-    raise
-
-
 def write_text(path: str, text: str) -> None:
   """Replaces ``path`` with ``text`` atomically (process 0 only)."""
   write_bytes(path, text.encode())
@@ -82,17 +70,16 @@ def write_bytes(path: str, data: bytes) -> None:
   if not is_primary():
     return
   tmp = f'{path}.tmp'
-  try:
-    with open(tmp, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-  except OSError as e:
-    if os.path.exists(tmp):
-      os.remove(tmp)          # ours, half written; the old file stays as it was
-    if is_disk_full(e):
-      raise DiskFullError(path) from None
-    raise
+  with disk_full_as(path):
+    try:
+      with open(tmp, 'wb') as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    except OSError:
+      if os.path.exists(tmp):
+        os.remove(tmp)        # ours, half written; the old file stays as it was
+      raise
   os.replace(tmp, path)
 
 
@@ -183,15 +170,15 @@ def _append(path: str, text: str) -> None:
   fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
   try:
     size = os.fstat(fd).st_size
-    view = memoryview(data)
-    while view:
-      n = os.write(fd, view)
-      view = view[n:]
-  except OSError as e:
-    os.ftruncate(fd, size)    # no half row: the file ends where it did
-    if is_disk_full(e):
-      raise DiskFullError(path) from None
-    raise
+    with disk_full_as(path):
+      try:
+        view = memoryview(data)
+        while view:
+          n = os.write(fd, view)
+          view = view[n:]
+      except OSError:
+        os.ftruncate(fd, size)   # no half row: the file ends where it did
+        raise
   finally:
     os.close(fd)
 
@@ -420,7 +407,7 @@ class ScalarWriter:
         path = os.path.join(self.logdir, name)
         if name.startswith(self.PREFIX) and os.path.isfile(path):
           os.remove(path)
-    with _disk_full(self.logdir):
+    with disk_full_as(self.logdir):
       os.makedirs(self.logdir, exist_ok=True)
       self._w = events_writer(os.path.join(self.logdir, 'events'))
       self.path = self._w._file_name   # pylint: disable=protected-access
@@ -438,14 +425,14 @@ class ScalarWriter:
               if k != 'round' and not isinstance(v, bool) and isinstance(v, (int, float))]
     event = self._event_pb2.Event(wall_time=time.time(), step=int(row['round']),
                                   summary=self._summary_pb2.Summary(value=values))
-    with _disk_full(self.path):
+    with disk_full_as(self.path):
       self._w.write_event(event)
       if flush:
         self._w.flush()
 
   def flush(self) -> None:
     if self._w is not None:
-      with _disk_full(self.path):
+      with disk_full_as(self.path):
         self._w.flush()
 
   def close(self) -> None:
