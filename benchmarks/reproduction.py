@@ -2018,15 +2018,15 @@ def pair_figure(path: str, cells: Sequence[dict[str, Any]], pairs: Sequence[tupl
       color = run_color(keys.index(tuple(sorted(c['cell'].items()))) if len(keys) > 1
                         else int(c['variant'] != a))
       style = '-' if c['variant'] == a else '--'
-      ax.plot(rounds, mean * 100, style, color=color, linewidth=1.5,
+      ax.plot(rounds, mean, style, color=color, linewidth=1.5,
               label=f'{_cell_name(c)} (n={len(curves)})')
-      ax.fill_between(rounds, np.clip(mean - std, 0, 1) * 100, np.clip(mean + std, 0, 1) * 100,
+      ax.fill_between(rounds, np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1),
                       color=color, alpha=0.15, linewidth=0)
     ax.set_title(f'{a} vs {b}', fontsize='medium')
     if last:
       ax.set_xlim(0.5, last + 0.5)
     ax.set_xlabel('round')
-    ax.set_ylabel('test accuracy (%), mean ± std over seeds')
+    ax.set_ylabel('test accuracy, mean ± std over seeds')
     ax.grid(True, alpha=0.35)
     ax.legend(loc='lower right', fontsize='small', framealpha=0.85)
   for ax in axes[len(panels):]:

@@ -236,6 +236,30 @@ def resolve_path(path: str) -> str:
   return path
 
 
+def absolute_path(path: str) -> str:
+  """A ``--config`` value as ``/absolute/file.py[:ARG]`` (a shipped name as its installed
+  file), so that another process in another folder loads the same file."""
+  import os  # pylint: disable=g-import-not-at-top
+  path = resolve_path(path)
+  file, sep, arg = path.partition('.py:')
+  return os.path.abspath(file + '.py' if sep else file) + (f':{arg}' if sep else '')
+
+
+# The config files this process has executed (absolute_path), by load_file.
+_EXECUTED: set[str] = set()
+
+
+def run_file_once(path: str) -> None:
+  """Executes a config file (``load_file``) unless this process already did, so that what
+  it registers (algorithms, models, data sources) exists here; a sweep's workers call it.
+
+  Raises:
+    ConfigError: as :func:`load_file`.
+  """
+  if absolute_path(path) not in _EXECUTED:
+    load_file(path)
+
+
 def load_file(path: str) -> ml_collections.ConfigDict:
   """A config file's ``get_config()``, as ``ml_collections.config_flags`` loads it.
 
@@ -281,6 +305,7 @@ def load_file(path: str) -> ml_collections.ConfigDict:
   if not isinstance(config, ml_collections.ConfigDict):
     raise ConfigError('--config', path, 'a get_config() returning a ConfigDict (it returned '
                       f'{type(config).__name__})')
+  _EXECUTED.add(absolute_path(path))
   return config
 
 

@@ -241,7 +241,8 @@ def _new_figure(n_runs: int, width: float = 7.5, height: float = 4.8) -> tuple[F
   return fig, fig.add_subplot()
 
 
-def _percent_axis(ax: Any, label: str) -> None:
+def _accuracy_axis(ax: Any, label: str) -> None:
+  """Accuracy as a fraction (0.93), the unit of every table, summary and progress line."""
   ax.set_ylabel(label)
   ax.yaxis.set_major_formatter(ticker.FormatStrFormatter('%g'))
 
@@ -264,7 +265,7 @@ def partition_description(config: dict[str, Any] | None) -> str | None:
 # ------------------------------------------------------------ figures
 def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[str],
                              metric: str = 'test_acc') -> Figure:
-  """Test accuracy (%) against the round, one line per run.
+  """Test accuracy (a fraction) against the round, one line per run.
 
   Args:
     runs: :func:`fedjax_kd.workdir.read_run` dicts.
@@ -280,10 +281,10 @@ def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[st
   fig, ax = _new_figure(len(runs))
   for i, (run, label, kind) in enumerate(zip(runs, labels, kinds)):
     s = results.series(run['metrics'], metric, _algorithm(run))
-    ax.plot(s['round'], s['acc'] * 100, label=legend_label(label, kind), color=run_color(i),
+    ax.plot(s['round'], s['acc'], label=legend_label(label, kind), color=run_color(i),
             marker=_marker(len(s['round'])), markersize=4, linewidth=1.6)
   ax.set_xlabel('round')
-  _percent_axis(ax, f'{name} (%)')
+  _accuracy_axis(ax, name)
   ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
   ax.set_title(f'{name} vs round')
   ax.grid(True, alpha=0.35)
@@ -295,7 +296,7 @@ def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[st
 def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[str],
                              metric: str = 'test_acc',
                              exclude_setup_bytes: bool = False) -> Figure:
-  """Test accuracy (%) against cumulative communication (MB, log scale).
+  """Test accuracy (a fraction) against cumulative communication (MB, log scale).
 
   The x value of a round is its ``cum_bytes`` (uplink plus downlink, one-time
   setup traffic included) in megabytes (10^6 bytes); with
@@ -310,7 +311,9 @@ def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[st
     exclude_setup_bytes: leave each run's one-time setup traffic out of x.
 
   Returns:
-    The figure; rows without accuracy or with no positive x are not drawn.
+    The figure; rows without accuracy or with no positive x are not drawn, and a run
+    that sends nothing (no positive x at all) keeps its legend entry, marked
+    ``(0 bytes: not on the log axis)``.
 
   Raises:
     DataError: ``exclude_setup_bytes`` and a run records no setup bytes.
@@ -328,7 +331,8 @@ def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[st
     s = results.series(run['metrics'], metric, _algorithm(run))
     x = s['cum_bytes'] - (setups[i] if exclude_setup_bytes else 0.0)
     keep = np.isfinite(x) & (x > 0)
-    ax.plot(x[keep] / MB, s['acc'][keep] * 100, label=legend_label(label, kind),
+    entry = legend_label(label, kind) + ('' if keep.any() else ' (0 bytes: not on the log axis)')
+    ax.plot(x[keep] / MB, s['acc'][keep], label=entry,
             color=run_color(i), marker=_marker(int(keep.sum())), markersize=4, linewidth=1.6)
   ax.set_xscale('log')
   # Plain numbers (0.1, 1, 10 ...); within a short span some minor ticks
@@ -351,7 +355,7 @@ def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[st
   else:
     xlabel = 'cumulative communication (MB, log scale)'
   ax.set_xlabel(xlabel)
-  _percent_axis(ax, f'{name} (%)')
+  _accuracy_axis(ax, name)
   ax.set_title(f'{name} vs cumulative communication'
                + (' after the one-time setup' if exclude_setup_bytes else ''))
   ax.grid(True, which='major', alpha=0.45)
@@ -395,7 +399,7 @@ def figure_client_accuracy(runs: Sequence[dict[str, Any]],
     accs = c.get('acc') or []
     models = c.get('client_models') or [None] * len(accs)
     keep = [k for k, a in enumerate(accs) if results.finite(a)]
-    values = np.array([accs[k] for k in keep], dtype=np.float64) * 100
+    values = np.array([accs[k] for k in keep], dtype=np.float64)
     ticks.append(f'{textwrap.fill(label, TICK_CHARS, break_on_hyphens=False)}\n'
                  f'{len(keep)} clients')
     when.append(f'round {c.get("round")}, {c.get("split")}')
@@ -425,7 +429,7 @@ def figure_client_accuracy(runs: Sequence[dict[str, Any]],
       t.set_rotation(15)
       t.set_horizontalalignment('right')
   ax.set_xlim(0.4, len(shown) + 0.6)
-  _percent_axis(ax, 'client test accuracy (%)')
+  _accuracy_axis(ax, 'client test accuracy')
   ax.grid(True, axis='y', alpha=0.35)
   unique = list(dict.fromkeys(when))
   title = 'per-client test accuracy'
@@ -607,6 +611,10 @@ def plot_runs(workdirs: Sequence[str], out_dir: str,
   return out
 
 
+# An --out ending so is a file name a user meant for one figure: refused, naming the folder.
+FIGURE_SUFFIXES = ('.png', '.pdf', '.svg', '.jpg', '.jpeg', '.eps')
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """The command line (see the module docstring); returns the exit code.
 
@@ -614,8 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv: the arguments after the program name; default ``sys.argv[1:]``.
 
   Returns:
-    0 when the figures were written, 2 for a missing or bad workdir or bad
-    ``--labels`` (the reason goes to stderr as ``error: ...``).
+    0 when the figures were written, 2 for a missing or bad workdir, bad
+    ``--labels`` or an ``--out`` that names a file rather than a folder (the reason goes
+    to stderr as ``error: ...``).
   """
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
@@ -643,6 +652,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.labels is not None:
     labels = [s.strip() for s in args.labels.split(',')]
   try:
+    if os.path.isfile(out_dir) or os.path.splitext(out_dir)[1].lower() in FIGURE_SUFFIXES:
+      raise ValueError(f'--out={out_dir} names a file; --out takes a folder, which receives '
+                       'one PNG per figure (accuracy_vs_round.png, accuracy_vs_bytes.png, ...): '
+                       f'e.g. --out={os.path.splitext(out_dir)[0]}')
     if labels is not None and len(labels) != len(args.workdirs):
       raise ValueError(f'--labels has {len(labels)} labels for {len(args.workdirs)} '
                        'directories.')

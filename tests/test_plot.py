@@ -63,7 +63,7 @@ def write_run(path, metrics=METRICS, algorithm='dsfl', partition=True, clients=T
 def expected_series():
   rows = [r for r in METRICS if r.get('test_acc') is not None]
   return ([r['round'] for r in rows], [r['cum_bytes'] / 1e6 for r in rows],
-          [r['test_acc'] * 100 for r in rows])
+          [r['test_acc'] for r in rows])
 
 
 def legend_texts(ax):
@@ -83,7 +83,7 @@ def test_accuracy_vs_bytes_is_log_mb_and_skips_unevaluated_rows(tmp_path):
   ax, = [a for a in fig.axes]
   assert ax.get_xscale() == 'log'
   assert 'MB' in ax.get_xlabel() and 'log' in ax.get_xlabel()
-  assert '%' in ax.get_ylabel()
+  assert '%' not in ax.get_ylabel() and 'accuracy' in ax.get_ylabel()   # a fraction, as in tables
   assert legend_texts(ax) == ['first (server test acc)', 'second (server test acc)']
   _, mb, pct = expected_series()
   line, line2 = ax.get_lines()
@@ -101,7 +101,7 @@ def test_accuracy_vs_round_line_equals_metrics(tmp_path):
   line, = ax.get_lines()
   np.testing.assert_array_equal(line.get_xdata(), rounds)  # [1, 3, 5]
   np.testing.assert_allclose(line.get_ydata(), pct)
-  assert ax.get_xlabel() == 'round' and ax.get_ylabel() == 'server test accuracy (%)'
+  assert ax.get_xlabel() == 'round' and ax.get_ylabel() == 'server test accuracy'
   assert legend_texts(ax) == ['only (server test acc)']
 
 
@@ -151,10 +151,10 @@ def test_client_figure_ignores_none_and_colors_by_model(tmp_path):
   ax = fig.axes[0]
   points = [c for c in ax.collections if (c.get_gid() or '').startswith('clients:')]
   values = sorted(y for c in points for y in c.get_offsets()[:, 1])
-  assert values == [50.0, 75.0]                   # the None client is left out
+  assert values == [0.5, 0.75]                     # the None client is left out
   assert {c.get_gid() for c in points} == {'clients:a:cnn@0.5', 'clients:a:cnn@1.0'}
   assert legend_texts(ax) == ['cnn@0.5', 'cnn@1.0']
-  assert '%' in ax.get_ylabel()
+  assert '%' not in ax.get_ylabel() and 'accuracy' in ax.get_ylabel()   # a fraction, as in tables
   assert 'round 5' in ax.get_title() and 'server test set' in ax.get_title()
   assert [t.get_text() for t in ax.get_xticklabels()] == ['a\n2 clients']   # b has no clients
 
@@ -198,19 +198,26 @@ def test_main_default_out_is_dir_plots(tmp_path):
   assert is_png(tmp_path / 'a' / 'plots' / 'accuracy_vs_round.png')
 
 
-@pytest.mark.parametrize('case', ['missing', 'no_metrics', 'bad_labels'])
+@pytest.mark.parametrize('case', ['missing', 'no_metrics', 'bad_labels', 'out_png', 'out_file'])
 def test_main_errors_exit_2_with_message(tmp_path, capsys, case):
-  if case == 'missing':
+  out = str(tmp_path / 'o')
+  if case in ('out_png', 'out_file'):   # --out takes a folder: a file name is refused
+    args = [write_run(tmp_path / 'a')]
+    out = str(tmp_path / 'cmp.png') if case == 'out_png' else str(tmp_path / 'a/metrics.jsonl')
+  elif case == 'missing':
     args = [str(tmp_path / 'nope')]
   elif case == 'no_metrics':
     (tmp_path / 'empty').mkdir()
     args = [str(tmp_path / 'empty')]
   else:
     args = [write_run(tmp_path / 'a'), '--labels', 'x,y']
-  assert plot.main(args + ['--out', str(tmp_path / 'o')]) == 2
+  assert plot.main(args + ['--out', out]) == 2
   err = capsys.readouterr().err
-  assert err.startswith('error: ')
+  assert err.startswith('error: ') and err.count('\n') == 1
   assert 'Traceback' not in err
+  if case == 'out_png':
+    assert f'--out={out} names a file; --out takes a folder' in err
+    assert not os.path.exists(out)
   if case == 'no_metrics':
     assert 'metrics.jsonl' in err
 
@@ -234,7 +241,7 @@ def test_client_acc_metric_and_its_fallback(tmp_path):
   _, _, acc = expected_series()
   np.testing.assert_allclose(la.get_ydata(), np.asarray(acc) / 2)
   np.testing.assert_allclose(lb.get_ydata(), acc)
-  assert fig.axes[0].get_ylabel() == 'mean client accuracy (%)'
+  assert fig.axes[0].get_ylabel() == 'mean client accuracy'
   with pytest.raises(ValueError, match='metric'):
     plot.plot_runs([a], str(tmp_path / 'o'), metric='server_acc')
   # The real-run end of the pipeline is tested in test_reliability
@@ -259,15 +266,15 @@ def test_legends_and_axis_name_the_accuracy(tmp_path):
   for figure in (plot.figure_accuracy_vs_round, plot.figure_accuracy_vs_bytes):
     ax = figure([dsfl, fc2], ['DS-FL', 'FedCache 2.0']).axes[0]
     assert legend_texts(ax) == ['DS-FL (server test acc)', 'FedCache 2.0 (mean client acc)']
-    assert ax.get_ylabel() == 'server test or mean client accuracy (%)'
+    assert ax.get_ylabel() == 'server test or mean client accuracy'
     ax = figure([dsfl, fc2], ['DS-FL', 'FedCache 2.0'], metric='client_acc').axes[0]
     assert legend_texts(ax) == ['DS-FL (mean client acc)', 'FedCache 2.0 (mean client acc)']
-    assert ax.get_ylabel() == 'mean client accuracy (%)'
+    assert ax.get_ylabel() == 'mean client accuracy'
     la, lb = ax.get_lines()   # DS-FL's client_acc line, FedCache 2.0's test_acc
     np.testing.assert_allclose(la.get_ydata(), np.asarray(expected_series()[2]) / 2)
     np.testing.assert_allclose(lb.get_ydata(), expected_series()[2])
     ax = figure([fc2], ['FedCache 2.0']).axes[0]
-    assert ax.get_ylabel() == 'mean client accuracy (%)'
+    assert ax.get_ylabel() == 'mean client accuracy'
   # A default label's parenthesis takes the accuracy in.
   ax = plot.figure_accuracy_vs_round(
       [dsfl, fc2], plot.default_labels([dsfl['workdir'], fc2['workdir']], [dsfl, fc2])).axes[0]
@@ -306,7 +313,7 @@ def test_exclude_setup_bytes_shifts_x_by_the_setup(tmp_path, source):
   # Round 1: 2,050,000 cumulative bytes - 2,000,000 setup = 50,000 B = 0.05 MB.
   assert line.get_xdata()[0] == pytest.approx((2_050_000 - 2_000_000) / 1e6)
   np.testing.assert_allclose(line.get_xdata(), [0.05, 0.15, 0.2])
-  np.testing.assert_allclose(line.get_ydata(), [25, 50, 75])
+  np.testing.assert_allclose(line.get_ydata(), [0.25, 0.5, 0.75])
   label = ax.get_xlabel().replace('\n', ' ')
   assert 'excluding the one-time setup of 2 MB' in label and 'log scale' in label
 

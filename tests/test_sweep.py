@@ -116,12 +116,14 @@ def test_plan_names_the_bad_field_and_run(tmp_path):
 
 # ------------------------------------------------------------ aggregation
 def _fake_run(workdir, accs, client=None, headline_client=False, complete=True, rounds=3,
-              extra=None):
-  """A workdir with known numbers: round r costs 1000 B (setup 100 B) and 1.5 s."""
+              extra=None, silent=False):
+  """A workdir with known numbers: round r costs 1000 B (setup 100 B; ``silent``: nothing
+  sent at all) and 1.5 s."""
   os.makedirs(workdir, exist_ok=True)
   rows = []
   for r, acc in enumerate(accs, 1):
-    row = {'round': r, 'round_bytes': 1000, 'cum_bytes': 100 + 1000 * r, 'round_time_s': 1.5}
+    row = {'round': r, 'round_bytes': 0 if silent else 1000,
+           'cum_bytes': 0 if silent else 100 + 1000 * r, 'round_time_s': 1.5}
     if acc is not None:
       row['test_acc'] = acc
       if headline_client:
@@ -137,6 +139,24 @@ def _fake_run(workdir, accs, client=None, headline_client=False, complete=True, 
                          {'rounds': len(accs) if complete else len(accs) - 1,
                           'final_acc': accs[-1], 'wall_time_s': 99.0})
   workdir_lib.write_json(os.path.join(workdir, 'config.json'), {'rounds': rounds})
+
+
+def test_the_figure_is_in_the_tables_unit_and_names_a_method_that_sends_nothing(tmp_path):
+  """Accuracy as a fraction (compare.md's unit); a 0-byte cell (single) cannot stand on the
+  log bytes axis, so the axis names it instead of dropping it silently."""
+  out = str(tmp_path / 'sw')
+  runs = sweep.plan(presets.digits(), [Variant('DS-FL', 'dsfl'), Variant('single', 'single')],
+                    seeds=(0, 1), grid={}, out=out, overrides={'rounds': 3})
+  sweep.write_plan(out, runs)
+  for r in runs:
+    _fake_run(r.workdir, [0.3, 0.5, 0.6], silent=r.variant.label == 'single')
+  fig = sweep.report.figure_accuracy(sweep.aggregate(out))
+  ax_r, ax_b = fig.axes
+  assert '%' not in ax_r.get_ylabel() and '%' not in ax_b.get_ylabel()
+  np.testing.assert_allclose(ax_r.get_lines()[0].get_ydata(), [0.3, 0.5, 0.6])
+  assert len(ax_b.get_lines()) == 1                          # DS-FL alone has bytes
+  note, = [t for t in ax_b.texts if t.get_gid() == 'zero-bytes']
+  assert note.get_text() == 'not on the log axis (0 bytes): single'
 
 
 def test_aggregate_numbers_by_hand(tmp_path):
@@ -316,3 +336,115 @@ def test_cli_keeps_a_diverged_run_as_a_result(tmp_path):
   again = _cli(*argv)
   assert again.returncode == 0 and '] start ' not in again.stdout
   assert '] diverged single/seed0  (diverged at round 1 in an earlier call' in again.stdout
+
+
+# ------------------------------------------------------------ registrations in the config file
+GUIDE = REPO / 'docs' / 'custom_algorithm.md'
+
+# A config file that registers a model and a data source of its own (its arrays made
+# deterministically, since every worker executes the file again).
+REGISTERING_CONFIG = '''
+import flax.linen as nn
+import numpy as np
+
+from fedjax_kd import models, presets
+from fedjax_kd.data import sources
+
+
+class TwoLayer(nn.Module):
+  num_classes: int
+  hidden: int
+
+  @nn.compact
+  def __call__(self, x, train=False, mask=None, embed=False):
+    h = nn.relu(nn.Dense(self.hidden)(x.reshape(x.shape[0], -1)))
+    return h if embed else nn.Dense(self.num_classes)(h)
+
+
+models.register('two_layer_sweep', lambda num_classes, width, input_shape: TwoLayer(
+    num_classes=num_classes, hidden=max(1, int(16 * width))))
+rs = np.random.RandomState(0)
+x = rs.randint(0, 256, (400, 8, 8)).astype(np.uint8)
+y = (np.arange(400) % 4).astype(np.int32)
+sources.register_source('mine_sweep', sources.ArraySource(x[:300], y[:300], x[300:], y[300:]))
+
+
+def get_config():
+  c = presets.digits('dsfl')
+  c.data.source = 'mine_sweep'
+  c.clients.models = ('two_layer_sweep@0.5',)
+  c.server.model = 'two_layer_sweep@0.5'
+  return c
+'''
+
+
+def _guide_config(path):
+  """docs/custom_algorithm.md's two python blocks as one config file, as the guide says."""
+  import re  # pylint: disable=g-import-not-at-top
+  path.write_text('\n\n'.join(re.findall(r'```python\n(.*?)```', GUIDE.read_text(), flags=re.S)))
+  return path
+
+
+def test_a_config_group_in_an_error_is_one_line():
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  group = ml_collections.ConfigDict({'quantile': 0.5, 'temperature': 1.0})
+  e = ConfigError('median_distill', group, 'a known field of the top level')
+  assert str(e) == ("median_distill={'quantile': 0.5, 'temperature': 1.0} is not allowed: "
+                    'expected a known field of the top level.')
+  assert '\n' not in str(ConfigError('x', np.zeros((30, 30)), 'a number'))
+
+
+def test_a_run_file_names_the_config_file_its_worker_executes(tmp_path, monkeypatch):
+  """plan() records the file as an absolute path, and checks each run the worker's way."""
+  cfg = tmp_path / 'conf.py'
+  cfg.write_text('from fedjax_kd import presets\n\ndef get_config():\n'
+                 "  return presets.digits('dsfl')\n")
+  monkeypatch.chdir(tmp_path)
+  base = config_lib.load_file('conf.py')
+  runs = sweep.plan(base, [Variant('dsfl', 'dsfl')], [0], {}, str(tmp_path / 'out'),
+                    config_file='conf.py')
+  doc = sweep.planning.run_file(runs[0])
+  assert doc['config_file'] == str(cfg)
+  as_json = lambda c: c.to_json_best_effort(sort_keys=True)
+  assert as_json(sweep.planning.config_of(doc)) == as_json(runs[0].config)
+  # Shipped names are recorded as their files.
+  assert config_lib.absolute_path('default').endswith(os.path.join('configs', 'default.py'))
+  assert config_lib.absolute_path(f'{cfg}:x') == f'{cfg}:x'
+
+
+@pytest.mark.slow
+def test_the_guides_sweep_of_a_registered_algorithm_finishes_every_run(tmp_path):
+  """docs/custom_algorithm.md's sweep: the workers execute my_median.py, so they know
+  median_distill (before, every run failed with 'median_distill=... is not allowed')."""
+  _guide_config(tmp_path / 'my_median.py')
+  proc = subprocess.run(
+      [sys.executable, '-m', 'fedjax_kd.sweep', '--config=my_median.py', '--seeds=0,1',
+       '--out=runs/median_sweep', '--set', 'rounds=1', '--set', 'median_distill.quantile=0.25'],
+      cwd=tmp_path, env=dict(_env(), PYTHONPATH=str(REPO)), capture_output=True, text=True,
+      timeout=600)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert proc.stdout.count('] done ') == 2
+  run = tmp_path / 'runs/median_sweep/runs/median-distill/seed1'
+  assert json.loads((run / 'sweep_run.json').read_text())['config_file'] == str(
+      tmp_path / 'my_median.py')
+  assert json.loads((run / 'summary.json').read_text())['algorithm'] == 'median_distill'
+  assert json.loads((run / 'config.json').read_text())['median_distill']['quantile'] == 0.25
+
+
+@pytest.mark.slow
+def test_a_sweep_of_a_config_that_registers_a_model_and_a_source_finishes(tmp_path):
+  (tmp_path / 'reg.py').write_text(REGISTERING_CONFIG)
+  argv = ['--config=reg.py', '--algorithms=dsfl,single', '--seeds=0', '--jobs=2',
+          '--out=out', '--set', 'rounds=1', '--set', 'clients.num_clients=4',
+          '--set', 'data.num_public=60', '--set', 'distill.public_per_round=30',
+          '--set', 'distill.batch_size=30',
+          '--set', 'log.tensorboard=False']
+  proc = subprocess.run([sys.executable, '-m', 'fedjax_kd.sweep', *argv], cwd=tmp_path,
+                        env=dict(_env(), PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert proc.stdout.count('] done ') == 2
+  for name in ('dsfl', 'single'):
+    cfg = json.loads((tmp_path / 'out/runs' / name / 'seed0/config.json').read_text())
+    assert cfg['data']['source'] == 'mine_sweep'
+    assert cfg['clients']['models'] == ['two_layer_sweep@0.5']

@@ -26,4 +26,18 @@ class ParamError(ValueError):
     self.param = param
     self.value = value
     self.allowed = allowed
-    super().__init__(f'{param}={value!r} is not allowed: expected {allowed}.')
+    super().__init__(f'{param}={one_line(value)} is not allowed: expected {allowed}.')
+
+
+def one_line(value: Any) -> str:
+  """``repr(value)`` on one line: a config group (anything with ``to_dict()``, such as an
+  ``ml_collections.ConfigDict``) as its dict; a repr over several lines (an array's) has its
+  line breaks and indents folded to one space."""
+  to_dict = getattr(value, 'to_dict', None)
+  if callable(to_dict):
+    try:
+      value = to_dict()
+    except Exception:  # pylint: disable=broad-except
+      pass
+  text = repr(value)
+  return ' '.join(text.split()) if '\n' in text else text

@@ -59,6 +59,13 @@ files untouched), resumes the others from their newest checkpoint, and counts ev
 once. A run directory still held by another process (a killed sweep's worker finishing its
 round) is waited for up to two minutes, then reported as failed in one line naming it.
 
+A worker executes the ``--config`` file (recorded as an absolute path in each run's
+``sweep_run.json``) before it builds the run's config, so an algorithm, model or data source
+the file registers exists in the worker as it did in the command; the command checks every
+run's config the worker's way before anything trains. The file is executed once in each
+worker, so whatever it builds (a registered source's arrays) must come out the same every
+time: seed its random numbers.
+
 Each run's output (progress lines, warnings, tracebacks) goes to ``<workdir>/sweep.log``;
 ``python -m fedjax_kd.sweep --_worker=<workdir>`` reruns (resumes) one run in the terminal,
 for debugging.
@@ -96,6 +103,8 @@ Library use::
   variants = [sweep.Variant('ERA', 'dsfl'),
               sweep.Variant('SA', 'dsfl', {'dsfl.aggregation': 'sa'})]
   runs = sweep.plan(presets.digits(), variants, seeds=(0, 1, 2), grid={}, out='runs/x')
+  # A config from a file that registers something: plan(config_lib.load_file(f), ...,
+  # config_file=f), so that the workers execute f too.
   sweep.write_plan('runs/x', runs)
   results = sweep.execute(runs, jobs=2)
   cells = sweep.aggregate('runs/x')

@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = _ints(args.seeds, '--seeds')
     if not seeds:
       raise ConfigError('--seeds', args.seeds, 'at least one seed')
-    runs = plan(base, variants, seeds, grid, args.out, overrides)
+    runs = plan(base, variants, seeds, grid, args.out, overrides, config_file=args.config)
     thresholds = (_floats(args.thresholds, '--thresholds') if args.thresholds
                   else [float(x) for x in runs[0].config.comm.thresholds])
     metrics = [m.strip() for m in args.metrics.split(',') if m.strip()]

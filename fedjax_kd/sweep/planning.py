@@ -76,12 +76,16 @@ class Run:
     seed: the config's ``seed``.
     workdir: the run's directory.
     config: the resolved, validated config.
+    config_file: the config file (``/absolute/file.py[:ARG]``) the worker executes before it
+      builds ``config``, so that what the file registers (an algorithm, a model, a data
+      source) exists in the worker too; None: nothing to execute.
   """
   variant: Variant
   cell: tuple[tuple[str, Any], ...]
   seed: int
   workdir: str
   config: ml_collections.ConfigDict = dataclasses.field(compare=False, repr=False)
+  config_file: str | None = dataclasses.field(default=None, compare=False)
 
   @property
   def name(self) -> str:
@@ -151,8 +155,14 @@ def apply_overrides(config: ml_collections.ConfigDict,
 
 def plan(base_config: ml_collections.ConfigDict, variants: Sequence[Variant],
          seeds: Sequence[int], grid: Mapping[str, Sequence[Any]] | None, out: str,
-         overrides: Mapping[str, Any] | None = None) -> list[Run]:
-  """Every (variant, grid cell, seed) run, each config validated.
+         overrides: Mapping[str, Any] | None = None, config_file: str | None = None
+         ) -> list[Run]:
+  """Every (variant, grid cell, seed) run, each config validated as its worker builds it.
+
+  The check is the worker's own path (:func:`run_file` -> :func:`config_of`): the config file
+  executed (here it already was, so nothing runs twice), the config read back from the JSON
+  the worker reads, then validated. A config that only this process could build fails here,
+  before anything trains, not in every worker.
 
   Args:
     base_config: the config every run starts from (not modified).
@@ -162,6 +172,9 @@ def plan(base_config: ml_collections.ConfigDict, variants: Sequence[Variant],
       order) is run for every variant. None or empty: no grid.
     out: the sweep's output directory; workdirs go under ``<out>/runs``.
     overrides: fields set on every run after the variant and the cell.
+    config_file: the file ``base_config`` came from (``PATH[:ARG]`` or a shipped name; see
+      :attr:`Run.config_file`). Without it, whatever ``base_config`` needs registered must
+      be registered in every worker some other way (a module the workers import).
 
   Returns:
     The runs, variant-major, then cell, then seed.
@@ -170,6 +183,7 @@ def plan(base_config: ml_collections.ConfigDict, variants: Sequence[Variant],
     ConfigError: a field of some run is bad (the message names the field and
       the run), or two variant labels, cells or seeds would share a workdir.
   """
+  file = config_lib.absolute_path(config_file) if config_file else None
   grid = dict(grid or {})
   for field, values in grid.items():
     if not values:
@@ -195,12 +209,37 @@ def plan(base_config: ml_collections.ConfigDict, variants: Sequence[Variant],
           apply_overrides(c, cell)
           apply_overrides(c, overrides or {})
           apply_overrides(c, {'seed': int(seed)})
-          config_lib.validate(c)
+          run = Run(variant, cell, int(seed), os.path.join(out, RUNS_DIR, name), c, file)
+          config_lib.validate(config_of(run_file(run)))
         except ConfigError as e:
           allowed = e.allowed.rstrip('.')
           raise ConfigError(e.field, e.value, f'{allowed} [run {name}]') from None
-        runs.append(Run(variant, cell, int(seed), os.path.join(out, RUNS_DIR, name), c))
+        runs.append(run)
   return runs
+
+
+def run_file(run: Run) -> dict[str, Any]:
+  """What ``<workdir>/sweep_run.json`` holds: the run, its config as JSON, and the config
+  file its worker executes first."""
+  doc = {'label': run.variant.label, 'algorithm': run.variant.algorithm,
+         'cell': [list(p) for p in run.cell], 'seed': run.seed,
+         'config': json.loads(_config_json(run.config))}
+  if run.config_file:
+    doc['config_file'] = run.config_file
+  return doc
+
+
+def config_of(doc: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """The config a worker runs, from a run's file (:func:`run_file`): the config file is
+  executed first, once per process (:func:`fedjax_kd.config.run_file_once`), so that what it
+  registers exists, then the recorded fields are read.
+
+  Raises:
+    ConfigError: (field ``--config``) the recorded config file no longer loads.
+  """
+  if doc.get('config_file'):
+    config_lib.run_file_once(doc['config_file'])
+  return ml_collections.ConfigDict(doc['config'])
 
 
 def _config_json(config: ml_collections.ConfigDict) -> str:
@@ -263,15 +302,16 @@ def _read_json(path: str) -> Any:
 
 # ------------------------------------------------------------ worker side
 def load_run_config(rundir: str) -> ml_collections.ConfigDict:
-  """The config a worker runs: ``<rundir>/sweep_run.json``'s ``config``.
+  """The config a worker runs: ``<rundir>/sweep_run.json`` read by :func:`config_of`.
 
   Raises:
     DataError: the file is missing or not valid JSON.
+    ConfigError: its config file no longer loads.
   """
   doc = _read_json(os.path.join(rundir, RUN_FILE))
   if not isinstance(doc, dict) or not isinstance(doc.get('config'), dict):
     raise DataError(f'{rundir} has no readable {RUN_FILE}: is it a sweep run directory?')
-  return ml_collections.ConfigDict(doc['config'])
+  return config_of(doc)
 
 
 def load_plan(out: str) -> dict[str, Any]:

@@ -139,7 +139,8 @@ def legend_label(cell: dict[str, Any], metric: str) -> str:
 
 def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
                     title: str = '') -> Any:
-  """Mean accuracy (%) with a ±std band over seeds, against the round and the bytes.
+  """Mean accuracy (a fraction, as in the tables) with a ±std band over seeds, against the
+  round and the bytes.
 
   Args:
     cells: from :func:`aggregate`.
@@ -149,7 +150,8 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   Returns:
     A :class:`matplotlib.figure.Figure` (not registered with pyplot) with two
     axes: accuracy vs round and vs cumulative communication (MB, log scale;
-    cells that send nothing are left out of it); only the first when no cell
+    cells that send nothing cannot stand on it and are named in a note on that
+    axis); only the first when no cell
     logs bytes (e.g. a reference implementation that counts none); None when
     no cell has the metric.
   """
@@ -169,26 +171,29 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   fig = Figure(figsize=((13.0 if any_bytes else 7.0) + (3.0 if many else 0.0), 4.8),
                layout='constrained')
   ax_r, ax_b = fig.subplots(1, 2) if any_bytes else (fig.subplots(1, 1), None)
+  silent = []   # cells that send nothing: no place on a log axis, so named on it
   name = METRIC_NAMES[metric]
   for i, c, (rounds, b, mean, std) in drawn:
     color = run_color(i)
     label = legend_label(c, metric)
     marker = 'o' if len(rounds) <= 30 else None
-    ax_r.plot(rounds, mean * 100, color=color, label=label, marker=marker, markersize=3,
+    ax_r.plot(rounds, mean, color=color, label=label, marker=marker, markersize=3,
               linewidth=1.5)
-    lo, hi = np.clip(mean - std, 0, 1) * 100, np.clip(mean + std, 0, 1) * 100
+    lo, hi = np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1)
     ax_r.fill_between(rounds, lo, hi, color=color, alpha=0.2,
                       linewidth=0)
     keep = np.isfinite(b) & (b > 0)
     if keep.any():
-      ax_b.plot(b[keep] / results.MB, mean[keep] * 100, color=color, label=label, marker=marker,
+      ax_b.plot(b[keep] / results.MB, mean[keep], color=color, label=label, marker=marker,
                 markersize=3, linewidth=1.5)
       ax_b.fill_between(b[keep] / results.MB, lo[keep], hi[keep],
                         color=color, alpha=0.2, linewidth=0)
+    elif np.all(b[np.isfinite(b)] == 0):
+      silent.append(c['label'])
   ax_r.set_xlabel('round')
   ax_r.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
   for ax in (ax_r, ax_b) if any_bytes else (ax_r,):
-    ax.set_ylabel(f'{name} (%), mean ± std over seeds')
+    ax.set_ylabel(f'{name}, mean ± std over seeds')
     ax.grid(True, alpha=0.35)
   if any_bytes:
     ax_b.set_xscale('log')
@@ -204,6 +209,10 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
     ax_b.xaxis.set_minor_formatter(ticker.FuncFormatter(minor))
     ax_b.set_xlabel('cumulative communication (MB, log scale)')
     ax_b.set_title(f'{title or name} vs communication', fontsize='medium')
+    if silent:
+      ax_b.text(0.01, 0.01, 'not on the log axis (0 bytes): ' + ', '.join(silent),
+                transform=ax_b.transAxes, fontsize='small', va='bottom', ha='left', wrap=True,
+                gid='zero-bytes')
   ax_r.set_title(f'{title or name} vs round', fontsize='medium')
   handles, labels = ax_r.get_legend_handles_labels()
   if many:

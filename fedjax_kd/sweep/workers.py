@@ -26,7 +26,7 @@ from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError, DiskFullError, DivergenceError
 from fedjax_kd.sweep.planning import (
     DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, _config_json, _jsonable, _read_json,
-    load_run_config)
+    load_run_config, run_file)
 
 RUNS_PER_WORKER = 20              # a worker process is replaced after this many runs
 # A run whose directory another process still holds (e.g. a worker of a killed sweep finishing
@@ -336,10 +336,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
         log(f'[{i + 1:>{width}}/{n}] {done.status:<8} {names[i]}  ({note})')
     else:
       os.makedirs(run.workdir, exist_ok=True)
-      workdir_lib.write_json(os.path.join(run.workdir, RUN_FILE),
-                             {'label': run.variant.label, 'algorithm': run.variant.algorithm,
-                              'cell': [list(p) for p in run.cell], 'seed': run.seed,
-                              'config': json.loads(_config_json(run.config))}, indent=2)
+      workdir_lib.write_json(os.path.join(run.workdir, RUN_FILE), run_file(run), indent=2)
       pending.append((i, run, note))
   todo: queue.Queue = queue.Queue()
   for item in _schedule(pending):

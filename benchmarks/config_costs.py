@@ -1,0 +1,302 @@
+r"""What each shipped config costs on this machine: wall time per round and for the whole run.
+
+  python benchmarks/config_costs.py --mnist=/path/to/mnist.npz --out=runs/config_costs.json \
+      --markdown=docs/configs.md
+  python benchmarks/config_costs.py --from_json=runs/config_costs.json --markdown=docs/configs.md
+  python benchmarks/config_costs.py --only=default,scarlet_digits --timeout=120   # a few
+
+Each config in ``configs/`` runs as a user would start it (``python -m fedjax_kd.main
+--config=NAME``, no persistent compilation cache, so round 1 includes compiling everything)
+for two rounds, in a process of its own with a time limit. From its ``metrics.jsonl``:
+
+* ``first``: from the command's start to round 1's row (loading data, building, compiling,
+  round 1);
+* ``round``: round 2's ``round_time_s`` (a round once compiled, evaluation included where the
+  config evaluates that round); where round 2 did not finish in time, round 1's
+  ``round_time_s`` less its ``compile_s``;
+* ``total``: ``first + (rounds - 1) x round``, the config's whole run.
+
+A run that did not reach round 1 within ``--timeout`` is recorded as a lower bound (its round
+takes longer than the limit), and one the memory planner refuses says so. Data sets that cannot
+be downloaded here are replaced by stand-ins of the same shapes (the cost of a round depends on
+the shapes, not the pixels): random ``uint8`` images of MNIST's, Fashion-MNIST's, CIFAR-10's and
+CIFAR-100's sizes and class counts, token ids of IMDb's and Reuters' sizes, 40 features of
+UrbanSound8K's size; real MNIST with ``--mnist``. LEAF's configs read one client per writer or
+speaker from LEAF's own files, whose number sets the cost; they are listed as not measured.
+
+The markdown table goes between ``<!-- config-costs:begin -->`` and ``<!-- config-costs:end -->``
+of ``--markdown``; the JSON keeps every number with the machine it was measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEGIN, END = '<!-- config-costs:begin -->', '<!-- config-costs:end -->'
+
+# Stand-ins: (train rows, test rows, a row's shape, classes, kind) by data set.
+STAND_INS = {
+    'mnist': (60_000, 10_000, (28, 28), 10, 'image'),
+    'fashion_mnist': (60_000, 10_000, (28, 28), 10, 'image'),
+    'cifar10': (50_000, 10_000, (32, 32, 3), 10, 'image'),
+    'cifar100': (50_000, 10_000, (32, 32, 3), 100, 'image'),
+    'cifar100_coarse': (50_000, 10_000, (32, 32, 3), 20, 'image'),   # its 20 superclasses
+    'tiny_imagenet': (100_000, 10_000, (32, 32, 3), 200, 'image'),   # 32x32, a public set
+    'imdb': (25_000, 25_000, (200,), 2, 'tokens:20000'),
+    'reuters': (8_982, 2_246, (200,), 46, 'tokens:10000'),
+    'sensor': (6_985, 1_747, (40,), 10, 'features'),   # UrbanSound8K's 8,732 clips, 80/20
+}
+NOT_MEASURED = {
+    'leaf_femnist': "LEAF's FEMNIST files (one client per writer): their number sets the cost",
+    'leaf_shakespeare': "LEAF's Shakespeare files (one client per speaker): their number sets "
+                        'the cost',
+}
+
+
+def stand_in_name(source: str) -> str | None:
+  """Which stand-in replaces a config's ``data.source`` (None: it loads here as it is)."""
+  if source.startswith('digits') or source.startswith('synthetic'):
+    return None
+  for name in ('fashion_mnist', 'cifar100', 'cifar10', 'mnist', 'imdb', 'reuters',
+               'tiny_imagenet'):
+    if name in source:
+      return name
+  if 'tmd' in source or 'sensor' in source or 'urban' in source:
+    return 'sensor'
+  return None
+
+
+def write_stand_in(name: str, folder: str) -> str:
+  """Writes the stand-in npz (once) and returns its path."""
+  path = os.path.join(folder, f'{name}_stand_in.npz')
+  if os.path.exists(path):
+    return path
+  n_train, n_test, shape, classes, kind = STAND_INS[name]
+  rs = np.random.RandomState(0)
+  arrays = {}
+  for split, n in (('train', n_train), ('test', n_test)):
+    if kind == 'image':
+      x = rs.randint(0, 256, (n, *shape)).astype(np.uint8)
+    elif kind.startswith('tokens:'):
+      x = rs.randint(1, int(kind.split(':')[1]), (n, *shape)).astype(np.int32)
+    else:
+      x = rs.rand(n, *shape).astype(np.float32)
+    arrays[f'x_{split}'] = x
+    arrays[f'y_{split}'] = (np.arange(n) % classes).astype(np.int64)
+  if kind.startswith('tokens:'):
+    arrays['vocab_size'] = np.int64(int(kind.split(':')[1]))
+    arrays['bag_of_words'] = np.bool_(False)
+  np.savez(path, **arrays)
+  return path
+
+
+def _rows(workdir: str) -> list[dict[str, Any]]:
+  rows = []
+  try:
+    with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+      for line in f:
+        try:
+          rows.append(json.loads(line))
+        except ValueError:
+          break
+  except OSError:
+    pass
+  return rows
+
+
+def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, folder: str
+            ) -> dict[str, Any]:
+  """Runs config ``name`` for two rounds with ``overrides`` (``--config.FIELD=VALUE``: the
+  stand-in data) and times it."""
+  workdir = os.path.join(folder, name)
+  cmd = [sys.executable, '-m', 'fedjax_kd.main', f'--config={name}', f'--workdir={workdir}',
+         '--noresume', '--noprogress', '--compilation_cache=none', '--config.rounds=2',
+         '--config.log.tensorboard=False', *overrides]
+  t0 = time.monotonic()
+  first = None
+  proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+  while proc.poll() is None and time.monotonic() - t0 < timeout:
+    time.sleep(0.5)
+    if first is None and _rows(workdir):
+      first = time.monotonic() - t0
+  if proc.poll() is None:
+    proc.kill()
+  err = proc.communicate()[1] or ''
+  wall = time.monotonic() - t0
+  rows = _rows(workdir)
+  if first is None and rows:
+    first = wall
+  out = {'config': name, 'rounds': rounds, 'limit_s': timeout, 'first_s': first}
+  if len(rows) >= 2:
+    out['round_s'] = rows[1]['round_time_s']
+    out['round_from'] = 'round 2'
+  elif rows:
+    out['round_s'] = rows[0]['round_time_s'] - rows[0].get('compile_s', 0.0)
+    out['round_from'] = 'round 1 less compiling'
+  else:
+    line = next((s for s in err.splitlines() if s.startswith('error:')), '')
+    out['error'] = line[:300] if line else None
+    out['round_s'] = None
+    out['lower_bound_s'] = wall
+    return out
+  out['total_s'] = first + (rounds - 1) * out['round_s']
+  return out
+
+
+def fmt(seconds: float | None) -> str:
+  """``'45 s'``, ``'3.2 min'``, ``'4.1 h'``, ``'2.3 days'``."""
+  if seconds is None:
+    return '–'
+  if seconds < 90:
+    return f'{seconds:.0f} s' if seconds >= 10 else f'{seconds:.1f} s'
+  if seconds < 90 * 60:
+    return f'{seconds / 60:.0f} min'
+  if seconds < 48 * 3600:
+    return f'{seconds / 3600:.1f} h'
+  return f'{seconds / 86400:.1f} days'
+
+
+def size_word(row: dict[str, Any]) -> str:
+  """minutes / hours / days (or more) on a 2-core laptop, from the total."""
+  total = row.get('total_s')
+  if total is None:   # a round did not finish in time: at least its limit a round
+    bound = (row.get('lower_bound_s') or 0.0) * row.get('rounds', 1)
+    return 'days or more' if bound >= 86400 else 'hours or more' if bound >= 3600 else '–'
+  return 'minutes' if total < 3600 else 'hours' if total < 86400 else 'days'
+
+
+def table(rows: Sequence[dict[str, Any]], machine: str) -> str:
+  out = [f'Measured by `python benchmarks/config_costs.py` on {machine}: two rounds of each '
+         'config as the command line runs it by its name (no compilation cache, so '
+         'the first column includes compiling; a rerun with the cache starts faster), one run '
+         'each, one config at a time (other work shared the machine at times). Absolute CPU '
+         'times drift by about ±30% between runs and machines: read the column "on a laptop", '
+         'not the digits. `python benchmarks/config_costs.py --from_json=docs/config_costs.json '
+         '--markdown=docs/configs.md` rewrites this table from the numbers.',
+         '',
+         '| config | rounds | data | start to round 1 | a round | whole run | on a laptop |',
+         '|---|---|---|---|---|---|---|']
+  for r in rows:
+    if r.get('skipped'):
+      out.append(f'| `{r["config"]}` | {r.get("rounds", "–")} | – | not measured: '
+                 f'{r["skipped"]} | | | |')
+      continue
+    if r.get('error'):   # refused before any compute (memory, data): what it said
+      need = re.search(r'needs about ([\d.]+ [KMGT]iB)', r['error'])
+      oom = re.search(r'out of device memory \(([\d.]+ [KMGT]iB).*?allocating (\d+) bytes',
+                      r['error'])
+      if need:   # the memory planner's refusal, before compiling
+        why = f'refused here: needs about {need.group(1)} of memory'
+      elif oom:   # past the planner, XLA's own allocation failed
+        why = (f'out of memory here: XLA asked for {int(oom.group(2)) / 2**30:.0f} GiB at '
+               f'once ({oom.group(1)} available)')
+      else:
+        why = f'refused here: {r["error"].removeprefix("error: ")}'
+      out.append(f'| `{r["config"]}` | {r["rounds"]} | {r["data"]} | {why} | | | an accelerator |')
+      continue
+    if r.get('round_s') is None:
+      out.append(f'| `{r["config"]}` | {r["rounds"]} | {r["data"]} | round 1 not done in '
+                 f'{fmt(r["lower_bound_s"])} | > {fmt(r["lower_bound_s"])} | > '
+                 f'{fmt(r["lower_bound_s"] * r["rounds"])} | {size_word(r)} |')
+      continue
+    out.append(f'| `{r["config"]}` | {r["rounds"]} | {r["data"]} | {fmt(r["first_s"])} | '
+               f'{fmt(r["round_s"])} | {fmt(r["total_s"])} | {size_word(r)} |')
+  return '\n'.join(out)
+
+
+def write_markdown(path: str, text: str) -> None:
+  with open(path) as f:
+    doc = f.read()
+  pattern = re.compile(re.escape(BEGIN) + '.*?' + re.escape(END), flags=re.S)
+  if not pattern.search(doc):
+    raise SystemExit(f'error: {path} has no {BEGIN} ... {END} section to fill')
+  doc = pattern.sub(lambda _: f'{BEGIN}\n{text}\n{END}', doc)
+  with open(path, 'w') as f:
+    f.write(doc)
+
+
+def machine() -> str:
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo') as f:
+      names = [l.split(':', 1)[1].strip() for l in f if l.startswith('model name')]
+    cpu = names[0] if names else cpu
+  except OSError:
+    pass
+  return f'{os.cpu_count()} cores ({cpu})'
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  p.add_argument('--only', default='', help='comma-separated config names (default: all)')
+  p.add_argument('--mnist', default='', help='a Keras-layout mnist.npz (else a stand-in)')
+  p.add_argument('--timeout', type=float, default=240.0, help='seconds per config')
+  p.add_argument('--out', default='', help='JSON file for the numbers')
+  p.add_argument('--from_json', default='', help='rewrite the table from an earlier --out')
+  p.add_argument('--markdown', default='', help='markdown file with the config-costs markers')
+  a = p.parse_args(argv)
+  sys.path.insert(0, REPO)
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  if a.from_json:
+    with open(a.from_json) as f:
+      doc = json.load(f)
+  else:
+    names = [n for n in config_lib.shipped_configs() if not a.only or n in a.only.split(',')]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix='fedjax_kd_costs_') as folder:
+      for name in names:
+        c = config_lib.load_file(name)
+        if name in NOT_MEASURED:
+          rows.append({'config': name, 'rounds': int(c.rounds), 'skipped': NOT_MEASURED[name]})
+          continue
+        overrides, labels = [], []
+        for field in ('source', 'public_source'):
+          given = str(c.data[field])
+          stand_in = stand_in_name(given)
+          if stand_in == 'cifar100' and field == 'source' and c.data.label_key:
+            stand_in = 'cifar100_coarse'   # a tfds label feature: the stand-in has its classes
+            overrides.append('--config.data.label_key=')
+          if stand_in == 'mnist' and a.mnist and os.path.exists(a.mnist):
+            overrides.append(f'--config.data.{field}=npz:{os.path.abspath(a.mnist)}')
+            labels.append('MNIST')
+          elif stand_in:
+            overrides.append(f'--config.data.{field}=npz:{write_stand_in(stand_in, folder)}')
+            labels.append(f'{stand_in} stand-in')
+          elif given:
+            labels.append(given)
+        row = measure(name, int(c.rounds), overrides, a.timeout, folder)
+        fit = re.search(r'would fit: (--config\.eval\.chunk=\d+)', row.get('error') or '')
+        if fit:   # the planner names an evaluation chunk that fits: the rounds are the same
+          row = dict(measure(name, int(c.rounds), overrides + [fit.group(1)], a.timeout, folder),
+                     refused_without=row['error'])
+          labels.append(fit.group(1)[len('--config.'):])
+        row['data'] = ', '.join(labels)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    doc = {'machine': machine(), 'date': time.strftime('%Y-%m-%d'), 'rows': rows}
+    if a.out:
+      with open(a.out, 'w') as f:
+        json.dump(doc, f, indent=1)
+  text = table(doc['rows'], doc['machine'])
+  if a.markdown:
+    write_markdown(a.markdown, text)
+  else:
+    print(text)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,109 @@
+"""benchmarks/config_costs.py: the cost table of docs/configs.md, its arithmetic and stand-ins."""
+
+import importlib.util
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from fedjax_kd import config as config_lib
+from tests.test_main import REPO
+
+
+def _costs():
+  spec = importlib.util.spec_from_file_location(
+      'config_costs', os.path.join(REPO, 'benchmarks', 'config_costs.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+costs = _costs()
+
+
+def test_every_shipped_config_has_a_row_in_the_docs_table():
+  """A config added without its cost (or a row left for one removed) fails here."""
+  with open(os.path.join(REPO, 'docs', 'configs.md')) as f:
+    doc = f.read()
+  section = doc.split(costs.BEGIN)[1].split(costs.END)[0]
+  named = re.findall(r'^\| `([a-z0-9_]+)` \|', section, flags=re.M)
+  assert sorted(named) == sorted(config_lib.shipped_configs())
+  # Every measured row says minutes, hours or days; the others say why they were not run.
+  for line in section.splitlines():
+    if line.startswith('| `'):
+      assert ('not measured:' in line
+              or line.rstrip(' |').rsplit('| ', 1)[1] in (
+                  'minutes', 'hours', 'days', 'hours or more', 'days or more',
+                  'an accelerator')), line
+
+
+def test_the_total_is_the_first_round_plus_the_rest_at_the_steady_rate():
+  rows = [{'config': 'a', 'rounds': 30, 'data': 'digits', 'first_s': 60.0, 'round_s': 0.8,
+           'total_s': 60.0 + 29 * 0.8},
+          {'config': 'b', 'rounds': 2000, 'data': 'cifar10 stand-in', 'first_s': None,
+           'round_s': None, 'lower_bound_s': 150.0, 'error': None},
+          {'config': 'c', 'rounds': 100, 'skipped': "LEAF's files"},
+          {'config': 'd', 'rounds': 15, 'data': 'cifar10 stand-in', 'first_s': None,
+           'round_s': None, 'lower_bound_s': 3.0,
+           'error': 'error: this run needs about 32 GiB (data 177 MiB, ...), more than ...'},
+          {'config': 'e', 'rounds': 2000, 'data': 'cifar10 stand-in', 'first_s': None,
+           'round_s': None, 'lower_bound_s': 60.0,
+           'error': 'error: out of device memory (22 GiB of host memory available): INTERNAL: '
+                    'Error dispatching computation: Out of memory allocating 30980685560 '
+                    'bytes.; the estimate was 21 GiB'}]
+  text = costs.table(rows, '2 cores (test)')
+  assert '| `a` | 30 | digits | 60 s | 0.8 s | 83 s | minutes |' in text
+  # Round 1 not done in 150 s: at least 150 s a round, 2000 x 150 s = 3.5 days.
+  assert ('| `b` | 2000 | cifar10 stand-in | round 1 not done in 2 min | > 2 min | > 3.5 days '
+          '| days or more |') in text
+  assert "| `c` | 100 | – | not measured: LEAF's files | | | |" in text
+  # Refused by the memory planner before any compute: what it needs, no made-up time.
+  assert ('| `d` | 15 | cifar10 stand-in | refused here: needs about 32 GiB of memory | | | '
+          'an accelerator |') in text
+  # Past the planner, XLA's allocation failed: 30,980,685,560 bytes = 28.9 GiB.
+  assert ('| `e` | 2000 | cifar10 stand-in | out of memory here: XLA asked for 29 GiB at once '
+          '(22 GiB available) | | | an accelerator |') in text
+
+
+@pytest.mark.parametrize('seconds,text', [(5.04, '5.0 s'), (45, '45 s'), (600, '10 min'),
+                                          (4 * 3600, '4.0 h'), (3 * 86400, '3.0 days')])
+def test_durations_read_as_a_person_would_say_them(seconds, text):
+  assert costs.fmt(seconds) == text
+
+
+def test_stand_ins_have_the_shapes_of_the_data_sets(tmp_path):
+  assert costs.stand_in_name('tfds:cifar100') == 'cifar100'
+  assert costs.stand_in_name('tfds:fashion_mnist') == 'fashion_mnist'
+  assert costs.stand_in_name('npz:tmd_features.npz') == 'sensor'
+  assert costs.stand_in_name('digits') is None
+  with np.load(costs.write_stand_in('cifar100', str(tmp_path))) as z:
+    assert z['x_train'].shape == (50_000, 32, 32, 3) and z['x_train'].dtype == np.uint8
+    assert z['x_test'].shape == (10_000, 32, 32, 3)
+    assert sorted(np.unique(z['y_train'])) == list(range(100))
+  with np.load(costs.write_stand_in('imdb', str(tmp_path))) as z:
+    assert z['x_train'].shape == (25_000, 200) and int(z['vocab_size']) == 20_000
+
+
+def test_the_table_goes_between_the_markers_and_nowhere_else(tmp_path):
+  doc = tmp_path / 'd.md'
+  doc.write_text(f'before\n{costs.BEGIN}\nold\n{costs.END}\nafter\n')
+  costs.write_markdown(str(doc), 'new table')
+  assert doc.read_text() == f'before\n{costs.BEGIN}\nnew table\n{costs.END}\nafter\n'
+  (tmp_path / 'r.json').write_text(json.dumps(
+      {'machine': 'm', 'rows': [{'config': 'c', 'rounds': 1, 'skipped': 'why'}]}))
+  assert costs.main([f'--from_json={tmp_path / "r.json"}', f'--markdown={doc}']) == 0
+  assert 'not measured: why' in doc.read_text()
+
+
+def test_the_docs_table_is_what_the_archived_numbers_give(tmp_path):
+  """docs/configs.md's table is written by the script from docs/config_costs.json, as the
+  page's own command says, never edited by hand."""
+  page = tmp_path / 'configs.md'
+  with open(os.path.join(REPO, 'docs', 'configs.md')) as f:
+    committed = f.read()
+  page.write_text(committed)
+  numbers = os.path.join(REPO, 'docs', 'config_costs.json')
+  assert costs.main([f'--from_json={numbers}', f'--markdown={page}']) == 0
+  assert page.read_text() == committed
