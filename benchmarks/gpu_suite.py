@@ -62,16 +62,18 @@ def peak_tflops(device_kind: str) -> dict[str, float]:
 
 
 def run(names: Sequence[str], repeats: int, rounds: int, tiny: bool, log=print,
-        torch_side: bool = True) -> list[dict[str, Any]]:
-  """Runs the workloads on both sides (fedjax_kd only without ``torch_side``); returns
-  vs_torch's rows with the rates added."""
+        torch_side: bool = True, torch_sides: Sequence[str] = vs_torch.TORCH_SIDES
+        ) -> list[dict[str, Any]]:
+  """Runs the workloads on fedjax_kd and each of ``torch_sides`` (fedjax_kd only without
+  ``torch_side``); returns vs_torch's rows with the rates added."""
   import jax  # pylint: disable=g-import-not-at-top
   args = paper_args(tiny)
   kind = jax.devices()[0].device_kind
   log(f'device: {kind}')
   rows = []
   for name in names:
-    row = vs_torch.run([name], repeats, rounds, 0, args, log=log, torch_side=torch_side)[0]
+    row = vs_torch.run([name], repeats, rounds, 0, args, log=log, torch_side=torch_side,
+                       torch_sides=torch_sides)[0]
     rows.append(_rates(row, kind))
   return rows
 
@@ -88,13 +90,19 @@ def _rates(row: dict[str, Any], kind: str) -> dict[str, Any]:
       'fedjax_tflops': flops / row['fedjax_round_s'] / 1e12,
       'torch_tflops': flops / pt / 1e12 if pt else None,
   })
+  for side in vs_torch.TORCH_SIDES[1:]:
+    t = row.get(f'torch_{side}_round_s')
+    row[f'torch_{side}_rounds_per_min'] = 60.0 / t if t else None
   for p, v in peaks.items():
     row[f'fedjax_{p}_peak_fraction'] = row['fedjax_tflops'] / v
   return row
 
 
 # The lines run() logs (through vs_torch.run): one per timed run and side, and the device.
-_RUN_LINE = re.compile(r'^(\w+) K=(\d+) \S+ run \d+: (fedjax_kd|pytorch)\s+([0-9.]+) s/round')
+_RUN_LINE = re.compile(r'^(\w+) K=(\d+) \S+ run \d+: '
+                       r'(fedjax_kd|pytorch vmap\+compile|pytorch vmap|pytorch)\s+([0-9.]+) s/round')
+# A side's word in those lines -> its key in vs_torch's rows.
+_SIDE_WORDS = {'pytorch vmap': 'vmap', 'pytorch vmap+compile': 'vmap_compiled'}
 _DEVICE_LINE = re.compile(r'^device: (.+)$')
 
 
@@ -122,7 +130,8 @@ def rows_from_logs(paths: Sequence[str], device_kind: str = '',
         m = _RUN_LINE.match(line.strip())
         if m:
           w = found.setdefault(m.group(1), {'clients': int(m.group(2)), 'fedjax_kd': [],
-                                            'pytorch': []})
+                                            'pytorch': [], 'pytorch vmap': [],
+                                            'pytorch vmap+compile': []})
           w[m.group(3)].append(float(m.group(4)))
   if not kind:
     raise ValueError('the logs do not name the device: pass device_kind')
@@ -134,20 +143,28 @@ def rows_from_logs(paths: Sequence[str], device_kind: str = '',
       spec, exp, _ = vs_torch.build(cfg)
       j = float(np.median(runs['fedjax_kd']))
       p = float(np.median(runs['pytorch'])) if runs['pytorch'] else None
-      rows.append(_rates({'workload': name, 'data': desc, 'clients': runs['clients'],
-                          'fedjax_round_s': j, 'torch_round_s': p,
-                          'ratio': p / j if p else None,
-                          'round_gflop': vs_torch.round_flops(spec, exp.ctx.data) / 1e9,
-                          'fedjax_runs': runs['fedjax_kd'], 'torch_runs': runs['pytorch']},
-                         kind))
+      row = {'workload': name, 'data': desc, 'clients': runs['clients'],
+             'fedjax_round_s': j, 'torch_round_s': p, 'ratio': p / j if p else None,
+             'round_gflop': vs_torch.round_flops(spec, exp.ctx.data) / 1e9,
+             'fedjax_runs': runs['fedjax_kd'], 'torch_runs': runs['pytorch']}
+      for word, side in _SIDE_WORDS.items():
+        v = float(np.median(runs[word])) if runs[word] else None
+        row.update({f'torch_{side}_round_s': v, f'torch_{side}_ratio': v / j if v else None,
+                    f'torch_{side}_runs': runs[word]})
+      rows.append(_rates(row, kind))
   return rows
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-  """A markdown table of the suite's rows."""
+  """A markdown table of the suite's rows; where a row has a batched PyTorch side, two more
+  columns give its rounds/min (eager / compiled) and fedjax_kd's speed-up over it."""
+  vmap = any(r.get(f'torch_{side}_round_s') for r in rows for side in _SIDE_WORDS.values())
+  extra = (' PyTorch vmap rounds/min (eager / compiled) | speed-up over vmap (eager / '
+           'compiled) |' if vmap else '')
   out = ['| workload | clients | device | fedjax_kd rounds/min | PyTorch rounds/min | speed-up | '
-         'TFLOP/round | fedjax_kd TFLOP/s | of TF32 peak | runs (fedjax_kd / PyTorch) |',
-         '|---|---|---|---|---|---|---|---|---|---|']
+         'TFLOP/round | fedjax_kd TFLOP/s | of TF32 peak | runs (fedjax_kd / PyTorch) |' + extra,
+         '|---|---|---|---|---|---|---|---|---|---|' + ('---|---|' if vmap else '')]
+  num = lambda v, fmt: '-' if v is None else format(v, fmt)
   for r in rows:
     frac = r.get('fedjax_tf32_peak_fraction')
     torch_rpm = '-' if r['ratio'] is None else f'{r["torch_rounds_per_min"]:.2f}'
@@ -157,6 +174,11 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
                f'{ratio} | {r["round_tflop"]:.3f} | {r["fedjax_tflops"]:.3f} | '
                f'{"-" if frac is None else f"{100 * frac:.1f}%"} | '
                f'{len(r["fedjax_runs"])} / {len(r["torch_runs"])} |')
+    if vmap:
+      out[-1] += (f' {num(r.get("torch_vmap_rounds_per_min"), ".2f")} / '
+                  f'{num(r.get("torch_vmap_compiled_rounds_per_min"), ".2f")} | '
+                  f'{num(r.get("torch_vmap_ratio"), ".2f")}x / '
+                  f'{num(r.get("torch_vmap_compiled_ratio"), ".2f")}x |')
   return '\n'.join(out)
 
 
@@ -169,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--tiny', action='store_true', help='CPU-sized workloads (tests, smoke runs)')
   p.add_argument('--no_torch', action='store_true',
                  help='fedjax_kd only (the PyTorch columns stay empty)')
+  p.add_argument('--torch_sides', default=','.join(vs_torch.TORCH_SIDES),
+                 help='PyTorch sides, comma-separated, of ' + ', '.join(vs_torch.TORCH_SIDES))
   p.add_argument('--out', default='', help='write the rows as JSON here')
   p.add_argument('--from_logs', default='',
                  help='comma-separated logs of runs stopped before writing their JSON: the '
@@ -202,7 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print('error: PyTorch is not installed (pip install -e .[bench], or --no_torch): it is a '
           'benchmark extra', file=sys.stderr)
     return 2
-  rows = run(names, a.repeats, a.rounds, a.tiny, torch_side=not a.no_torch)
+  sides = tuple(v for v in a.torch_sides.split(',') if v)
+  if not sides or any(v not in vs_torch.TORCH_SIDES for v in sides):
+    print(f'error: --torch_sides={a.torch_sides!r}: comma-separated, of '
+          f'{", ".join(vs_torch.TORCH_SIDES)}', file=sys.stderr)
+    return 2
+  rows = run(names, a.repeats, a.rounds, a.tiny, torch_side=not a.no_torch, torch_sides=sides)
   print(table(rows))
   if a.out:
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

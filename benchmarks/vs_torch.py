@@ -1,15 +1,24 @@
-r"""fedjax_kd against a plain PyTorch loop over clients, side by side, on the same workload.
+r"""fedjax_kd against PyTorch, side by side on the same workload: a loop over clients, and the
+clients batched with ``torch.func.vmap`` (eager and ``torch.compile``'d).
 
   python benchmarks/vs_torch.py --workload=all --repeats=3 --out=runs/vs_torch.json
-  python benchmarks/vs_torch.py --workload=dsfl --repeats=3 --threads=2
+  python benchmarks/vs_torch.py --workload=dsfl --repeats=3 --threads=2 \
+      --torch_sides=loop,vmap,vmap_compiled
 
-One process runs each workload with fedjax_kd and then with PyTorch, ``--repeats`` times,
-alternating, so that both see the same machine state. Both sides get the same data (fedjax_kd's
-split and partition, exported to numpy), the same models (layer for layer, parameter for
-parameter), the same optimiser (plain SGD), batch sizes, epochs and number of samples per phase,
-so that they execute the same number of minibatch steps of the same shapes. The PyTorch side is
-written the way the peer FD code bases run: a Python loop over clients, ``torch.nn`` modules,
-``torch.optim.SGD``, a random permutation of each client's data every epoch.
+One process runs each workload with fedjax_kd and then with each PyTorch side, ``--repeats``
+times, alternating, so that all see the same machine state. Every side gets the same data
+(fedjax_kd's split and partition, exported to numpy), the same models (layer for layer,
+parameter for parameter), the same optimiser (plain SGD), batch sizes, epochs and number of
+samples per phase, so that they execute the same number of minibatch steps of the same shapes.
+The PyTorch sides (``--torch_sides``, default ``loop,vmap``):
+
+* ``loop``: the way the peer FD code bases run: a Python loop over clients, ``torch.nn``
+  modules, ``torch.optim.SGD``, a random permutation of each client's data every epoch;
+* ``vmap``: the way a strong PyTorch engineer batches clients: every client's parameters
+  stacked (``torch.func.stack_module_state``), one ``vmap(grad(functional_call))`` SGD step for
+  all clients at once, each client with its own permutation (:func:`time_torch_vmap`);
+* ``vmap_compiled``: the same steps through ``torch.compile`` (TF32 allowed on a GPU, as XLA
+  uses it by default).
 
 Workloads (CPU sizes by default; ``--clients``/``--epochs`` change them):
 
@@ -250,6 +259,10 @@ def time_fedjax(cfg, rounds: int, count_flops: bool = False) -> dict[str, Any]:
     times.append(time.perf_counter() - t0)
   out = {'build_s': build_s, 'first_round_s': times[0], 'round_times_s': times[1:],
          'round_s': float(np.mean(times[1:]))}
+  import jax  # pylint: disable=g-import-not-at-top
+  stats = jax.devices()[0].memory_stats() or {}   # a GPU's allocator; None on a CPU
+  if 'peak_bytes_in_use' in stats:
+    out['peak_device_bytes'] = int(stats['peak_bytes_in_use'])
   if count_flops:
     out['round_flop'] = round_flops(spec, exp.ctx.data)
   return out
@@ -428,12 +441,10 @@ def _predict(model, x, chunk: int = 1000):
                       for i in range(0, x.shape[0], chunk)])
 
 
-def time_torch(cfg, rounds: int, threads: int) -> dict[str, Any]:
-  """Round times of the PyTorch loop on the data and step counts of ``cfg``.
-
-  It runs on the GPU when PyTorch sees one (data and models live there; each round ends with
-  a synchronisation), else on the CPU with ``threads`` threads (0: PyTorch's default).
-  """
+def _torch_setup(cfg, threads: int):
+  """What every PyTorch side starts from: (device, its synchronisation, a seeded generator,
+  the spec, the built experiment whose data it uses, and ``images``: a numpy image array as an
+  NCHW float32 tensor on the device, uint8 scaled to [0, 1])."""
   import torch  # pylint: disable=g-import-not-at-top
   if threads:
     torch.set_num_threads(threads)
@@ -442,7 +453,6 @@ def time_torch(cfg, rounds: int, threads: int) -> dict[str, Any]:
   torch.manual_seed(0)
   gen = torch.Generator().manual_seed(0)
   spec, exp, _ = build(cfg)
-  d = exp.ctx.data
 
   def images(a):
     a = np.asarray(a)
@@ -450,6 +460,36 @@ def time_torch(cfg, rounds: int, threads: int) -> dict[str, Any]:
     if a.ndim == 3:
       a = a[..., None]
     return torch.from_numpy(np.ascontiguousarray(np.moveaxis(a, -1, 1))).to(dev)
+
+  return dev, sync, gen, spec, exp, images
+
+
+def _sharpen(mean, beta, temperature):
+  """The server's soft labels: SCARLET's Enhanced ERA (``mean ** beta``, renormalised) where
+  the algorithm has a ``beta``, else DS-FL's ERA (``softmax(mean / T)``)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  if beta is not None:
+    return torch.softmax(beta * torch.log(mean), 1)
+  return torch.softmax(mean / temperature, 1)
+
+
+def _timing(times: Sequence[float], dev, **extra) -> dict[str, Any]:
+  """A PyTorch side's result: its warm-up round apart, the mean of the timed ones."""
+  import torch  # pylint: disable=g-import-not-at-top
+  return {'first_round_s': times[0], 'round_times_s': list(times[1:]),
+          'round_s': float(np.mean(times[1:])), 'torch': torch.__version__,
+          'threads': torch.get_num_threads(), 'device': str(dev), **extra}
+
+
+def time_torch(cfg, rounds: int, threads: int) -> dict[str, Any]:
+  """Round times of the PyTorch loop on the data and step counts of ``cfg``.
+
+  It runs on the GPU when PyTorch sees one (data and models live there; each round ends with
+  a synchronisation), else on the CPU with ``threads`` threads (0: PyTorch's default).
+  """
+  import torch  # pylint: disable=g-import-not-at-top
+  dev, sync, gen, spec, exp, images = _torch_setup(cfg, threads)
+  d = exp.ctx.data
 
   xp = images(d.x_private)
   yp = torch.from_numpy(np.asarray(d.y_private).astype(np.int64)).to(dev)
@@ -496,26 +536,173 @@ def time_torch(cfg, rounds: int, threads: int) -> dict[str, Any]:
       x_or = x_pub[draw]
       probs = torch.stack([_predict(m, x_or) for m in clients])
       mean = probs.mean(0)
-      labels = (torch.softmax(beta * torch.log(mean), 1) if beta is not None
-                else torch.softmax(mean / temperature, 1))
+      labels = _sharpen(mean, beta, temperature)
       for m in clients:
         _fit(m, x_or, labels, de, db, dlr, gen, soft=True)
       if server is not None:
         _fit(server, x_or, labels, de, db, dlr, gen, soft=True)
       sync()
       times.append(time.perf_counter() - t0)
-  return {'first_round_s': times[0], 'round_times_s': times[1:],
-          'round_s': float(np.mean(times[1:])), 'torch': torch.__version__,
-          'threads': torch.get_num_threads(), 'device': str(dev)}
+  return _timing(times, dev)
+
+
+def _vmap_parts(model_name: str, k: int, c: int, ch: int, dev):
+  """K stacked client models for ``torch.func``: (a parameter-less base on ``meta``, the
+  stacked parameters, the stacked buffers).
+
+  BatchNorm goes through :func:`torch.func.replace_all_batch_norm_modules_`, PyTorch's
+  documented way to vmap training through it: the layers normalise by batch statistics and
+  keep no running statistics (their update is an in-place write that vmap refuses). The work of
+  a step is the same but for that small elementwise update.
+  """
+  import copy  # pylint: disable=g-import-not-at-top
+  from torch.func import replace_all_batch_norm_modules_, stack_module_state  # pylint: disable=g-import-not-at-top
+  models = [replace_all_batch_norm_modules_(torch_model(model_name, c, ch)).to(dev)
+            for _ in range(k)]
+  params, buffers = stack_module_state(models)
+  base = copy.deepcopy(models[0]).to('meta')
+  # torch.func.grad differentiates by itself: plain tensors, so no autograd graph is recorded.
+  return (base, {n: v.detach() for n, v in params.items()},
+          {n: v.detach() for n, v in buffers.items()})
+
+
+def _vmap_fns(base, lr: float, compiled: bool):
+  """The per-step programs of the vmapped side: (train step, distill step, predict).
+
+  A step takes the stacked parameters and each client's minibatch and returns the new
+  parameters: ``vmap(grad(loss))`` over the client axis, then one SGD update per tensor. With
+  ``compiled``, each is :func:`torch.compile`'d (TF32 allowed where the GPU has it, as XLA uses
+  it by default).
+  """
+  import torch  # pylint: disable=g-import-not-at-top
+  import torch.nn.functional as F  # pylint: disable=g-import-not-at-top
+  from torch.func import functional_call, grad, vmap  # pylint: disable=g-import-not-at-top
+
+  def hard_loss(p, b, x, y):
+    return F.cross_entropy(functional_call(base, (p, b), (x,)), y)
+
+  def soft_loss(p, b, x, t):
+    return -(t * F.log_softmax(functional_call(base, (p, b), (x,)), -1)).sum(-1).mean()
+
+  hard_grad, soft_grad = vmap(grad(hard_loss)), vmap(grad(soft_loss))
+
+  def train_step(p, b, x, y):
+    g = hard_grad(p, b, x, y)
+    return {n: v - lr * g[n] for n, v in p.items()}
+
+  def distill_step(p, b, x, t):
+    g = soft_grad(p, b, x, t)
+    return {n: v - lr * g[n] for n, v in p.items()}
+
+  def predict(p, b, x):
+    return torch.softmax(vmap(lambda pp, bb: functional_call(base, (pp, bb), (x,)))(p, b), -1)
+
+  if compiled:
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    train_step, distill_step, predict = (torch.compile(f) for f in
+                                         (train_step, distill_step, predict))
+  return train_step, distill_step, predict
+
+
+def time_torch_vmap(cfg, rounds: int, threads: int, compiled: bool = False) -> dict[str, Any]:
+  """Round times of PyTorch with the clients batched, as a strong PyTorch engineer writes it:
+  every client's parameters stacked (``torch.func.stack_module_state``), one
+  ``vmap(grad(functional_call))`` step for all clients at once, each client with its own
+  permutation of its data (and of the open samples) every epoch; with ``compiled``, the steps
+  ``torch.compile``'d. Same data, models, step counts and aggregation as :func:`time_torch`.
+
+  The stacked clients need equal data sizes (every workload here partitions into equal
+  shards); a client with more rows than the smallest would be cut to it, and the row says how
+  many rows were dropped.
+  """
+  import torch  # pylint: disable=g-import-not-at-top
+  dev, sync, gen, spec, exp, images = _torch_setup(cfg, threads)
+  d = exp.ctx.data
+
+  idx, n = np.asarray(d.client_idx), np.asarray(d.client_n)
+  k, m = len(n), int(n.min())
+  rows = np.stack([idx[i, :m] for i in range(k)])                  # [K, m]
+  xp = images(d.x_private)
+  yp = torch.from_numpy(np.asarray(d.y_private).astype(np.int64)).to(dev)
+  xs = xp[torch.from_numpy(rows).to(dev)]                            # [K, m, C, H, W]
+  ys = yp[torch.from_numpy(rows).to(dev)]                            # [K, m]
+  c, ch = d.num_classes, xp.shape[1]
+  model_name = spec.clients.models[0]
+  tr = spec.train
+  lanes = torch.arange(k, device=dev)[:, None]
+
+  def epochs_of(p, b, step, x, t, epochs, batch):
+    """``epochs`` passes; ``x``/``t`` per client ([K, N, ...]) or shared ([N, ...])."""
+    size = x.shape[1] if x.dim() == xs.dim() else x.shape[0]
+    for _ in range(epochs):
+      perm = torch.stack([torch.randperm(size, generator=gen) for _ in range(k)]).to(dev)
+      for i in range(0, size, batch):
+        j = perm[:, i:i + batch]
+        if x.dim() == xs.dim():
+          xb, tb = x[lanes, j], t[lanes, j]
+        else:
+          xb, tb = x[j], t[j]
+        p = step(p, b, xb, tb)
+    return p
+
+  times = []
+  base, params, buffers = _vmap_parts(model_name, k, c, ch, dev)
+  dlr = (spec.distill.optimizer or tr).learning_rate if spec.algorithm != 'fedavg' else 0.0
+  train_step, distill_step, predict = _vmap_fns(base, tr.learning_rate, compiled)
+  if spec.algorithm != 'fedavg' and dlr != tr.learning_rate:
+    _, distill_step, _ = _vmap_fns(base, dlr, compiled)
+  if spec.algorithm == 'fedavg':
+    weights = torch.tensor(n / n.sum(), dtype=torch.float32, device=dev)
+    glob = {name: v[0].clone() for name, v in params.items()}
+    for _ in range(rounds + 1):
+      t0 = time.perf_counter()
+      p = {name: v.expand(k, *v.shape).clone() for name, v in glob.items()}
+      p = epochs_of(p, buffers, train_step, xs, ys, tr.epochs, tr.batch_size)
+      glob = {name: torch.tensordot(weights, v, dims=1) for name, v in p.items()}
+      sync()
+      times.append(time.perf_counter() - t0)
+  else:   # public-set distillation: DS-FL / SCARLET (ERA or Enhanced ERA)
+    x_pub = images(d.x_public)
+    server = torch_model(spec.server.model, c, ch).to(dev) if spec.server.model else None
+    de, db = spec.distill.epochs, spec.distill.batch_size
+    beta = getattr(spec.options, 'beta', None)
+    temperature = getattr(spec.options, 'temperature', 1.0)
+    p = params
+    for t in range(1, rounds + 2):
+      t0 = time.perf_counter()
+      p = epochs_of(p, buffers, train_step, xs, ys, tr.epochs, tr.batch_size)
+      draw = torch.from_numpy(np.asarray(exp.algorithm.sample_public(t)[0]).astype(np.int64)
+                              ).to(dev)
+      x_or = x_pub[draw]
+      probs = torch.cat([predict(p, buffers, x_or[i:i + 1000])
+                         for i in range(0, x_or.shape[0], 1000)], 1)     # [K, |o_r|, C]
+      mean = probs.mean(0)
+      labels = _sharpen(mean, beta, temperature)
+      p = epochs_of(p, buffers, distill_step, x_or, labels, de, db)
+      if server is not None:
+        _fit(server, x_or, labels, de, db, dlr, gen, soft=True)
+      sync()
+      times.append(time.perf_counter() - t0)
+  return _timing(times, dev, compiled=compiled, rows_dropped=int(n.sum() - k * m))
 
 
 # ------------------------------------------------------------ driver
+# The PyTorch sides: a loop over clients (the peer code bases), clients batched with
+# torch.func.vmap (eager), and the same torch.compile'd.
+TORCH_SIDES = ('loop', 'vmap', 'vmap_compiled')
+
+
 def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
-        log=print, torch_side: bool = True) -> list[dict[str, Any]]:
+        log=print, torch_side: bool = True, torch_sides: Sequence[str] = ('loop', 'vmap')
+        ) -> list[dict[str, Any]]:
   """Runs every workload ``repeats`` times on each side; returns one row per workload.
 
-  With ``torch_side=False`` only fedjax_kd runs (the PyTorch columns are None).
+  The sides run in turn within each repeat (fedjax_kd, then each of ``torch_sides``), so
+  that all see the same machine state. With ``torch_side=False`` only fedjax_kd runs (the
+  PyTorch columns are None).
   """
+  torch_sides = tuple(torch_sides) if torch_side else ()
   import jax  # pylint: disable=g-import-not-at-top
   rows = []
   peak = peak_gflops(threads=threads)
@@ -523,18 +710,29 @@ def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
   with tempfile.TemporaryDirectory() as tmp:
     for name, make in cases(workloads, args):
       cfg, desc = make(tmp)
-      jx, pt = [], []
+      jx = []
+      sides: dict[str, list[dict[str, Any]]] = {side: [] for side in torch_sides}
       for rep in range(repeats):
         jx.append(time_fedjax(cfg, rounds, count_flops=not jx))
         log(f'{name} K={cfg.clients.num_clients} {cfg.clients.models[0]} run {rep + 1}: '
             f'fedjax_kd {jx[-1]["round_s"]:.2f} s/round '
             f'(first {jx[-1]["first_round_s"]:.1f} s)')
-        if torch_side:
-          pt.append(time_torch(cfg, rounds, threads))
+        for side in torch_sides:
+          if side == 'loop':
+            sides[side].append(time_torch(cfg, rounds, threads))
+          else:
+            sides[side].append(time_torch_vmap(cfg, rounds, threads,
+                                               compiled=side == 'vmap_compiled'))
+          word = {'loop': 'pytorch', 'vmap': 'pytorch vmap',
+                  'vmap_compiled': 'pytorch vmap+compile'}[side]
           log(f'{name} K={cfg.clients.num_clients} {cfg.clients.models[0]} run {rep + 1}: '
-              f'pytorch   {pt[-1]["round_s"]:.2f} s/round')
+              f'{word} {sides[side][-1]["round_s"]:.2f} s/round '
+              f'(first {sides[side][-1]["first_round_s"]:.1f} s)')
       j = float(np.median([r['round_s'] for r in jx]))
-      p = float(np.median([r['round_s'] for r in pt])) if pt else None
+      med = {side: float(np.median([r['round_s'] for r in runs])) if runs else None
+             for side, runs in sides.items()}
+      pt = sides.get('loop', [])
+      p = med.get('loop')
       flop = jx[0]['round_flop']
       rows.append({'workload': name, 'data': desc, 'clients': int(cfg.clients.num_clients),
                    'model': list(cfg.clients.models)[0], 'algorithm': cfg.algorithm,
@@ -547,8 +745,12 @@ def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
                    'fedjax_first_round_s': float(np.median(
                        [r['first_round_s'] for r in jx])),
                    'fedjax_runs': jx, 'torch_runs': pt,
+                   **{f'torch_{side}_round_s': med.get(side) for side in TORCH_SIDES[1:]},
+                   **{f'torch_{side}_ratio': med[side] / j if med.get(side) else None
+                      for side in TORCH_SIDES[1:]},
+                   **{f'torch_{side}_runs': sides.get(side, []) for side in TORCH_SIDES[1:]},
                    'jax': jax.__version__, 'backend': jax.default_backend(),
-                   'torch': pt[0]['torch'] if pt else None,
+                   'torch': next((r[0]['torch'] for r in sides.values() if r), None),
                    'torch_threads': pt[0]['threads'] if pt else None,
                    'torch_device': pt[0]['device'] if pt else None})
   return rows
@@ -557,16 +759,22 @@ def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
 def table(rows: Sequence[dict[str, Any]]) -> str:
   """A markdown table of the rows (median over repeats)."""
   out = ['| workload | clients | model | batch | fedjax_kd s/round | PyTorch loop s/round | '
-         'speed-up | GFLOP/round | fedjax_kd GFLOP/s | PyTorch GFLOP/s | matmul peak GFLOP/s '
+         'speed-up | PyTorch vmap s/round (eager / compiled) | speed-up over vmap (eager / '
+         'compiled) | GFLOP/round | fedjax_kd GFLOP/s | PyTorch GFLOP/s | matmul peak GFLOP/s '
          '(XLA / PyTorch) | fedjax_kd round 1 (compile) |',
-         '|---|---|---|---|---|---|---|---|---|---|---|---|']
+         '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
   num = lambda v, d=2: '-' if v is None else f'{v:.{d}f}'
+  times = lambda v: '-' if v is None else f'{v:.2f}x'
   for r in rows:
     peak = f'{r["peak_gflops_xla"]:.0f} / {num(r["peak_gflops_torch"], 0)}'
-    ratio = '-' if r['ratio'] is None else f'{r["ratio"]:.2f}x'
+    ratio = times(r['ratio'])
+    vm = (f'{num(r.get("torch_vmap_round_s"))} / '
+          f'{num(r.get("torch_vmap_compiled_round_s"))}')
+    vr = (f'{times(r.get("torch_vmap_ratio"))} / '
+          f'{times(r.get("torch_vmap_compiled_ratio"))}')
     out.append(f'| {r["workload"]} | {r["clients"]} | {r["model"]} | {r["batch_size"]} | '
                f'{r["fedjax_round_s"]:.2f} | {num(r["torch_round_s"])} | '
-               f'{ratio} | '
+               f'{ratio} | {vm} | {vr} | '
                f'{r["round_gflop"]:.1f} | {r["fedjax_gflops"]:.1f} | '
                f'{num(r["torch_gflops"], 1)} | {peak} | {r["fedjax_first_round_s"]:.1f} s |')
   return '\n'.join(out)
@@ -587,8 +795,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                  help='models of the many-clients workloads (comma-separated)')
   p.add_argument('--mnist', default=MNIST_DEFAULT,
                  help='MNIST .npz (Keras layout; default $FEDJAX_KD_MNIST)')
+  p.add_argument('--torch_sides', default='loop,vmap',
+                 help='PyTorch sides, comma-separated, of ' + ', '.join(TORCH_SIDES))
   p.add_argument('--out', default='', help='write the rows as JSON here')
   a = p.parse_args(argv)
+  sides = tuple(v for v in a.torch_sides.split(',') if v)
+  if not sides or any(v not in TORCH_SIDES for v in sides):
+    print(f'error: --torch_sides={a.torch_sides!r}: comma-separated, of '
+          f'{", ".join(TORCH_SIDES)}', file=sys.stderr)
+    return 2
   names = WORKLOADS if a.workload == 'all' else tuple(a.workload.split(','))
   bad = [w for w in names if w not in WORKLOADS]
   if bad:
@@ -616,7 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print('error: PyTorch is not installed (pip install -e .[bench]): it is a benchmark extra',
           file=sys.stderr)
     return 2
-  rows = run(names, a.repeats, a.rounds, a.threads, a)
+  rows = run(names, a.repeats, a.rounds, a.threads, a, torch_sides=sides)
   print(table(rows))
   if a.out:
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

@@ -64,6 +64,24 @@ def test_rows_from_logs_pool_the_finished_runs(tmp_path, capsys):
   assert '--device_kind' in capsys.readouterr().err
 
 
+def test_rows_from_logs_read_the_batched_pytorch_sides(tmp_path, capsys):
+  """vs_torch's vmapped sides log 'pytorch vmap' and 'pytorch vmap+compile' lines: each is
+  its own column (the loop's 'pytorch' stays the loop's), and the table grows two columns."""
+  log = tmp_path / 'a.log'
+  log.write_text('device: NVIDIA H100 80GB HBM3\n'
+                 'dsfl K=2 dsfl_cnn@1.0 run 1: fedjax_kd 1.00 s/round (first 9.0 s)\n'
+                 'dsfl K=2 dsfl_cnn@1.0 run 1: pytorch 10.00 s/round (first 10.0 s)\n'
+                 'dsfl K=2 dsfl_cnn@1.0 run 1: pytorch vmap 2.50 s/round (first 3.0 s)\n'
+                 'dsfl K=2 dsfl_cnn@1.0 run 1: pytorch vmap+compile 1.50 s/round (first 40 s)\n')
+  (row,) = gpu_suite.rows_from_logs([str(log)], tiny=True)
+  assert row['torch_runs'] == [10.0] and row['torch_vmap_runs'] == [2.5]
+  assert row['torch_vmap_compiled_runs'] == [1.5]
+  assert row['torch_vmap_ratio'] == 2.5 and row['torch_vmap_compiled_ratio'] == 1.5
+  assert row['torch_vmap_compiled_rounds_per_min'] == 40.0
+  line = gpu_suite.table([row]).splitlines()[-1]
+  assert line.endswith('| 24.00 / 40.00 | 2.50x / 1.50x |')
+
+
 def test_forward_flops_count_the_convolutions():
   import vs_torch  # pylint: disable=g-import-not-at-top
   hand = 2 * (576 * 25 * 32 + 64 * 800 * 64 + 1024 * 512 + 512 * 10)

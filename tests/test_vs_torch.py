@@ -63,8 +63,19 @@ def test_table_shows_the_roofline_columns():
          'fedjax_gflops': 130.0, 'torch_gflops': None, 'peak_gflops_xla': 150.0,
          'peak_gflops_torch': None, 'fedjax_first_round_s': 9.0}
   line = vs_torch.table([row]).splitlines()[-1]
-  assert line == ('| many_fedavg | 100 | dsfl_cnn@1.0 | 10 | 2.00 | - | - | 260.0 | 130.0 | - | '
-                  '150 / - | 9.0 s |')
+  assert line == ('| many_fedavg | 100 | dsfl_cnn@1.0 | 10 | 2.00 | - | - | - / - | - / - | '
+                  '260.0 | 130.0 | - | 150 / - | 9.0 s |')
+  # The batched PyTorch sides: their round times and fedjax_kd's speed-up over each.
+  row.update({'torch_vmap_round_s': 3.0, 'torch_vmap_ratio': 1.5,
+              'torch_vmap_compiled_round_s': 2.5, 'torch_vmap_compiled_ratio': 1.25})
+  line = vs_torch.table([row]).splitlines()[-1]
+  assert '| 3.00 / 2.50 | 1.50x / 1.25x |' in line
+
+
+def test_bad_torch_sides_are_one_line(capsys):
+  assert vs_torch.main(['--workload=dsfl', '--torch_sides=loop,jit']) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith('error: --torch_sides=') and 'vmap_compiled' in err and '\n' not in err
 
 
 @pytest.mark.parametrize('flag, value, word', [
@@ -89,6 +100,19 @@ def test_tiny_many_clients_run(tmp_path, capsys):
   assert row['fedjax_gflops'] == pytest.approx(row['round_gflop'] / row['fedjax_round_s'])
   assert row['peak_gflops_xla'] > 0 and row['ratio'] > 0
   assert '| many_fedavg | 4 | leaf_cnn@1.0 | 10 |' in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec('torch') is None, reason='PyTorch not installed')
+def test_the_batched_pytorch_side_runs_the_same_steps_as_the_loop():
+  """time_torch_vmap on a tiny DS-FL round: every client's steps in one vmapped program."""
+  args = argparse.Namespace(mnist='', epochs=1, clients=2)
+  import tempfile  # pylint: disable=g-import-not-at-top
+  with tempfile.TemporaryDirectory() as tmp:
+    cfg, _ = vs_torch.dsfl_config(args, tmp)
+    out = vs_torch.time_torch_vmap(cfg, rounds=1, threads=1)
+  assert out['rows_dropped'] == 0 and not out['compiled']    # 2 equal shards: nothing cut
+  assert len(out['round_times_s']) == 1 and out['round_s'] > 0
 
 
 def test_profile_groups_and_shares_by_hand():
