@@ -45,6 +45,9 @@ WORKLOADS = ('blazefl', 'dsfl', 'resnet20')
 # cores and TF32 on the tensor cores (what XLA and cuBLAS use for float32 matmuls by default).
 PEAKS = {'H100': {'fp32': 67.0, 'tf32': 494.7}, 'H200': {'fp32': 67.0, 'tf32': 494.7},
          'A100': {'fp32': 19.5, 'tf32': 156.0}}
+# Memory bandwidth in TB/s (HBM3 of the H100 SXM, HBM3e of the H200, HBM2e of the A100 80GB):
+# the other limit of the roofline, against the bytes a round moves (vs_torch.round_bytes).
+HBM_TBPS = {'H100': 3.35, 'H200': 4.8, 'A100': 2.04}
 
 
 def paper_args(tiny: bool) -> argparse.Namespace:
@@ -95,6 +98,10 @@ def _rates(row: dict[str, Any], kind: str) -> dict[str, Any]:
     row[f'torch_{side}_rounds_per_min'] = 60.0 / t if t else None
   for p, v in peaks.items():
     row[f'fedjax_{p}_peak_fraction'] = row['fedjax_tflops'] / v
+  if row.get('round_gbytes'):   # the memory side: bytes moved a second against the bandwidth
+    row['fedjax_tbytes_s'] = row['round_gbytes'] / row['fedjax_round_s'] / 1e3
+    hbm = next((v for k, v in HBM_TBPS.items() if k in kind), None)
+    row['fedjax_hbm_fraction'] = row['fedjax_tbytes_s'] / hbm if hbm else None
   return row
 
 
@@ -146,6 +153,7 @@ def rows_from_logs(paths: Sequence[str], device_kind: str = '',
       row = {'workload': name, 'data': desc, 'clients': runs['clients'],
              'fedjax_round_s': j, 'torch_round_s': p, 'ratio': p / j if p else None,
              'round_gflop': vs_torch.round_flops(spec, exp.ctx.data) / 1e9,
+             'round_gbytes': vs_torch.round_bytes(spec, exp.ctx.data) / 1e9,
              'fedjax_runs': runs['fedjax_kd'], 'torch_runs': runs['pytorch']}
       for word, side in _SIDE_WORDS.items():
         v = float(np.median(runs[word])) if runs[word] else None
@@ -162,17 +170,20 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
   extra = (' PyTorch vmap rounds/min (eager / compiled) | speed-up over vmap (eager / '
            'compiled) |' if vmap else '')
   out = ['| workload | clients | device | fedjax_kd rounds/min | PyTorch rounds/min | speed-up | '
-         'TFLOP/round | fedjax_kd TFLOP/s | of TF32 peak | runs (fedjax_kd / PyTorch) |' + extra,
-         '|---|---|---|---|---|---|---|---|---|---|' + ('---|---|' if vmap else '')]
+         'TFLOP/round | fedjax_kd TFLOP/s | of TF32 peak | GB moved/round (model) | '
+         'of HBM bandwidth | runs (fedjax_kd / PyTorch) |' + extra,
+         '|---|---|---|---|---|---|---|---|---|---|---|---|' + ('---|---|' if vmap else '')]
   num = lambda v, fmt: '-' if v is None else format(v, fmt)
   for r in rows:
-    frac = r.get('fedjax_tf32_peak_fraction')
+    frac, hbm = r.get('fedjax_tf32_peak_fraction'), r.get('fedjax_hbm_fraction')
     torch_rpm = '-' if r['ratio'] is None else f'{r["torch_rounds_per_min"]:.2f}'
     ratio = '-' if r['ratio'] is None else f'{r["ratio"]:.2f}x'
     out.append(f'| {r["workload"]} | {r["clients"]} | {r["device_kind"]} | '
                f'{r["fedjax_rounds_per_min"]:.2f} | {torch_rpm} | '
                f'{ratio} | {r["round_tflop"]:.3f} | {r["fedjax_tflops"]:.3f} | '
                f'{"-" if frac is None else f"{100 * frac:.1f}%"} | '
+               f'{num(r.get("round_gbytes"), ".1f")} | '
+               f'{"-" if hbm is None else f"{100 * hbm:.1f}%"} | '
                f'{len(r["fedjax_runs"])} / {len(r["torch_runs"])} |')
     if vmap:
       out[-1] += (f' {num(r.get("torch_vmap_rounds_per_min"), ".2f")} / '

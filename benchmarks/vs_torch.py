@@ -265,12 +265,19 @@ def time_fedjax(cfg, rounds: int, count_flops: bool = False) -> dict[str, Any]:
     out['peak_device_bytes'] = int(stats['peak_bytes_in_use'])
   if count_flops:
     out['round_flop'] = round_flops(spec, exp.ctx.data)
+    out['round_bytes'] = round_bytes(spec, exp.ctx.data)
   return out
 
 
 # ------------------------------------------------------------ work accounting
-def forward_flops(model: str, num_classes: int, input_shape: Sequence[int]) -> float:
-  """FLOPs of one example's forward pass in inference mode (XLA's cost analysis on the CPU).
+@functools.lru_cache(maxsize=None)
+def forward_cost(model: str, num_classes: int, input_shape: tuple[int, ...], batch: int = 1,
+                 lowering: str = 'im2col') -> dict[str, float]:
+  """XLA's cost analysis (on the CPU) of a forward pass of ``batch`` examples in inference mode:
+  ``flops``, ``bytes`` (bytes accessed: parameters and activations read and written) and
+  ``param_bytes`` (the float32 parameters alone). ``lowering`` of the convolutions: ``im2col``
+  (the CPU's) counts their FLOPs as products; ``xla`` (the GPU's) reads and writes what a
+  convolution kernel does, without im2col's patch matrices.
 
   Counted on the CPU on every machine: on a GPU, XLA hands convolutions to cuDNN as custom
   calls, which its cost analysis counts as 0 FLOPs (a CNN's count would be its dense layers).
@@ -279,14 +286,21 @@ def forward_flops(model: str, num_classes: int, input_shape: Sequence[int]) -> f
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from fedjax_kd.models import registry  # pylint: disable=g-import-not-at-top
   module = registry.get_model(model, num_classes=num_classes, input_shape=tuple(input_shape),
-                              lowering='im2col')
+                              lowering=lowering)
   cpu = jax.devices('cpu')[0]
-  x = jax.device_put(jnp.zeros((1,) + tuple(input_shape), jnp.float32), cpu)
-  variables = jax.device_put(module.init(jax.random.PRNGKey(0), x, train=False), cpu)
+  x = jax.device_put(jnp.zeros((batch,) + tuple(input_shape), jnp.float32), cpu)
+  variables = jax.device_put(module.init(jax.random.PRNGKey(0), x[:1], train=False), cpu)
   compiled = jax.jit(lambda v, x: module.apply(v, x, train=False)).lower(variables, x).compile()
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return float(cost['flops'])
+  params = sum(4 * int(np.prod(np.shape(a))) for a in jax.tree.leaves(variables['params']))
+  return {'flops': float(cost['flops']), 'bytes': float(cost['bytes accessed']),
+          'param_bytes': float(params)}
+
+
+def forward_flops(model: str, num_classes: int, input_shape: Sequence[int]) -> float:
+  """FLOPs of one example's forward pass in inference mode (:func:`forward_cost`)."""
+  return forward_cost(model, num_classes, tuple(input_shape))['flops']
 
 
 def round_examples(algorithm: str, client_n: Sequence[int], epochs: int, public: int = 0,
@@ -321,6 +335,41 @@ def round_flops(spec, data) -> float:
                       0 if fedavg else spec.distill.epochs,
                       bool(spec.server.model) and not fedavg)
   return fwd * ex
+
+
+def round_bytes(spec, data) -> float:
+  """Bytes one round moves through device memory, by a model of its steps (the memory side of
+  the roofline; a GPU profile's memory traffic is its check).
+
+  A training step of ``B`` examples on one client moves 3 x ``A(B)`` (the forward's bytes
+  accessed with the GPU's convolutions, :func:`forward_cost`, measured at 1 and 2 examples
+  and extended linearly: the parameters are read once, the activations per example; the backward reads and writes about twice what the forward
+  does) plus 3 x the parameters (plain SGD reads the parameters and the gradient and writes the
+  parameters). Per round: every client's ``ceil(n_k / B) x epochs`` training steps; for a
+  public-set method also each client's prediction of the round's open samples (one pass) and
+  the clients' and the server's ``ceil(|P^t| / B_d) x E_d`` distillation steps; FedAvg adds
+  reading every client's parameters and writing the average.
+  """
+  model, c, shape = spec.clients.models[0], data.num_classes, tuple(data.input_shape)
+  p = forward_cost(model, c, shape)['param_bytes']
+
+  one, two = (forward_cost(model, c, shape, b, 'xla')['bytes'] for b in (1, 2))
+
+  def forward(batch: int) -> float:   # parameters once, activations per example: linear in B
+    return one + (batch - 1) * (two - one)
+
+  def step(batch: int) -> float:
+    return 3.0 * forward(batch) + 3.0 * p
+
+  tr = spec.train
+  n = np.asarray(data.client_n)
+  total = float(np.sum(np.ceil(n / tr.batch_size))) * tr.epochs * step(tr.batch_size)
+  if spec.algorithm == 'fedavg':
+    return total + (len(n) + 1) * p
+  pub, db = spec.distill.public_per_round, spec.distill.batch_size
+  students = len(n) + (1 if spec.server.model else 0)
+  total += len(n) * forward(pub)
+  return total + students * np.ceil(pub / db) * spec.distill.epochs * step(db)
 
 
 def peak_gflops(n: int = 2048, repeats: int = 5, threads: int = 0,
@@ -733,13 +782,14 @@ def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
              for side, runs in sides.items()}
       pt = sides.get('loop', [])
       p = med.get('loop')
-      flop = jx[0]['round_flop']
+      flop, moved = jx[0]['round_flop'], jx[0]['round_bytes']
       rows.append({'workload': name, 'data': desc, 'clients': int(cfg.clients.num_clients),
                    'model': list(cfg.clients.models)[0], 'algorithm': cfg.algorithm,
                    'batch_size': int(cfg.train.batch_size), 'epochs': int(cfg.train.epochs),
                    'repeats': repeats, 'timed_rounds': rounds, 'fedjax_round_s': j,
                    'torch_round_s': p, 'ratio': p / j if p else None,
                    'round_gflop': flop / 1e9, 'fedjax_gflops': flop / j / 1e9,
+                   'round_gbytes': moved / 1e9, 'fedjax_gbytes_s': moved / j / 1e9,
                    'torch_gflops': flop / p / 1e9 if p else None,
                    'peak_gflops_xla': peak['xla'], 'peak_gflops_torch': peak.get('torch'),
                    'fedjax_first_round_s': float(np.median(

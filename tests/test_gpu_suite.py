@@ -64,6 +64,16 @@ def test_rows_from_logs_pool_the_finished_runs(tmp_path, capsys):
   assert '--device_kind' in capsys.readouterr().err
 
 
+def test_the_memory_side_of_the_roofline():
+  # 3,350 GB a round in one second is the H100's 3.35 TB/s: 100% of its bandwidth.
+  row = gpu_suite._rates({'round_gflop': 1.0, 'fedjax_round_s': 1.0, 'torch_round_s': None,  # pylint: disable=protected-access
+                          'round_gbytes': 3350.0}, 'NVIDIA H100 80GB HBM3')
+  assert row['fedjax_tbytes_s'] == pytest.approx(3.35)
+  assert row['fedjax_hbm_fraction'] == pytest.approx(1.0)
+  assert gpu_suite._rates({'round_gflop': 1.0, 'fedjax_round_s': 1.0, 'torch_round_s': None,  # pylint: disable=protected-access
+                           'round_gbytes': 1.0}, 'cpu')['fedjax_hbm_fraction'] is None
+
+
 def test_rows_from_logs_read_the_batched_pytorch_sides(tmp_path, capsys):
   """vs_torch's vmapped sides log 'pytorch vmap' and 'pytorch vmap+compile' lines: each is
   its own column (the loop's 'pytorch' stays the loop's), and the table grows two columns."""

@@ -48,6 +48,27 @@ def test_round_work_by_hand():
                                  server=True) == 6000 + 2 * 16000 + 15000
 
 
+def test_round_bytes_by_hand(monkeypatch):
+  """The memory side of the roofline from known forward costs: A(B) bytes accessed by a
+  forward of B examples, P parameter bytes; a training step moves 3 A(B) + 3 P."""
+  from types import SimpleNamespace as NS  # pylint: disable=g-import-not-at-top
+  costs = {1: 10.0, 2: 20.0}   # A(1), A(2): A(B) = 10 B (linear from these two)
+  monkeypatch.setattr(vs_torch, 'forward_cost', lambda m, c, s, b=1, lowering='im2col': {
+      'flops': 0.0, 'bytes': costs[b], 'param_bytes': 40.0})
+  data = NS(num_classes=10, input_shape=(28, 28, 1), client_n=[200, 150])
+  spec = NS(algorithm='fedavg', clients=NS(models=['m']), server=NS(model=''),
+            train=NS(batch_size=100, epochs=5))
+  # ceil(200/100) + ceil(150/100) = 4 steps an epoch, 5 epochs: 20 x (3 A(100) + 3 P) =
+  # 20 x (3000 + 120); then reading both clients' parameters and writing the average: 3 x 40.
+  assert vs_torch.round_bytes(spec, data) == 20 * 3120 + 120
+  spec = NS(algorithm='dsfl', clients=NS(models=['m']), server=NS(model='m'),
+            train=NS(batch_size=100, epochs=5),
+            distill=NS(public_per_round=100, batch_size=50, epochs=2))
+  # Training as above; each client predicts 100 open samples (A(100) = 1000 once); the 2
+  # clients and the server distil ceil(100/50) x 2 = 4 steps of 3 A(50) + 3 P = 1500 + 120.
+  assert vs_torch.round_bytes(spec, data) == 20 * 3120 + 2 * 1000 + 3 * 4 * 1620
+
+
 @pytest.mark.slow
 def test_forward_flops_of_the_blazefl_cnn():
   # conv5x5(32) on 32x32x3 VALID: 28*28*32*75*2; conv5x5(64) on 14x14x32: 10*10*64*800*2;
