@@ -106,10 +106,12 @@ def _rates(row: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 # The lines run() logs (through vs_torch.run): one per timed run and side, and the device.
-_RUN_LINE = re.compile(r'^(\w+) K=(\d+) \S+ run \d+: '
-                       r'(fedjax_kd|pytorch vmap\+compile|pytorch vmap|pytorch)\s+([0-9.]+) s/round')
-# A side's word in those lines -> its key in vs_torch's rows.
-_SIDE_WORDS = {'pytorch vmap': 'vmap', 'pytorch vmap+compile': 'vmap_compiled'}
+_RUN_LINE = re.compile(r'^(\w+) K=(\d+) \S+ run \d+: (fedjax_kd|'
+                       + '|'.join(re.escape(w) for w in sorted(vs_torch.SIDE_WORDS.values(),
+                                                               key=len, reverse=True))
+                       + r')\s+([0-9.]+) s/round')
+# The batched sides' words in those lines -> their keys in vs_torch's rows.
+_SIDE_WORDS = {w: side for side, w in vs_torch.SIDE_WORDS.items() if side != 'loop'}
 _DEVICE_LINE = re.compile(r'^device: (.+)$')
 
 
@@ -137,8 +139,7 @@ def rows_from_logs(paths: Sequence[str], device_kind: str = '',
         m = _RUN_LINE.match(line.strip())
         if m:
           w = found.setdefault(m.group(1), {'clients': int(m.group(2)), 'fedjax_kd': [],
-                                            'pytorch': [], 'pytorch vmap': [],
-                                            'pytorch vmap+compile': []})
+                                            **{word: [] for word in vs_torch.SIDE_WORDS.values()}})
           w[m.group(3)].append(float(m.group(4)))
   if not kind:
     raise ValueError('the logs do not name the device: pass device_kind')

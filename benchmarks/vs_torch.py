@@ -615,8 +615,9 @@ def _vmap_parts(model_name: str, k: int, c: int, ch: int, dev):
           {n: v.detach() for n, v in buffers.items()})
 
 
-def _vmap_fns(base, lr: float, compiled: bool):
-  """The per-step programs of the vmapped side: (train step, distill step, predict).
+def _vmap_fns(base, lr: float, distill_lr: float, compiled: bool):
+  """The per-step programs of the vmapped side: (train step, distill step, predict), SGD at
+  ``lr`` on the private data and at ``distill_lr`` on the soft targets.
 
   A step takes the stacked parameters and each client's minibatch and returns the new
   parameters: ``vmap(grad(loss))`` over the client axis, then one SGD update per tensor. With
@@ -641,7 +642,7 @@ def _vmap_fns(base, lr: float, compiled: bool):
 
   def distill_step(p, b, x, t):
     g = soft_grad(p, b, x, t)
-    return {n: v - lr * g[n] for n, v in p.items()}
+    return {n: v - distill_lr * g[n] for n, v in p.items()}
 
   def predict(p, b, x):
     return torch.softmax(vmap(lambda pp, bb: functional_call(base, (pp, bb), (x,)))(p, b), -1)
@@ -681,33 +682,28 @@ def time_torch_vmap(cfg, rounds: int, threads: int, compiled: bool = False) -> d
   tr = spec.train
   lanes = torch.arange(k, device=dev)[:, None]
 
-  def epochs_of(p, b, step, x, t, epochs, batch):
-    """``epochs`` passes; ``x``/``t`` per client ([K, N, ...]) or shared ([N, ...])."""
-    size = x.shape[1] if x.dim() == xs.dim() else x.shape[0]
+  def epochs_of(p, b, step, x, t, epochs, batch, shared):
+    """``epochs`` passes, each client in its own order; ``x``/``t`` each client's own
+    ([K, N, ...]), or with ``shared`` the same rows for all ([N, ...])."""
+    size = x.shape[0] if shared else x.shape[1]
     for _ in range(epochs):
       perm = torch.stack([torch.randperm(size, generator=gen) for _ in range(k)]).to(dev)
       for i in range(0, size, batch):
-        j = perm[:, i:i + batch]
-        if x.dim() == xs.dim():
-          xb, tb = x[lanes, j], t[lanes, j]
-        else:
-          xb, tb = x[j], t[j]
-        p = step(p, b, xb, tb)
+        j = perm[:, i:i + batch]                                   # [K, B]
+        p = step(p, b, *((x[j], t[j]) if shared else (x[lanes, j], t[lanes, j])))
     return p
 
   times = []
   base, params, buffers = _vmap_parts(model_name, k, c, ch, dev)
   dlr = (spec.distill.optimizer or tr).learning_rate if spec.algorithm != 'fedavg' else 0.0
-  train_step, distill_step, predict = _vmap_fns(base, tr.learning_rate, compiled)
-  if spec.algorithm != 'fedavg' and dlr != tr.learning_rate:
-    _, distill_step, _ = _vmap_fns(base, dlr, compiled)
+  train_step, distill_step, predict = _vmap_fns(base, tr.learning_rate, dlr, compiled)
   if spec.algorithm == 'fedavg':
     weights = torch.tensor(n / n.sum(), dtype=torch.float32, device=dev)
     glob = {name: v[0].clone() for name, v in params.items()}
     for _ in range(rounds + 1):
       t0 = time.perf_counter()
       p = {name: v.expand(k, *v.shape).clone() for name, v in glob.items()}
-      p = epochs_of(p, buffers, train_step, xs, ys, tr.epochs, tr.batch_size)
+      p = epochs_of(p, buffers, train_step, xs, ys, tr.epochs, tr.batch_size, False)
       glob = {name: torch.tensordot(weights, v, dims=1) for name, v in p.items()}
       sync()
       times.append(time.perf_counter() - t0)
@@ -720,7 +716,7 @@ def time_torch_vmap(cfg, rounds: int, threads: int, compiled: bool = False) -> d
     p = params
     for t in range(1, rounds + 2):
       t0 = time.perf_counter()
-      p = epochs_of(p, buffers, train_step, xs, ys, tr.epochs, tr.batch_size)
+      p = epochs_of(p, buffers, train_step, xs, ys, tr.epochs, tr.batch_size, False)
       draw = torch.from_numpy(np.asarray(exp.algorithm.sample_public(t)[0]).astype(np.int64)
                               ).to(dev)
       x_or = x_pub[draw]
@@ -728,7 +724,7 @@ def time_torch_vmap(cfg, rounds: int, threads: int, compiled: bool = False) -> d
                          for i in range(0, x_or.shape[0], 1000)], 1)     # [K, |o_r|, C]
       mean = probs.mean(0)
       labels = _sharpen(mean, beta, temperature)
-      p = epochs_of(p, buffers, distill_step, x_or, labels, de, db)
+      p = epochs_of(p, buffers, distill_step, x_or, labels, de, db, True)
       if server is not None:
         _fit(server, x_or, labels, de, db, dlr, gen, soft=True)
       sync()
@@ -737,9 +733,10 @@ def time_torch_vmap(cfg, rounds: int, threads: int, compiled: bool = False) -> d
 
 
 # ------------------------------------------------------------ driver
-# The PyTorch sides: a loop over clients (the peer code bases), clients batched with
-# torch.func.vmap (eager), and the same torch.compile'd.
-TORCH_SIDES = ('loop', 'vmap', 'vmap_compiled')
+# The PyTorch sides, each with the word its log lines carry: a loop over clients (the peer
+# code bases), clients batched with torch.func.vmap (eager), and the same torch.compile'd.
+SIDE_WORDS = {'loop': 'pytorch', 'vmap': 'pytorch vmap', 'vmap_compiled': 'pytorch vmap+compile'}
+TORCH_SIDES = tuple(SIDE_WORDS)
 
 
 def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
@@ -772,10 +769,8 @@ def run(workloads: Sequence[str], repeats: int, rounds: int, threads: int, args,
           else:
             sides[side].append(time_torch_vmap(cfg, rounds, threads,
                                                compiled=side == 'vmap_compiled'))
-          word = {'loop': 'pytorch', 'vmap': 'pytorch vmap',
-                  'vmap_compiled': 'pytorch vmap+compile'}[side]
           log(f'{name} K={cfg.clients.num_clients} {cfg.clients.models[0]} run {rep + 1}: '
-              f'{word} {sides[side][-1]["round_s"]:.2f} s/round '
+              f'{SIDE_WORDS[side]} {sides[side][-1]["round_s"]:.2f} s/round '
               f'(first {sides[side][-1]["first_round_s"]:.1f} s)')
       j = float(np.median([r['round_s'] for r in jx]))
       med = {side: float(np.median([r['round_s'] for r in runs])) if runs else None

@@ -219,14 +219,19 @@ def shipped_configs() -> dict[str, str]:
           if f.name.endswith('.py') and not f.name.startswith('_')}
 
 
+def _file_and_arg(path: str) -> tuple[str, str | None]:
+  """``'dir/c.py:ARG'`` -> ``('dir/c.py', 'ARG')``; ``'dir/c.py'`` -> ``('dir/c.py', None)``."""
+  file, sep, arg = path.partition('.py:')
+  return (file + '.py', arg) if sep else (file, None)
+
+
 def resolve_path(path: str) -> str:
   """A ``--config`` value as a file path: an existing file as given, else ``NAME[:ARG]``
   of a shipped config (``default``, ``dsfl_mnist``, ...) as its installed file."""
   import os  # pylint: disable=g-import-not-at-top
   if not isinstance(path, str) or not path:
     return path
-  file, sep, _ = path.partition('.py:')
-  if os.path.exists(file + '.py' if sep else file):
+  if os.path.exists(_file_and_arg(path)[0]):
     return path
   name, colon, arg = path.partition(':')
   if name and not name.endswith('.py') and '/' not in name and os.sep not in name:
@@ -240,9 +245,8 @@ def absolute_path(path: str) -> str:
   """A ``--config`` value as ``/absolute/file.py[:ARG]`` (a shipped name as its installed
   file), so that another process in another folder loads the same file."""
   import os  # pylint: disable=g-import-not-at-top
-  path = resolve_path(path)
-  file, sep, arg = path.partition('.py:')
-  return os.path.abspath(file + '.py' if sep else file) + (f':{arg}' if sep else '')
+  file, arg = _file_and_arg(resolve_path(path))
+  return os.path.abspath(file) + (f':{arg}' if arg is not None else '')
 
 
 # The config files this process has executed (absolute_path), by load_file.
@@ -275,8 +279,7 @@ def load_file(path: str) -> ml_collections.ConfigDict:
   import importlib.util  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   given, path = path, resolve_path(path)
-  file, sep, arg = path.partition('.py:')
-  file = file + '.py' if sep else file
+  file, arg = _file_and_arg(path)
   if not os.path.isfile(file):
     bare = '/' not in given and os.sep not in given and not given.endswith('.py')
     raise ConfigError('--config', given, 'an existing config file' + (

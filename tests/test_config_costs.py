@@ -1,9 +1,9 @@
 """benchmarks/config_costs.py: the cost table of docs/configs.md, its arithmetic and stand-ins."""
 
-import importlib.util
 import json
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -11,16 +11,8 @@ import pytest
 from fedjax_kd import config as config_lib
 from tests.test_main import REPO
 
-
-def _costs():
-  spec = importlib.util.spec_from_file_location(
-      'config_costs', os.path.join(REPO, 'benchmarks', 'config_costs.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-costs = _costs()
+sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+import config_costs as costs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def test_every_shipped_config_has_a_row_in_the_docs_table():
