@@ -581,8 +581,12 @@ def _argv(command: str) -> list[str]:
     if script is None:
       pytest.skip(f'{argv[0]} is not installed beside {sys.executable}')
     argv[0] = script
+  # One pass: the test's path may itself contain a docs path (CI's checkout
+  # under /check/work holds /check/work/shared/...), so replacing one after
+  # the other would rewrite the first replacement.
   mnist = str(conftest.mnist_path())
-  return [a.replace(DOC_MNIST[0], mnist).replace(DOC_MNIST[1], mnist) for a in argv]
+  pattern = re.compile('|'.join(re.escape(p) for p in DOC_MNIST))
+  return [pattern.sub(lambda _: mnist, a) for a in argv]
 
 
 def _needs_mnist() -> None:
