@@ -75,6 +75,16 @@ def run_color(i: int) -> Any:
   return cycle[i % len(cycle)]
 
 
+LINE_STYLES = ('-', '--', ':', '-.')
+
+
+def run_style(i: int) -> tuple[Any, str]:
+  """The ``(color, line style)`` of the ``i``-th curve: the colours cycle first, then the line
+  style changes, so no two of the first 40 curves of a figure look alike."""
+  cycle = plt.rcParams['axes.prop_cycle'].by_key().get('color') or ['C0']
+  return cycle[i % len(cycle)], LINE_STYLES[(i // len(cycle)) % len(LINE_STYLES)]
+
+
 def _model_colors(specs: Sequence[str]) -> dict[str, Any]:
   """A color per model spec, from a palette distinct from the default cycle."""
   cmap = plt.get_cmap('Dark2')
@@ -281,7 +291,8 @@ def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[st
   fig, ax = _new_figure(len(runs))
   for i, (run, label, kind) in enumerate(zip(runs, labels, kinds)):
     s = results.series(run['metrics'], metric, _algorithm(run))
-    ax.plot(s['round'], s['acc'], label=legend_label(label, kind), color=run_color(i),
+    color, style = run_style(i)
+    ax.plot(s['round'], s['acc'], style, label=legend_label(label, kind), color=color,
             marker=_marker(len(s['round'])), markersize=4, linewidth=1.6)
   ax.set_xlabel('round')
   _accuracy_axis(ax, name)
@@ -332,8 +343,9 @@ def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[st
     x = s['cum_bytes'] - (setups[i] if exclude_setup_bytes else 0.0)
     keep = np.isfinite(x) & (x > 0)
     entry = legend_label(label, kind) + ('' if keep.any() else ' (0 bytes: not on the log axis)')
-    ax.plot(x[keep] / MB, s['acc'][keep], label=entry,
-            color=run_color(i), marker=_marker(int(keep.sum())), markersize=4, linewidth=1.6)
+    color, style = run_style(i)
+    ax.plot(x[keep] / MB, s['acc'][keep], style, label=entry,
+            color=color, marker=_marker(int(keep.sum())), markersize=4, linewidth=1.6)
   ax.set_xscale('log')
   # Plain numbers (0.1, 1, 10 ...); within a short span some minor ticks
   # are labelled too, so there are always a few labelled ticks.

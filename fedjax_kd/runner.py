@@ -285,7 +285,7 @@ class _StopOnSignal(contextlib.AbstractContextManager):
 # ---------------------------------------------------------------- loop
 def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
         progress: bool = True, log: Callable[[str], None] | None = None,
-        memory_check: bool | None = None) -> dict[str, Any]:
+        memory_check: bool | None = None, until: int | None = None) -> dict[str, Any]:
   """Runs an experiment end to end, or resumes it; returns the summary dict.
 
   Args:
@@ -297,6 +297,9 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
     memory_check: refuse a run whose estimated device memory exceeds the device's before
       anything compiles (:mod:`fedjax_kd.memory`); None: on unless
       ``$FEDJAX_KD_MEMORY_CHECK`` is 0/off/false/no.
+    until: stop after this round, everything else (schedules over ``spec.rounds``
+      included) as in the whole run, so its rows are the whole run's first rows
+      (a replay of an archived run's start); None: run every round.
 
   Returns:
     The content of ``summary.json``; ``stopped_by`` names the signal when the
@@ -320,7 +323,7 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
       held.append(locks.enter_context(workdir_lib.DirLock(store_dir, 'clients.store_dir')))
     try:
       return _run(spec, workdir, resume=resume, progress=progress, log=log, cleanup=locks,
-                  memory_check=memory_check)
+                  memory_check=memory_check, until=until)
     except (ConfigError, DataError):   # refused before writing: leave no new empty folder
       for lock in reversed(held):
         lock.discard()
@@ -329,7 +332,7 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
 
 def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
          log: Callable[[str], None] | None, cleanup: contextlib.ExitStack,
-         memory_check: bool = True) -> dict[str, Any]:
+         memory_check: bool = True, until: int | None = None) -> dict[str, Any]:
   """:func:`run` with the workdir locked; ``cleanup`` closes what is left open on the way
   out (the compile progress lines, should the run fail before its first round ends)."""
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -338,7 +341,8 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
   with _StopOnSignal(log) as stop:
     try:
       with session.out_of_memory():
-        for t in range(session.start, spec.rounds + 1):
+        last = spec.rounds if until is None else min(until, spec.rounds)
+        for t in range(session.start, last + 1):
           distributed.note_round(t, session.last_saved)   # named if a process is lost
           session.record(session.play(t))
           if session.checkpoint(t, stop.signum):

@@ -99,6 +99,18 @@ def test_resume_loses_no_round_and_matches_uninterrupted(tmp_path):
     assert ra['cum_bytes'] == rb['cum_bytes']
 
 
+def test_until_stops_after_a_round_with_the_whole_runs_schedules(tmp_path):
+  # ACE-pFL's schedules read spec.rounds: a run cut at round 1 still sees all 3 rounds, so
+  # its first row is the whole run's (how an archived run's start is replayed).
+  full = tiny('acepfl', rounds=3)
+  runner.run(config_lib.validate(full), str(tmp_path / 'a'), progress=False)
+  runner.run(config_lib.validate(full), str(tmp_path / 'b'), progress=False, until=1)
+  a, b = read_rows(tmp_path / 'a'), read_rows(tmp_path / 'b')
+  assert [r['round'] for r in b] == [1]
+  assert b[0]['temperature'] == a[0]['temperature']
+  assert b[0]['test_acc'] == a[0]['test_acc'] and b[0]['cum_bytes'] == a[0]['cum_bytes']
+
+
 def test_resume_refuses_a_different_config(tmp_path):
   c = tiny(rounds=1)
   c.checkpoint.every = 1

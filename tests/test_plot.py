@@ -113,6 +113,12 @@ def test_run_colors_are_consistent_across_figures(tmp_path):
   assert len({l.get_color() for l in by_round}) == 3
 
 
+def test_no_two_of_forty_curves_look_alike():
+  looks = [plot.run_style(i) for i in range(40)]
+  assert len(set(looks)) == 40
+  assert looks[0] == (plot.run_color(0), '-') and looks[10][1] == '--'
+
+
 def test_partition_heatmap_equals_train_counts(tmp_path):
   run = workdir_lib.read_run(write_run(tmp_path / 'a'))
   fig = plot.figure_partition(run, 'a (dsfl)')

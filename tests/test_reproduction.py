@@ -98,17 +98,28 @@ def test_checks_on_known_numbers():
   assert rep.not_worse('same', 'ACE', tol=0.01)(t)[0] is True
   assert not rep.Check('c', 's', rep.matches('ACE', 'same')).paper_claim
   assert rep.Check('c', 's', rep.exceeds('ACE', 'same')).paper_claim
-  # Bytes to the highest threshold that both reach in every seed.
+  # Bytes to the highest threshold S reaches in every seed and D in one: D's seed 4 never
+  # reaches 0.6 and counts its total bytes (5 MB), a lower bound on what it would need.
   bt = rep.Table([
       _cell('S', [0.7] * 5, key='final_acc', thresholds=(0.5, 0.6),
             reached={'0.5': (5, 5), '0.6': (5, 5)}, **{'bytes_to_0.5': [1e6, 1e6, 2e6, 1e6, 1e6],
-                                                        'bytes_to_0.6': [2e6] * 5}),
+                                                        'bytes_to_0.6': [2e6] * 5,
+                                                        'setup_bytes': [0.5e6] * 5}),
       _cell('D', [0.7] * 5, key='final_acc', thresholds=(0.5, 0.6),
             reached={'0.5': (5, 5), '0.6': (4, 5)}, **{'bytes_to_0.5': [3e6] * 5,
-                                                        'bytes_to_0.6': [4e6] * 4})])
-  holds, detail = rep.fewer_bytes_to_threshold('S', 'D')(bt)
-  assert holds is True and detail.startswith('to reach 0.5: S 1.20 ± 0.45 MB vs D 3.00 ± 0.00')
-  assert 'paired saving +1.80 ± 0.45 MB (n=5' in detail
+                                                        'bytes_to_0.6': [4e6] * 4,
+                                                        'total_bytes': [5e6] * 5,
+                                                        'setup_bytes': [0.5e6] * 5})])
+  f = rep.fewer_bytes_to_threshold('S', 'D')(bt)
+  assert f.holds is True and f.detail.startswith(
+      'to reach 0.6: S 2.00 ± 0.00 MB vs D 4.20 ± 0.45 MB; ratio 0.476; D never reached it in '
+      'seed 4: counted at its total bytes; paired saving +2.20 ± 0.45 MB (n=5')
+  assert abs(f.relative - (1 - 2 / 4.2)) < 1e-12
+  # The paper's measure leaves the one-time setup bytes out on both sides: 1.5 vs 3.7 MB.
+  f = rep.fewer_bytes_to_threshold('S', 'D', after_setup=True)(bt)
+  assert f.detail.startswith('to reach 0.6 after the one-time setup bytes: S 1.50 ± 0.00 MB vs '
+                             'D 3.70 ± 0.45 MB')
+  assert abs(f.relative - (1 - 1.5 / 3.7)) < 1e-12
   assert rep.flag_literal(('cnn@1.0',)) == '("cnn@1.0",)'
   assert rep.flag_literal('era') == 'era' and rep.flag_literal('True') == '"True"'
   assert sweep.parse_value(rep.flag_literal(('a', 1))) == ('a', 1)
@@ -158,34 +169,46 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   assert md.startswith('# Reproduction report')
   assert re.search(r'at commit `[0-9a-f]+(\+dirty)?`|at commit `unknown`', md)
   assert 'Seeds: 0.' in md and '--tiny' in md
-  # The headline: one row per paper claim of every section, then a second table with one row
+  # The register lists every claim of the papers of the report; the verdicts table has one
+  # row per check of a claim (arbiters and exact byte counts apart), the last table one row
   # per check of fedjax_kd against a reference or of a setting.
-  head = lines.index("## Headline: the papers' claims")
+  from benchmarks.repro import claims as claims_lib, verdicts as verdicts_lib
+  register = lines.index('## The claims register')
+  verdicts = lines.index("## Verdicts on the papers' claims")
+  accounting = lines.index('## Accounting: byte counts exact by construction')
   second = lines.index('## fedjax_kd against the independent implementations, and setting checks')
   first = lines.index(f'## 1. {rep.SECTIONS[0].title}')
-  assert lines[head + 2] == '| paper | claim | sweep | our numbers | verdict |'
-  claims = [ln for ln in lines[head + 4:second] if ln.startswith('| ')]
-  others = [ln for ln in lines[second + 4:first] if ln.startswith('| ')]
-  assert len(claims) == sum(c.paper_claim for s in rep.SECTIONS for c in s.checks) > 0
-  assert len(others) == sum(not c.paper_claim for s in rep.SECTIONS for c in s.checks) > 0
-  rows = claims + others
+  rows_of = lambda a, b: [ln for ln in lines[a:b] if ln.startswith('| ')
+                          and not ln.startswith(('| paper |', '| check |'))]
+  listed = rows_of(register, verdicts)
+  assert len(listed) == len(claims_lib.REGISTER)
+  claims, exact, others = (rows_of(verdicts, accounting), rows_of(accounting, second),
+                           rows_of(second, first))
+  counted = [c for s in rep.SECTIONS for c in s.checks if c.claim_id and not c.arbiter]
+  assert len(claims) + len(exact) == len(counted) > 0
+  assert len(others) == sum(not c.claim_id for s in rep.SECTIONS for c in s.checks) > 0
   assert {ln.split(' | ')[0][2:] for ln in claims} == {s.paper for s in rep.SECTIONS}
-  # The README's block: per paper and data set, the verdicts counted from those rows (the
-  # claims' table first, the other checks' second).
+  # --tiny runs one seed: no claim is decided, and the verdict says why.
+  assert all(ln.endswith(f'**{verdicts_lib.FEW_SEEDS}** |') or
+             ln.endswith(f'**{verdicts_lib.NOT_RUN}** |') for ln in claims)
+  assert any(ln.endswith(f'**{verdicts_lib.FEW_SEEDS}** |') for ln in claims)
+  assert all(re.search(r'\*\*(holds|does not hold|inconclusive|not run)\*\* \|$', ln)
+             for ln in others)
+  # The README's block: per paper, the verdicts counted from those rows, the claims not
+  # checkable here from the register; then the agreement checks per paper.
   block = text.split(rep.README_BEGIN, 1)[1].split(rep.README_END, 1)[0]
   tables = block.split('fedjax_kd against the independent implementations')
   assert len(tables) == 2
-  for table, mine in zip(tables, (claims, others)):
-    summary = [ln for ln in table.splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
-    assert {ln.split(' | ')[0][2:] for ln in summary} == {ln.split(' | ')[0][2:] for ln in mine}
-    assert sum(int(ln.split(' | ')[2]) for ln in summary) == sum('**holds**' in ln
-                                                                  for ln in mine)
-    assert sum(sum(int(x) for x in ln.strip(' |').split(' | ')[2:])
-               for ln in summary) == len(mine)
-  assert all(re.search(r'\*\*(holds|does not hold at this scale|inconclusive|not run)\*\* \|$',
-                       ln) for ln in rows)
-  # --tiny runs one seed: a claim's test decides nothing from it, and says so.
-  assert any('one seed decides nothing' in ln and '**inconclusive**' in ln for ln in claims)
+  summary = [ln for ln in tables[0].splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
+  assert [ln.split(' | ')[0][2:] for ln in summary] == [s.paper for s in rep.SECTIONS]
+  cols = [int(x) for ln in summary for x in ln.strip(' |').split(' | ')[1:]]
+  width = len(rep.SUMMARY_COLUMNS) + 2
+  assert sum(cols[i] for i in range(0, len(cols)) if i % width < len(rep.SUMMARY_COLUMNS)) == \
+      len(claims)
+  assert sum(cols[i] for i in range(len(cols)) if i % width == width - 2) == sum(
+      1 for c in claims_lib.REGISTER if c.unchecked)
+  agree = [ln for ln in tables[1].splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
+  assert sum(sum(int(x) for x in ln.strip(' |').split(' | ')[1:]) for ln in agree) == len(others)
   for i, section in enumerate(rep.SECTIONS, 1):
     assert f'## {i}. {section.title}' in md
     assert f'**Claim.** {section.claim}' in md
@@ -552,12 +575,13 @@ def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
   assert 'paired difference +0.000 ± 0.010 (n=3; SE 0.006' in era and era.endswith('**holds** |')
   sa = [v for k, v in checks.items() if 'DS-FL SA accuracy equals' in k and 'last' in k][0]
   assert 'paired difference -0.083 ± 0.006' in sa and sa.endswith(
-      '**does not hold at this scale** |')
-  both = [v for k, v in checks.items() if 'in the PyTorch reference too' in k][0]
-  # ERA - SA = .03 .03 .04: SE .0033, t = 10.0 with 2 df, p = .005; but three seeds decide
-  # nothing about a paper's claim.
-  assert '+0.033 ± 0.006 (n=3; SE 0.003' in both and 'p = 0.005; n < 5: more seeds' in both
-  assert both.endswith('**inconclusive** |')
+      '**does not hold** |')
+  both = [ln for ln in md.splitlines() if 'in the PyTorch reference too' in ln
+          and ln.startswith('| dsfl_acc_vs_fl_sa (arbiter) |')][0]
+  # The paper's claim in the reference (an arbiter): ERA within 2 points of SA's best
+  # accuracy; three seeds decide nothing about a paper's claim.
+  assert '(n=3; SE' in both and 'H0: d ≤ -0.020' in both and 'n < 5: more seeds' in both
+  assert both.endswith('**too few seeds** |')
   # One figure with both implementations on the same axes; never the reference alone.
   assert '(figures/reproduction/dsfl_mnist_torch_pairs.png)' in part
   assert 'dsfl_mnist_torch_test_acc.png' not in md

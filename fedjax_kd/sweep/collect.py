@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -51,7 +51,8 @@ def run_stats(rows: Sequence[dict[str, Any]], summary: dict[str, Any] | None,
   Returns:
     ``final_acc``, ``best_acc``, ``last10_acc`` (mean of the last 10
     evaluated ``test_acc``), ``final_client_acc``, ``best_client_acc``,
-    ``total_bytes``, ``bytes_per_round``, ``rounds``, ``wall_s``,
+    ``total_bytes``, ``bytes_per_round``, ``rounds``, ``wall_s``, ``setup_bytes`` (the
+    one-time bytes before round 1, included in every cumulative count),
     ``rounds_to_<x>`` and ``bytes_to_<x>`` per threshold (None if never
     reached), and each extra metric's mean.
   """
@@ -66,6 +67,11 @@ def run_stats(rows: Sequence[dict[str, Any]], summary: dict[str, Any] | None,
       'total_bytes': float(rows[-1]['cum_bytes']) if rows and results.finite(rows[-1].get('cum_bytes'))
                      else None,
       'rounds': int(rows[-1]['round']) if rows else None,
+      # the one-time bytes before round 1 (e.g. DS-FL's open-data broadcast), in every
+      # cumulative count above
+      'setup_bytes': (float(rows[0]['cum_bytes'] - rows[0]['round_bytes'])
+                      if rows and results.finite(rows[0].get('cum_bytes'))
+                      and results.finite(rows[0].get('round_bytes')) else None),
   }
   per_round = [r['round_bytes'] for r in rows if results.finite(r.get('round_bytes'))]
   out['bytes_per_round'] = float(np.mean(per_round)) if per_round else None
@@ -92,7 +98,8 @@ def is_complete(summary: dict[str, Any] | None, rounds: int | None) -> bool:
 
 
 def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = None,
-              metrics: Sequence[str] | None = None) -> list[dict[str, Any]]:
+              metrics: Sequence[str] | None = None,
+              exclude: Collection[str] = ()) -> list[dict[str, Any]]:
   """Mean +- std over seeds of every (variant, grid cell).
 
   Only finished runs count (``summary.json`` with the planned rounds and no
@@ -105,12 +112,15 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
       default: the plan's ``thresholds``, else the first run's
       ``comm.thresholds``.
     metrics: extra per-round metrics to average; default: the plan's.
+    exclude: workdirs (as the plan names them, relative to the sweep) left out of every
+      number: listed in the cell's ``excluded`` and counted in ``planned`` only (e.g. runs
+      that no longer stand for today's code).
 
   Returns:
     One dict per cell, in plan order: ``variant``, ``algorithm``, ``cell``
     (``{field: value}``), ``cell_label``, ``label`` (variant and cell),
     ``slug``, ``planned`` (seeds planned), ``n`` (finished), ``seeds``,
-    ``incomplete`` (seeds not finished), ``diverged`` (``{seed: round}``: runs
+    ``incomplete`` (seeds not finished), ``excluded`` (seeds left out), ``diverged`` (``{seed: round}``: runs
     stopped by a non-finite round, not counted in ``n``), ``headline`` (``'server'`` or
     ``'client'``: what ``test_acc`` is), ``thresholds``, ``metrics``,
     ``stats`` (``{key: results.stat(...)}`` for every key of :func:`run_stats`),
@@ -122,7 +132,8 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
     doc = load_plan(str(source))
     entries = [{'variant': e['variant'], 'algorithm': e.get('algorithm', ''),
                 'cell': [tuple(p) for p in e.get('cell', [])], 'seed': int(e['seed']),
-                'workdir': os.path.join(str(source), e['workdir']), 'rounds': e.get('rounds')}
+                'workdir': os.path.join(str(source), e['workdir']), 'rounds': e.get('rounds'),
+                'name': e['workdir']}
                for e in doc.get('runs', [])]
     if thresholds is None:
       thresholds = doc.get('thresholds')
@@ -130,7 +141,8 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
       metrics = doc.get('metrics')
   else:
     entries = [{'variant': r.variant.label, 'algorithm': r.variant.algorithm, 'cell': list(r.cell),
-                'seed': r.seed, 'workdir': r.workdir, 'rounds': r.rounds} for r in source]
+                'seed': r.seed, 'workdir': r.workdir, 'rounds': r.rounds, 'name': r.workdir}
+               for r in source]
     if thresholds is None and source:
       thresholds = tuple(source[0].config.comm.thresholds)
   metrics = tuple(metrics or ())
@@ -145,13 +157,17 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
       cells[key] = {'variant': e['variant'], 'algorithm': e['algorithm'], 'cell': cell,
                     'cell_label': cell_label(e['cell']), 'label': label,
                     'slug': results.slug(e['variant']) + (f'_{cell_slug(e["cell"])}' if cell else ''),
-                    'planned': 0, 'seeds': [], 'incomplete': [], 'diverged': {},
+                    'planned': 0, 'seeds': [], 'incomplete': [], 'excluded': [],
+                    'diverged': {},
                     'headline': None,
                     'thresholds': list(thresholds), 'metrics': list(metrics), 'curves': {}}
       per_seed[key] = {}
     c = cells[key]
     c['planned'] += 1
     wd = e['workdir']
+    if e['name'] in exclude:
+      c['excluded'].append(e['seed'])
+      continue
     summary = _read_json(os.path.join(wd, 'summary.json'))
     if not is_complete(summary, e['rounds']) or not os.path.exists(
         os.path.join(wd, workdir_lib.METRICS)):
@@ -169,7 +185,7 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
   out = []
   for key, c in cells.items():
     runs = per_seed[key]
-    keys = [k for k, _, _ in BASE_STATS] + [f'{p}_{x:g}' for x in thresholds
+    keys = [k for k, _, _ in BASE_STATS] + ['setup_bytes'] + [f'{p}_{x:g}' for x in thresholds
                                             for p in ('rounds_to', 'bytes_to')] + list(metrics)
     c['stats'] = {k: results.stat({s: r.get(k) for s, r in runs.items()}) for k in keys}
     c['n'] = len(runs)

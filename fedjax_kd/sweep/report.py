@@ -158,7 +158,7 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 
-  from fedjax_kd.plot import run_color  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.plot import run_style  # pylint: disable=g-import-not-at-top
   drawn = []
   for i, c in enumerate(cells):
     curves = [cv[metric] for cv in c['curves'].values() if len(cv[metric]['round'])]
@@ -173,19 +173,22 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   ax_r, ax_b = fig.subplots(1, 2) if any_bytes else (fig.subplots(1, 1), None)
   silent = []   # cells that send nothing: no place on a log axis, so named on it
   name = METRIC_NAMES[metric]
-  for i, c, (rounds, b, mean, std) in drawn:
-    color = run_color(i)
-    label = legend_label(c, metric)
+  seeds = []
+  for k, (i, c, (rounds, b, mean, std)) in enumerate(drawn):
+    color, style = run_style(k)   # a distinct colour and line style per curve drawn
+    n = sum(1 for cv in c['curves'].values() if len(cv[metric]['round']))
+    seeds.append(n)
+    label = f'{legend_label(c, metric)} (n={n})'
     marker = 'o' if len(rounds) <= 30 else None
-    ax_r.plot(rounds, mean, color=color, label=label, marker=marker, markersize=3,
+    ax_r.plot(rounds, mean, style, color=color, label=label, marker=marker, markersize=3,
               linewidth=1.5)
     lo, hi = np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1)
     ax_r.fill_between(rounds, lo, hi, color=color, alpha=0.2,
                       linewidth=0)
     keep = np.isfinite(b) & (b > 0)
     if keep.any():
-      ax_b.plot(b[keep] / results.MB, mean[keep], color=color, label=label, marker=marker,
-                markersize=3, linewidth=1.5)
+      ax_b.plot(b[keep] / results.MB, mean[keep], style, color=color, label=label,
+                marker=marker, markersize=3, linewidth=1.5)
       ax_b.fill_between(b[keep] / results.MB, lo[keep], hi[keep],
                         color=color, alpha=0.2, linewidth=0)
     elif np.all(b[np.isfinite(b)] == 0):
@@ -213,7 +216,9 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
       ax_b.text(0.01, 0.01, 'not on the log axis (0 bytes): ' + ', '.join(silent),
                 transform=ax_b.transAxes, fontsize='small', va='bottom', ha='left', wrap=True,
                 gid='zero-bytes')
-  ax_r.set_title(f'{title or name} vs round', fontsize='medium')
+  n_text = (f'n = {seeds[0]} seeds' if min(seeds) == max(seeds)
+            else f'n = {min(seeds)}-{max(seeds)} seeds')
+  ax_r.set_title(f'{title or name} vs round ({n_text})', fontsize='medium')
   handles, labels = ax_r.get_legend_handles_labels()
   if many:
     fig.legend(handles, labels, loc='outside right upper', fontsize='small', frameon=False)

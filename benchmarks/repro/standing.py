@@ -1,0 +1,385 @@
+"""Whether an archived run still stands for today's code: the report's stale-run rule.
+
+A run *stands* when something ties its numbers to today's code. The ties, tried in order:
+
+* **record**: the run's ``summary.json`` records a clean commit (no uncommitted changes)
+  and the golden record (``tests/golden_metrics.json``) at that commit agrees with today's,
+  within the golden test's own tolerances, on every case of the run's paper family and the
+  tiny case of its algorithm.
+* **source** (a PyTorch reference or the driver of the SCARLET authors' code): the
+  reference's source files at the commit that archived the run are today's, byte for byte.
+* **replay**: today's code, given the run's own config, replays the run's first round and
+  gives the recorded round-1 metrics (integers exactly, accuracies to
+  :data:`REPLAY_ACC`, other floats to the golden test's relative tolerance). One replay
+  stands for its group: the runs of one sweep variant (and grid cell) that record the same
+  commit (uncommitted changes included) and were archived by the same commit, that is,
+  runs made by one invocation of the same code.
+
+A tie is made against a fingerprint of today's code: the sha256 of the family's golden
+entries (fedjax_kd runs) or of the reference's source files. ``standing.json`` in the
+archive records each run's tie and that fingerprint; :func:`stale_runs` recomputes today's
+fingerprints from the working tree (no git needed) and calls a run stale when it has no
+entry or its fingerprint differs. A change that moves the golden record (a result meant to
+change) or edits a reference thereby makes every run it may touch stale until
+``python benchmarks/reproduction.py standing`` ties it again, by record or by replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable, Iterator, Mapping
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GOLDEN = 'tests/golden_metrics.json'
+STANDING_FILE = 'standing.json'
+
+# The golden cases that stand for a paper's runs: the cases of its shipped configs.
+FAMILIES = {
+    'dsfl': ('default', 'digits_', 'dsfl_'),
+    'scarlet': ('scarlet_',),
+    'fedcache2': ('fedcache2_',),
+    'acepfl': ('acepfl_',),
+    'fedentopt': ('fedentopt_',),
+}
+TORCH_COMMON = ('benchmarks/torch_ref/__init__.py', 'benchmarks/torch_ref/__main__.py',
+                'benchmarks/torch_ref/common.py')
+OFFICIAL_SOURCES = ('benchmarks/scarlet_official.py',)
+
+# Golden tolerances (tests/test_golden.py): floats relative, with a floor.
+REL_TOL = 5e-4
+FLOAT_FLOOR = 0.1
+# A replayed accuracy: one test sample in 1,000. The runs were made on this kind of CPU or
+# on a GPU; a replay that differs by more is not the same computation.
+REPLAY_ACC = 1e-3
+# A replayed loss or entropy, relative: a whole round of training on real data carries the
+# last bits further than the golden record's tiny cases (measured: 7.6e-4 on FD's mean
+# client test loss with every accuracy equal, dsfl_digits seed 3).
+REPLAY_REL = 2e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchivedRun:
+  """One finished run of the archive.
+
+  Attributes:
+    path: its workdir, relative to the archive (``<sweep>/runs/<variant>[/<cell>]/seed<n>``).
+    sweep: the sweep's name.
+    section: the paper's key (:data:`FAMILIES`).
+    engine: ``'fedjax_kd'``, ``'torch'`` or ``'official'``.
+    module: the PyTorch reference's module (``benchmarks/torch_ref/<module>.py``).
+    algorithm: the algorithm it ran.
+    commit: the commit its summary records (``+dirty`` kept), '' if none.
+    group: the sweep, variant, grid cell and recorded commit; runs of one group archived by
+      the same commit were made by the same code (one replay decides them all).
+  """
+  path: str
+  sweep: str
+  section: str
+  engine: str
+  module: str
+  algorithm: str
+  commit: str
+  group: str
+
+
+def _sha(parts: Mapping[str, Any]) -> str:
+  return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def family_keys(golden: Mapping[str, Any], section: str, algorithm: str) -> list[str]:
+  """The golden cases that stand for a run of ``algorithm`` in ``section``'s sweeps."""
+  prefixes = FAMILIES[section]
+  return sorted(k for k in golden
+                if k.split('/')[0].startswith(prefixes) or k == f'tiny/{algorithm}')
+
+
+def sources(run: ArchivedRun) -> tuple[str, ...]:
+  """The files whose content is a reference run's code."""
+  if run.engine == 'torch':
+    return (f'benchmarks/torch_ref/{run.module}.py',) + TORCH_COMMON
+  return OFFICIAL_SOURCES
+
+
+def fingerprint(run: ArchivedRun, read: Callable[[str], str | None]) -> str | None:
+  """The fingerprint of the code a run's numbers depend on, with ``read(path)`` giving a
+  repository file's text (today's working tree, or a commit's); None if a file is missing."""
+  if run.engine == 'fedjax_kd':
+    text = read(GOLDEN)
+    if text is None:
+      return None
+    golden = json.loads(text)
+    keys = family_keys(golden, run.section, run.algorithm)
+    return _sha({k: golden[k] for k in keys}) if keys else None
+  texts = {p: read(p) for p in sources(run)}
+  return None if any(v is None for v in texts.values()) else _sha(texts)
+
+
+def read_today(path: str) -> str | None:
+  full = os.path.join(REPO, path)
+  if not os.path.exists(full):
+    return None
+  with open(full, encoding='utf-8') as f:
+    return f.read()
+
+
+def _git(*args: str) -> str | None:
+  r = subprocess.run(['git', *args], cwd=REPO, capture_output=True, text=True, check=False)
+  return r.stdout if r.returncode == 0 else None
+
+
+def read_at(commit: str) -> Callable[[str], str | None]:
+  return lambda path: _git('show', f'{commit}:{path}')
+
+
+def archived_by(archive: str, path: str) -> str:
+  """The commit that first added a run's summary to the repository ('' if none yet)."""
+  rel = os.path.relpath(os.path.join(archive, path, 'summary.json'), REPO)
+  out = _git('log', '--diff-filter=A', '--format=%h', '--', rel) or ''
+  lines = out.split()
+  return lines[-1] if lines else ''
+
+
+def iter_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]]) -> Iterator[ArchivedRun]:
+  """Every finished run of the archive's sweeps.
+
+  Args:
+    archive: the archive (``docs/reproduction_runs``) or a runs directory.
+    sweeps: ``{sweep: (section, engine, torch module)}``.
+  """
+  for name in sorted(sweeps):
+    plan_path = os.path.join(archive, name, 'sweep.json')
+    if not os.path.exists(plan_path):
+      continue
+    with open(plan_path, encoding='utf-8') as f:
+      plan = json.load(f)
+    section, engine, module = sweeps[name]
+    for e in plan.get('runs', []):
+      path = os.path.join(name, e['workdir'])
+      summary_path = os.path.join(archive, path, 'summary.json')
+      if not os.path.exists(summary_path):
+        continue
+      with open(summary_path, encoding='utf-8') as f:
+        summary = json.load(f)
+      commit = summary.get('git_commit') or ''
+      cell = json.dumps(e.get('cell', []))
+      yield ArchivedRun(path=path, sweep=name, section=section, engine=engine, module=module,
+                        algorithm=e.get('algorithm') or summary.get('algorithm', ''),
+                        commit=commit, group=f'{name}|{e["variant"]}|{cell}|{commit}')
+
+
+def load(archive: str) -> dict[str, Any]:
+  path = os.path.join(archive, STANDING_FILE)
+  if not os.path.exists(path):
+    return {'runs': {}}
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def stale_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]]) -> dict[str, str]:
+  """``{run path: why}`` for every finished run of the archive that does not stand today."""
+  ties = load(archive).get('runs', {})
+  today: dict[tuple, str | None] = {}
+  out = {}
+  for run in iter_runs(archive, sweeps):
+    key = (run.engine, run.section, run.algorithm, run.module)
+    if key not in today:
+      today[key] = fingerprint(run, read_today)
+    tie = ties.get(run.path)
+    if tie is None:
+      out[run.path] = 'nothing ties it to any code (no entry in standing.json)'
+    elif tie.get('fingerprint') != today[key]:
+      out[run.path] = (f'tied by {tie.get("tie")} to code whose results have changed since '
+                       '(the golden record or the reference source differs)')
+  return out
+
+
+# ------------------------------------------------------------ making ties
+def same_rows(got: Mapping[str, Any], want: Mapping[str, Any],
+              rel: float = REPLAY_REL) -> dict[str, tuple]:
+  """The columns of a replayed round that differ from the recorded one (timings ignored):
+  integers exactly, accuracies to :data:`REPLAY_ACC`, other floats to ``rel``."""
+  diff = {}
+  for k, w in want.items():
+    if k.endswith('_s') or k == 'wall_time':
+      continue
+    g = got.get(k)
+    if w is None and isinstance(g, float) and math.isnan(g):
+      continue   # the metrics file writes NaN as null
+    if isinstance(w, bool) or isinstance(w, int) or w is None or g is None or isinstance(w, str):
+      ok = g == w
+    elif isinstance(w, float) and math.isnan(w):
+      ok = isinstance(g, float) and math.isnan(g)
+    elif 'acc' in k:
+      ok = abs(g - w) <= REPLAY_ACC
+    elif isinstance(w, (list, dict)):
+      ok = g == w
+    else:
+      ok = abs(g - w) <= rel * max(abs(w), FLOAT_FLOOR)
+    if not ok:
+      diff[k] = (g, w)
+  return diff
+
+
+def golden_agrees(old: Mapping[str, Any], new: Mapping[str, Any], keys: list[str]) -> bool:
+  """Whether the golden record ``old`` gives ``new``'s rows on every one of ``keys`` it has
+  (and has at least one), within the golden tolerances."""
+  shared = [k for k in keys if k in old]
+  if not shared:
+    return False
+  for k in shared:
+    a, b = old[k], new[k]
+    if len(a) != len(b):
+      return False
+    for ra, rb in zip(a, b):
+      if sorted(ra) != sorted(rb) or same_rows(ra, rb, REL_TOL):
+        return False
+  return True
+
+
+def _first_row(path: str) -> dict[str, Any]:
+  with open(os.path.join(path, 'metrics.jsonl'), encoding='utf-8') as f:
+    return json.loads(f.readline())
+
+
+def replay_fedjax(workdir: str) -> dict[str, tuple]:
+  """Replays a fedjax_kd run's first round from its own config; the differing columns."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+    c = ml_collections.ConfigDict(json.load(f))
+  c.checkpoint.every = 0
+  spec = config_lib.validate(c)
+  with tempfile.TemporaryDirectory() as tmp:
+    runner.run(spec, tmp, resume=False, progress=False, until=1)
+    got = _first_row(tmp)
+  return same_rows(got, _first_row(workdir))
+
+
+def replay_torch(workdir: str, module_name: str, threads: int = 1) -> dict[str, tuple]:
+  """Replays a PyTorch reference run's first round from its own config and switches; the
+  differing columns. Needs PyTorch (the report's ``[test]`` install has none)."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+  from benchmarks.torch_ref import common  # pylint: disable=g-import-not-at-top
+  import importlib  # pylint: disable=g-import-not-at-top
+  module = importlib.import_module(f'benchmarks.torch_ref.{module_name}')
+  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+    doc = json.load(f)
+  options = common.RefOptions(**doc.pop('reference'))
+  doc.pop('engine', None)
+  cfg = ml_collections.ConfigDict(doc)
+  torch.set_num_threads(threads)
+  setting = common.export_setting(cfg, module.ALGORITHMS)
+  row = next(iter(module.rounds(common.Context(setting, options, int(doc['seed'])))))
+  row.pop('nonfinite', None)
+  return same_rows(row, _first_row(workdir))
+
+
+# Where the SCARLET authors' code and its Python live (docs/scarlet_official.md sets them up).
+OFFICIAL_CHECKOUT = os.environ.get('SCARLET_CHECKOUT', '/work/scarlet_ref')
+OFFICIAL_PYTHON = os.environ.get('SCARLET_PYTHON', '/work/venvs/scarlet/bin/python')
+
+
+def replay_official(workdir: str) -> dict[str, tuple] | None:
+  """Replays a run of the SCARLET authors' code's first round through
+  ``benchmarks/scarlet_official.py``; the differing columns, or None when the authors' code
+  or its Python is not here (``$SCARLET_CHECKOUT``, ``$SCARLET_PYTHON``)."""
+  if not (os.path.isdir(OFFICIAL_CHECKOUT) and os.path.exists(OFFICIAL_PYTHON)):
+    return None
+  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+    cfg = json.load(f)
+  source = cfg['data']['source']
+  with tempfile.TemporaryDirectory() as tmp:
+    cmd = [OFFICIAL_PYTHON, os.path.join(REPO, 'benchmarks', 'scarlet_official.py'),
+           f'--checkout={OFFICIAL_CHECKOUT}', f'--mnist={source.partition(":")[2]}',
+           f'--seeds={cfg["seed"]}', f'--algorithms={cfg["algorithm"]}',
+           '--model=' + str(cfg['server']['model']).partition('@')[0], '--rounds=1',
+           '--threads=1', f'--out={tmp}']
+    subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
+    found = [os.path.join(d, 'metrics.jsonl') for d, _, files in os.walk(tmp)
+             if 'metrics.jsonl' in files]
+    if len(found) != 1:
+      raise RuntimeError(f'the replay of {workdir} wrote {len(found)} runs')
+    return same_rows(_first_row(os.path.dirname(found[0])), _first_row(workdir))
+
+
+def tie(archive: str, sweeps: Mapping[str, tuple[str, str, str]], replay: bool,
+        only: Callable[[ArchivedRun], bool] = lambda r: True,
+        log: Callable[[str], None] = print) -> dict[str, int]:
+  """Ties every run of the archive that :func:`stale_runs` finds stale, and rewrites
+  ``standing.json`` after each group. Returns counts by outcome."""
+  doc = load(archive)
+  ties = doc.setdefault('runs', {})
+  golden_today = json.loads(read_today(GOLDEN))
+  stale = stale_runs(archive, sweeps)
+  runs = [r for r in iter_runs(archive, sweeps) if r.path in stale and only(r)]
+  groups: dict[tuple[str, str], list[ArchivedRun]] = {}
+  for r in runs:   # made by the same code: the same recorded commit, archived together
+    groups.setdefault((r.group, archived_by(archive, r.path)), []).append(r)
+  counts = {'record': 0, 'source': 0, 'replay': 0, 'unmatched': 0, 'untied': 0}
+  head = _git('rev-parse', '--short', 'HEAD') or '?'
+  for members in groups.values():
+    first = members[0]
+    if first.path in load(archive).get('runs', {}):   # tied meanwhile by another process
+      continue
+    now = fingerprint(first, read_today)
+    how, detail = None, ''
+    if first.engine == 'fedjax_kd' and first.commit and not first.commit.endswith('+dirty'):
+      old = (read_at(first.commit)(GOLDEN) or '{}')
+      keys = family_keys(golden_today, first.section, first.algorithm)
+      if golden_agrees(json.loads(old), golden_today, keys):
+        how, detail = 'record', first.commit
+    if how is None and first.engine != 'fedjax_kd':
+      arch = archived_by(archive, first.path)
+      if arch and fingerprint(first, read_at(arch)) == now:
+        how, detail = 'source', arch
+    if how is None and replay:
+      where = os.path.join(archive, first.path)
+      diff = (replay_fedjax(where) if first.engine == 'fedjax_kd'
+              else replay_torch(where, first.module) if first.engine == 'torch'
+              else replay_official(where))
+      if diff is None:
+        log(f'{first.path}: cannot replay here (the SCARLET authors\' code is not set up)')
+      elif diff:
+        counts['unmatched'] += len(members)
+        log(f'{first.path}: replay differs: {diff}')
+        doc.setdefault('unmatched', {})[first.path] = {k: list(v) for k, v in diff.items()}
+      else:
+        how, detail = 'replay', f'{first.path} at {head}'
+    if how is None:
+      counts['untied'] += len(members) if not doc.get('unmatched', {}).get(first.path) else 0
+      continue
+    for r in members:
+      ties[r.path] = {'tie': how, 'by': detail, 'fingerprint': now}
+    counts[how] += len(members)
+    log(f'{first.group}: {len(members)} run(s) tied by {how} ({detail})')
+    _write(archive, doc)
+  _write(archive, doc)
+  return counts
+
+
+def _write(archive: str, doc: Mapping[str, Any]) -> None:
+  """Merges ``doc`` into the file (another process may have tied other runs meanwhile) and
+  replaces it atomically."""
+  path = os.path.join(archive, STANDING_FILE)
+  merged = load(archive)
+  for key in ('runs', 'unmatched'):
+    if doc.get(key):
+      merged.setdefault(key, {}).update(doc[key])
+  for run in merged.get('runs', {}):   # tied since (a rerun, or a later replay)
+    merged.get('unmatched', {}).pop(run, None)
+  tmp = f'{path}.{os.getpid()}.tmp'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    json.dump(merged, f, indent=1, sort_keys=True)
+    f.write('\n')
+  os.replace(tmp, path)
