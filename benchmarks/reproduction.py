@@ -2355,7 +2355,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       'a contradicted or smaller effect belongs to fedjax_kd or to the scale. A claim the '
       'paper makes that no sweep here can test is **not checkable here**, with the reason.',
       '',
-      '**A check of fedjax_kd against a reference** (the second table) is a paired '
+      '**A check of fedjax_kd against a reference** (the last table of this part) is a paired '
       'equivalence test over seeds: two one-sided t-tests at 5% each (TOST) against the '
       'stated margin. It holds when the 90% confidence interval of the mean per-seed '
       'difference lies inside the margin, does not hold when it lies wholly beyond it, and is '

@@ -377,3 +377,22 @@ def test_long_titles_wrap_within_the_figure(tmp_path):
   fig.canvas.draw()
   assert _inside_figure(fig, fig.axes[0].xaxis.label)
   assert _inside_figure(fig, fig.axes[0].title)
+
+
+def test_a_sweep_figure_gives_each_curve_its_own_look_and_its_seeds():
+  from fedjax_kd.sweep import report
+  series = lambda: {'test_acc': {'round': np.array([1, 2]), 'acc': np.array([0.2, 0.4]),
+                                 'cum_bytes': np.array([1e6, 2e6])}}
+  cells = [{'variant': v, 'label': f'{v} ({c})', 'cell_label': c, 'headline': 'server',
+            'curves': {s: series() for s in range(n)}}
+           for v in ('FedAvg', 'FedProx') for c, n in (('uniform', 5), ('fedentopt', 4),
+                                                       ('power_of_choice', 5))]
+  fig = report.figure_accuracy(cells, 'test_acc', title='t')
+  lines = fig.axes[0].get_lines()
+  looks = [(l.get_color(), l.get_linestyle()) for l in lines]
+  assert len(set(looks)) == 6                              # no two curves alike
+  assert len({l.get_color() for l in lines[:3]}) == 1      # a colour per method ...
+  assert [l.get_linestyle() for l in lines[:3]] == ['-', '--', ':']   # ... a style per rule
+  assert [l.get_label().endswith(f'(n={n})') for l, n in zip(lines, (5, 4, 5) * 2)] == [True] * 6
+  assert 'n = 4-5 seeds' in fig.axes[0].get_title()
+  assert all(t == int(t) for t in fig.axes[0].get_xticks())   # whole rounds

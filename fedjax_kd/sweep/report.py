@@ -158,7 +158,7 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 
-  from fedjax_kd.plot import run_style  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.plot import LINE_STYLES, run_color, run_style  # pylint: disable=g-import-not-at-top
   drawn = []
   for i, c in enumerate(cells):
     curves = [cv[metric] for cv in c['curves'].values() if len(cv[metric]['round'])]
@@ -174,8 +174,16 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   silent = []   # cells that send nothing: no place on a log axis, so named on it
   name = METRIC_NAMES[metric]
   seeds = []
-  for k, (i, c, (rounds, b, mean, std)) in enumerate(drawn):
-    color, style = run_style(k)   # a distinct colour and line style per curve drawn
+  # A distinct colour and line style per curve: with a grid of at most four cells, a colour
+  # per variant and a line style per cell (FedAvg solid/dashed/dotted by selection rule);
+  # otherwise the colours in turn, then the next line style.
+  variants = list(dict.fromkeys(c['variant'] for _, c, _ in drawn))
+  grid = list(dict.fromkeys(c.get('cell_label', '') for _, c, _ in drawn))
+  by_cell = 1 < len(grid) <= len(LINE_STYLES)
+  for k, (_, c, (rounds, b, mean, std)) in enumerate(drawn):
+    color, style = ((run_color(variants.index(c['variant'])),
+                     LINE_STYLES[grid.index(c.get('cell_label', ''))]) if by_cell
+                    else run_style(k))
     n = sum(1 for cv in c['curves'].values() if len(cv[metric]['round']))
     seeds.append(n)
     label = f'{legend_label(c, metric)} (n={n})'
