@@ -413,9 +413,11 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'what scale_clients.py runs for each K: its printed command, with K=100, equals this '
         'block'),
     'python benchmarks/reproduction.py standing --runs=docs/reproduction_runs --replay':
-        Elsewhere('tests/test_reproduction_claims.py::test_no_archived_run_is_stale',
-                  'the state this command leaves the archive in: every run tied to today\'s '
-                  'code; the replay rule is tested on known rows there too'),
+        Elsewhere('tests/test_reproduction_claims.py::'
+                  'test_the_committed_report_names_every_stale_run_and_counts_none',
+                  'the state this command leaves the archive in (the runs it could not tie '
+                  'are named by the report and counted nowhere); the replay rule is tested on '
+                  'known rows there too'),
     'python benchmarks/speed.py --workload blazefl --rounds 1': Elsewhere(
         'tests/test_speed_benchmark.py::test_speed_benchmark_tiny_blazefl_writes_the_json',
         '--workload=blazefl --rounds=1 with --small --num_clients=2 --clients_per_round=1'),

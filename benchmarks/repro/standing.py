@@ -36,7 +36,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Iterator, Mapping
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 GOLDEN = 'tests/golden_metrics.json'
 STANDING_FILE = 'standing.json'
 
