@@ -488,6 +488,7 @@ def run_one(rundir: str, log: Callable[[str], None]) -> dict[str, Any]:
       resumed.append(s)
     log(s)
 
+  spec = None
   try:
     spec = config_lib.validate(load_run_config(rundir))
     summary = runner.run(spec, rundir, resume=True, progress=False, log=runner_log)
@@ -502,7 +503,13 @@ def run_one(rundir: str, log: Callable[[str], None]) -> dict[str, Any]:
     return {'status': 'diverged', 'code': 3, 'message': f'round {e.round}: {str(e)[:300]}',
             'wall_s': time.time() - t0}
   except KeyboardInterrupt:
-    log('interrupted; a rerun resumes from the newest checkpoint, if there is one')
+    # A signal can land after the run wrote its last round and summary (while the runner
+    # lets go of the workdir): a finished run's files are then left exactly as they are.
+    summary = workdir_lib.read_json(rundir, 'summary.json')
+    finished = (spec is not None and isinstance(summary, dict)
+                and not summary.get('stopped_by') and summary.get('rounds') == spec.rounds)
+    if not finished:
+      log('interrupted; a rerun resumes from the newest checkpoint, if there is one')
     return {'status': 'stopped', 'code': 130, 'message': 'interrupted',
             'wall_s': time.time() - t0}
   except Exception as e:  # pylint: disable=broad-except
