@@ -339,7 +339,7 @@ def tie(archive: str, sweeps: Mapping[str, tuple[str, str, str]], replay: bool,
   for r in runs:   # made by the same code: the same recorded commit, archived together
     groups.setdefault((r.group, archived_by(archive, r.path)), []).append(r)
   counts = {'record': 0, 'source': 0, 'replay': 0, 'unmatched': 0, 'untied': 0}
-  head = _git('rev-parse', '--short', 'HEAD') or '?'
+  head = (_git('rev-parse', '--short', 'HEAD') or '?').strip()
   for members in groups.values():
     first = members[0]
     if first.path in load(archive).get('runs', {}):   # tied meanwhile by another process
