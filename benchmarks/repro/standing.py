@@ -317,7 +317,9 @@ def replay_official(workdir: str) -> dict[str, tuple] | None:
            f'--seeds={cfg["seed"]}', f'--algorithms={cfg["algorithm"]}',
            '--model=' + str(cfg['server']['model']).partition('@')[0], '--rounds=1',
            '--threads=1', f'--out={tmp}']
-    subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
+    # Their Python has its own torch: a PYTHONPATH meant for this one must not leak into it.
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=True)
     found = [os.path.join(d, 'metrics.jsonl') for d, _, files in os.walk(tmp)
              if 'metrics.jsonl' in files]
     if len(found) != 1:
