@@ -566,12 +566,6 @@ class ACEPFL(base.Algorithm):
     return np.where(np.isfinite(acc), acc, -np.inf)
 
 
-@dataclasses.dataclass(frozen=True)
-class FedMDOptions:
-  temperature: float = 1.0
-  public_ce: float = 0.0
-
-
 class FedMD(ACEPFL):
   """FedMD-style mean aggregation on ACE-pFL's engine (see the module docstring).
 

@@ -20,10 +20,6 @@ def phase_id(phase: str) -> int:
   return PHASES[phase]
 
 
-def round_key(root: jax.Array, t: int) -> jax.Array:
-  return jax.random.fold_in(root, t)
-
-
 def client_keys(root: jax.Array, t: int, client_ids: np.ndarray | jax.Array,
                 phase: str) -> jax.Array:
   """Keys ``[len(client_ids)]`` for clients in round ``t`` and ``phase``."""

@@ -14,12 +14,6 @@ import jax
 from fedjax_kd.models import layers
 
 
-def lenet5_output_hw(h: int, w: int) -> tuple[int, int]:
-  """Spatial size after the second pool (<= 0 means the input is too small)."""
-  f = lambda n: ((n - 4) // 2 - 4) // 2 if n >= 5 and (n - 4) // 2 >= 5 else 0
-  return f(h), f(w)
-
-
 class LeNet5(nn.Module):
   """LeNet-5 (CIFAR variant). `mask` is accepted and ignored.
 

@@ -146,12 +146,6 @@ def entropy(probs: Array) -> Array:
   return jnp.sum(jax.scipy.special.entr(probs), axis=-1)
 
 
-@jax.jit
-def mean_entropy(probs: Array) -> Array:
-  """Mean entropy over all leading axes: DS-FL's global-logit entropy (its plots' metric)."""
-  return jnp.mean(entropy(probs))
-
-
 @functools.partial(jax.jit, static_argnames=('k', 'renormalize'))
 def top_k_filter(probs: Array, k: int, renormalize: bool = True) -> tuple[Array, Array]:
   """ACE-pFL's top-K filtering: keep each row's ``k`` largest entries, zero the rest.

@@ -33,18 +33,6 @@ def soft_cross_entropy(logits: Array, targets: Array) -> Array:
   return -jnp.sum(targets * logp, axis=-1)
 
 
-def kl_divergence(logits: Array, targets: Array, temperature: float = 1.0) -> Array:
-  """Per-sample ``T^2 * KL(t || softmax(logits / T))`` with targets ``t``.
-
-  ``targets`` are probabilities (already at temperature T where applicable).
-  Terms with ``t_c = 0`` contribute 0.
-  """
-  logp = jax.nn.log_softmax(logits / temperature, axis=-1)
-  t = targets
-  tlogt = jax.scipy.special.xlogy(t, t)
-  return temperature**2 * jnp.sum(tlogt - t * logp, axis=-1)
-
-
 KL_DIRECTIONS = ('teacher_student', 'student_teacher')
 
 
