@@ -2461,24 +2461,47 @@ def _p_text(r: _Row) -> str:
   return raw + (' (arbiter, raw)' if r.check.arbiter else ' (not in the family)')
 
 
+# A verdict table's columns: {name: (header, cell)}.
+_COLUMNS: dict[str, tuple[str, Callable[[_Row], str]]] = {
+    'paper': ('paper', lambda r: r.section.paper),
+    'claim': ('claim', lambda r: r.check.claim_id + (' (arbiter)' if r.check.arbiter else '')),
+    'check': ('check', lambda r: _esc(r.check.claim)),
+    'sweep': ('sweep', lambda r: r.check.sweep),
+    'effect': ('paper', lambda r: _esc(r.check.effect_text or '–')),
+    'ours': ('ours', _effect_text),
+    'numbers': ('our numbers', lambda r: _esc(r.finding.detail)),
+    'p': ('p (raw; Holm)', _p_text),
+    'verdict': ('verdict', lambda r: f'**{r.verdict}**'),
+}
+
+
+def _verdict_table(rows: Sequence[_Row], columns: str) -> list[str]:
+  """A table of checks with the named :data:`_COLUMNS` (space-separated)."""
+  cols = [_COLUMNS[c] for c in columns.split()]
+  return (['| ' + ' | '.join(h for h, _ in cols) + ' |', '|' + '---|' * len(cols)]
+          + ['| ' + ' | '.join(cell(r) for _, cell in cols) + ' |' for r in rows])
+
+
+def _names(r: _Row, key: tuple[str, ...]) -> bool:
+  """Whether ``key`` (an explanation's ``(claim id, sweep[, words])``) names check ``r``."""
+  claim, sweep, *words = key
+  return ((r.check.claim_id or '') == claim and r.check.sweep == sweep
+          and all(w in r.check.claim for w in words))
+
+
+def _sentence(r: _Row) -> str:
+  return f'{_esc(r.check.claim)} ({r.check.sweep}): **{r.verdict}**, {_esc(r.finding.detail)}'
+
+
 def _checks_table(rows: Sequence[_Row]) -> list[str]:
   """A section's checks: the papers' (with the paper's effect beside ours), then the rest."""
-  out = ['**Checks of the paper\'s claims.**', '',
-         '| claim | check | sweep | paper | ours | our numbers | p (raw; Holm) | verdict |',
-         '|---|---|---|---|---|---|---|---|']
-  for r in rows:
-    if r.check.claim_id:
-      c = r.check
-      who = ' (arbiter)' if c.arbiter else ''
-      out.append(f'| {c.claim_id}{who} | {_esc(c.claim)} | {c.sweep} | '
-                 f'{_esc(c.effect_text or "–")} | {_effect_text(r)} | {_esc(r.finding.detail)} | '
-                 f'{_p_text(r)} | **{r.verdict}** |')
+  out = ['**Checks of the paper\'s claims.**', '']
+  out += _verdict_table([r for r in rows if r.check.claim_id],
+                'claim check sweep effect ours numbers p verdict')
   others = [r for r in rows if not r.check.claim_id]
   if others:
-    out += ['', '**fedjax_kd against the references, and setting checks.**', '',
-            '| check | sweep | our numbers | verdict |', '|---|---|---|---|']
-    out += [f'| {_esc(r.check.claim)} | {r.check.sweep} | {_esc(r.finding.detail)} | '
-            f'**{r.verdict}** |' for r in others]
+    out += ['', '**fedjax_kd against the references, and setting checks.**', '']
+    out += _verdict_table(others, 'check sweep numbers verdict')
   return out + ['']
 
 
@@ -2516,22 +2539,14 @@ def headline_sections(headline: Sequence[_Row], agreement: Sequence[_Row],
   out += ['', "## Verdicts on the papers' claims", '',
           f'{len([r for r in tests if r.p_adj is not None])} checks in the Holm families (one '
           'per paper). The paper\'s effect is given beside ours (accuracy in points, bytes as '
-          'the share saved).',
-          '', '| paper | claim | check | sweep | paper | ours | p (raw; Holm) | verdict |',
-          '|---|---|---|---|---|---|---|---|']
-  out += [f'| {r.section.paper} | {r.check.claim_id} | {_esc(r.check.claim)} | {r.check.sweep} '
-          f'| {_esc(r.check.effect_text or "–")} | {_effect_text(r)} | {_p_text(r)} | '
-          f'**{r.verdict}** |' for r in tests]
+          'the share saved).', '']
+  out += _verdict_table(tests, 'paper claim check sweep effect ours p verdict')
   exact = [r for r in headline if r.verdict == verdicts_lib.EXACT]
   out += ['', '## Accounting: byte counts exact by construction', '',
           'These byte totals are the same in every seed: they follow from the configuration '
           '(samples, classes, rounds, model size) by the paper\'s own counting rule, so they are '
-          'no test and count in no verdict. The paper\'s number is beside ours.', '',
-          '| paper | claim | check | sweep | paper | ours | our numbers |',
-          '|---|---|---|---|---|---|---|']
-  out += [f'| {r.section.paper} | {r.check.claim_id} | {_esc(r.check.claim)} | {r.check.sweep} '
-          f'| {_esc(r.check.effect_text or "–")} | {_effect_text(r)} | '
-          f'{_esc(r.finding.detail)} |' for r in exact]
+          'no test and count in no verdict. The paper\'s number is beside ours.', '']
+  out += _verdict_table(exact, 'paper claim check sweep effect ours numbers')
   out += ['', '## What goes against the papers, and why', '']
   against = [r for r in tests if r.verdict in (verdicts_lib.CONTRADICTED, verdicts_lib.SMALLER)]
   for cid in dict.fromkeys(r.check.claim_id for r in against):
@@ -2543,27 +2558,22 @@ def headline_sections(headline: Sequence[_Row], agreement: Sequence[_Row],
                            f'{_esc(r.check.effect_text or "margin")})' for r in mine) + '.')
     out.append('')
     if arbiters:
-      out.append('The independent implementations at the same setting: ' + '; '.join(
-          f'{_esc(r.check.claim)} ({r.check.sweep}): **{r.verdict}**, {_esc(r.finding.detail)}'
-          for r in arbiters) + '.')
+      out.append('The independent implementations at the same setting: '
+                 + '; '.join(map(_sentence, arbiters)) + '.')
       out.append('')
     why = claims_lib.EXPLANATIONS.get(cid)
     if why is None:
       out += ['*Why:* not yet explained.', '']
       continue
     out += [f'*Why ({why.verdict}):* {_esc(why.text)}', '']
-    related = [r for r in headline if (r.check.claim_id, r.check.sweep) in why.related
-               and not r.check.arbiter]
+    related = [r for r in (*headline, *agreement)
+               if any(_names(r, key) for key in why.related) and r not in arbiters]
     if related:
-      out += ['Beside it: ' + '; '.join(
-          f'{_esc(r.check.claim)} ({r.check.sweep}): **{r.verdict}**, {_esc(r.finding.detail)}'
-          for r in related) + '.', '']
+      out += ['Beside it: ' + '; '.join(map(_sentence, related)) + '.', '']
   if not against:
     out += ['Nothing.', '']
-  out += ['## fedjax_kd against the independent implementations, and setting checks', '',
-          '| paper | check | sweep | numbers | verdict |', '|---|---|---|---|---|']
-  out += [f'| {r.section.paper} | {_esc(r.check.claim)} | {r.check.sweep} | '
-          f'{_esc(r.finding.detail)} | **{r.verdict}** |' for r in agreement]
+  out += ['## fedjax_kd against the independent implementations, and setting checks', '']
+  out += _verdict_table(agreement, 'paper check sweep numbers verdict')
   out += ['', '## Runs that no longer stand', '']
   if stale is None:
     out += [f'Not checked: the runs\' folder has no `{standing_lib.STANDING_FILE}` '

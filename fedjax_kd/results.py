@@ -7,6 +7,8 @@ the sweep's tables, the plots and the reproduction report agree on every rule:
   server model's or the clients' mean), :func:`series` (one metric's evaluated rounds);
 * summarising: :func:`summarize` (``summary.json``), :func:`convergence`, :func:`stat` (mean and
   sample std over seeds);
+* comparing runs: :func:`metric_kind`, :func:`same_metric`, :func:`differing` (whether two runs
+  give the same numbers, each column to its kind's tolerance);
 * showing: :func:`fmt_bytes`, :func:`fmt_time`, :func:`fmt_stat`, :func:`header_line`,
   :func:`summary_table`, :func:`slug` (file and folder names), :func:`save_figure`.
 """
@@ -155,6 +157,51 @@ def stat(values: Mapping[int, float]) -> dict[str, Any]:
   return {'mean': float(x.mean()) if len(x) else None,
           'std': float(x.std(ddof=1)) if len(x) > 1 else None,
           'n': len(x), 'values': vals}
+
+
+# ---------------------------------------------------------------- comparing runs
+FLOAT_FLOOR = 0.1   # a float below this (a loss near zero) is compared as if it were this
+
+
+def metric_kind(column: str, value: Any) -> str:
+  """How a metric column is compared: ``'exact'`` (integers: rounds, bytes, counts,
+  selections, partitions; strings and lists), ``'accuracy'`` (a fraction of samples) or
+  ``'float'`` (losses, entropies, distances, temperatures, ratios; relative)."""
+  if isinstance(value, (bool, int, str, list, dict)):
+    return 'exact'
+  return 'accuracy' if 'acc' in column else 'float'
+
+
+def _missing(v: Any) -> bool:
+  return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def same_metric(column: str, got: Any, want: Any, *, accuracy_tol: float,
+                rel_tol: float) -> bool:
+  """Whether ``got`` is the recorded ``want`` of one metric column.
+
+  Integers must be equal and of the same type; a missing value (None, which is how the
+  metrics file writes NaN) only equals a missing one; accuracies may differ by
+  ``accuracy_tol``, other floats by ``rel_tol`` relative to at least :data:`FLOAT_FLOOR`.
+  """
+  k = metric_kind(column, want)
+  if k == 'exact':
+    return got == want and isinstance(got, type(want))
+  if _missing(got) or _missing(want):
+    return _missing(got) and _missing(want)
+  if k == 'accuracy':
+    return abs(got - want) <= accuracy_tol
+  return abs(got - want) <= rel_tol * max(abs(want), FLOAT_FLOOR)
+
+
+def differing(got: Mapping[str, Any], want: Mapping[str, Any], *, accuracy_tol: float,
+              rel_tol: float) -> dict[str, tuple[Any, Any]]:
+  """``{column: (got, want)}`` for each column of the recorded row ``want`` that ``got``
+  does not give (:func:`same_metric`); timings (``*_s``) are left out."""
+  return {k: (got.get(k), w) for k, w in want.items()
+          if not k.endswith('_s') and not same_metric(k, got.get(k), w,
+                                                      accuracy_tol=accuracy_tol,
+                                                      rel_tol=rel_tol)}
 
 
 # ---------------------------------------------------------------- showing

@@ -19,7 +19,7 @@ per-client array is covered for every algorithm.
 The recorded file must not change with a refactor: a refactor that changes a
 metric changed a result. What may change is the last bits: XLA:CPU compiles
 float32 sums differently for other instruction sets, thread counts and device
-counts. Each metric is compared by its kind (:func:`kind`), with tolerances set
+counts. Each metric is compared by its kind (``results.metric_kind``), with tolerances set
 from the spread ``benchmarks/golden_spread.py`` measured over such builds (the
 table and command are in ``docs/testing.md``):
 
@@ -35,7 +35,6 @@ Regenerate (only when a result is meant to change, and say so in the commit):
 from __future__ import annotations
 
 import json
-import math
 import os
 import pathlib
 import sys
@@ -45,6 +44,7 @@ import pytest
 
 from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
+from fedjax_kd import results
 from fedjax_kd import runner
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -202,16 +202,7 @@ def metrics(key: str, tmp: pathlib.Path) -> list[dict]:
 # 3.2e-5 for the KRR distillation loss; a CPU with AVX2 alone moved the KRR loss by 1.1e-5.
 ACC_SAMPLES = 1      # accuracies: one test sample (a single borderline prediction)
 REL_TOL = 5e-4       # other floats: relative, over 5x the largest spread measured
-FLOAT_FLOOR = 0.1    # floats smaller than this (losses near zero) are held to REL_TOL * 0.1
-
-
-def kind(column: str, value) -> str:
-  """How a metric column is compared: ``'accuracy'`` (a fraction of samples; in whole test
-  samples), ``'float'`` (losses, entropies, distances, temperatures, ratios; relative) or
-  ``'exact'`` (integers: rounds, bytes, counts, selections, partitions)."""
-  if isinstance(value, bool) or isinstance(value, int):
-    return 'exact'
-  return 'accuracy' if 'acc' in column else 'float'
+FLOAT_FLOOR = results.FLOAT_FLOOR   # floats below this (losses near zero): REL_TOL * 0.1
 
 
 def num_test_samples(key: str, tmp: pathlib.Path) -> int:
@@ -226,14 +217,8 @@ def num_test_samples(key: str, tmp: pathlib.Path) -> int:
 
 def same(column: str, got, want, test_samples: int) -> bool:
   """Whether a metric equals its recorded value, to within its kind's tolerance."""
-  k = kind(column, want)
-  if k == 'exact' or got is None or want is None:
-    return got == want and type(got) is type(want)
-  if math.isnan(got) or math.isnan(want):
-    return math.isnan(got) and math.isnan(want)
-  if k == 'accuracy':
-    return abs(got - want) * test_samples <= ACC_SAMPLES + 1e-3
-  return abs(got - want) <= REL_TOL * max(abs(want), FLOAT_FLOOR)
+  return results.same_metric(column, got, want, accuracy_tol=(ACC_SAMPLES + 1e-3) / test_samples,
+                             rel_tol=REL_TOL)
 
 
 def _golden() -> dict:

@@ -174,3 +174,33 @@ def test_a_fingerprint_follows_the_golden_record_of_the_family():
                                                                   'train_loss'}
   assert set(standing.same_rows({**want, 'train_loss': 1.001}, want, standing.REL_TOL)) == {
       'train_loss'}
+
+
+def test_a_run_made_with_avx2_kernels_is_tied_by_an_avx2_replay(tmp_path, monkeypatch):
+  # The archive's runs come from machines of either kind: a replay with this machine's
+  # kernels that differs is tried again with AVX2's, and the tie says which matched.
+  name = 'scarlet_digits'
+  shutil.copytree(ARCHIVE / name, tmp_path / name)
+  engines = {name: _sweeps()[name]}
+  tried = []
+
+  def replay(run, workdir, isa='native'):
+    tried.append(isa)
+    return {} if isa == 'avx2' else {'test_acc': (0.1859, 0.182)}
+  monkeypatch.setattr(standing, 'replay_run', replay)
+  monkeypatch.setattr(standing, 'golden_agrees', lambda *a: False)   # no tie by record
+  monkeypatch.setattr(standing, 'archived_by', lambda *a: 'abc')   # one group per variant
+  counts = standing.tie(str(tmp_path), engines, replay=True, log=lambda s: None)
+  ties = standing.load(str(tmp_path))['runs']
+  runs = list(standing.iter_runs(str(tmp_path), engines))
+  assert counts['replay'] == len(runs) == len(ties) and tried[:2] == ['native', 'avx2']
+  assert all(t['by'].endswith('with AVX2 kernels') for t in ties.values())
+  assert not standing.stale_runs(str(tmp_path), engines)
+  # Neither kernel gives the numbers: the run stays stale, the first replay's columns kept.
+  (tmp_path / standing.STANDING_FILE).unlink()
+  monkeypatch.setattr(standing, 'replay_run', lambda run, w, isa='native': {
+      'test_acc': (0.5 if isa == 'native' else 0.6, 0.4)})
+  standing.tie(str(tmp_path), engines, replay=True, log=lambda s: None)
+  doc = standing.load(str(tmp_path))
+  assert not doc['runs'] and all(v == {'test_acc': [0.5, 0.4]} for v in doc['unmatched'].values())
+  assert standing.isa_env('avx2')['XLA_FLAGS'].endswith('--xla_cpu_max_isa=AVX2')

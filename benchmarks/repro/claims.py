@@ -242,12 +242,13 @@ class Explanation:
       setting, or the paper's regime is out of reach here) or 'implementation' (ours
       differs from them: a defect to fix).
     text: the reasoning, in words; numbers come from the checks the report prints with it.
-    related: ``(claim id, sweep)`` pairs whose checks the report prints beside the text
-      (e.g. the same claim in a longer run of the setting).
+    related: the checks the report prints beside the text, each as ``(claim id, sweep)``
+      or ``(claim id, sweep, words of the check)``; claim id '' names an agreement check
+      (e.g. the same claim in a longer run of the setting, or a reference's own numbers).
   """
   verdict: str
   text: str
-  related: tuple[tuple[str, str], ...] = ()
+  related: tuple[tuple[str, ...], ...] = ()
 
 
 # Implementation or scale, with what the independent implementations show: the report prints
@@ -280,7 +281,9 @@ EXPLANATIONS: dict[str, Explanation] = {
         'independent implementation arbitrates the ablations; it does arbitrate the gain '
         'over single-client training, which it shows too.',
         related=(('ace_vs_single', 'acepfl_mnist'), ('ace_vs_single', 'acepfl_mnist_scarce'),
-                 ('ace_components', 'acepfl_mnist_scarce'))),
+                 ('ace_components', 'acepfl_mnist_scarce'),
+                 ('ace_vs_single', 'acepfl_mnist_torch'),
+                 ('ace_vs_single', 'acepfl_mnist_scarce_torch'))),
     'fedentopt_combined': Explanation(
         'at this scale',
         'The paper\'s large SCAFFOLD gain is a rescue: with random selection its SCAFFOLD on '
@@ -292,5 +295,8 @@ EXPLANATIONS: dict[str, Explanation] = {
         'collapse), not from the selection: the PyTorch SCAFFOLD on fedjax_kd\'s cohorts '
         'agrees with fedjax_kd\'s (the pairing checks of this section).',
         related=(('fedentopt_vs_random', 'fedentopt_c2_digits'),
-                 ('fedentopt_combined', 'fedentopt_c2_mnist'))),
+                 ('fedentopt_combined', 'fedentopt_c2_mnist'),
+                 ('', 'fedentopt_c2_mnist_torch',
+                  "SCAFFOLD (selection.method=fedentopt) accuracy equals the reference's at "
+                  'round 30'))),
 }
