@@ -11,23 +11,20 @@ import sys
 
 import pytest
 
+from benchmarks.repro import checks as checks_lib
+from benchmarks.repro import headline as headline_lib
+from benchmarks.repro import plan as plan_lib
+from benchmarks.repro import report as report_lib
+from benchmarks.repro import sections as sections_lib
+from benchmarks.repro import stats as stats_lib
+from benchmarks.repro import tables as tables_lib
 from fedjax_kd import results, sweep
+from fedjax_kd.errors import DataError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / 'benchmarks' / 'reproduction.py'
 # Unoptimised XLA code compiles several times faster; the --tiny runs are 2-round toys.
 FAST_XLA = '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true'
-
-
-def _module():
-  """benchmarks/reproduction.py as a module (registered: its dataclasses need that)."""
-  name = 'reproduction_under_test'
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-  return sys.modules[name]
 
 
 def _script(*args):
@@ -46,61 +43,61 @@ def _cell(label, values, grid=None, key='final_acc', thresholds=(), reached=None
 
 
 def test_directional_test_on_known_numbers():
-  rep = _module()
   # d = .01 .02 0 .015 .01: mean .011, sample std sqrt(220e-6 / 4) = .00742, SE .00332,
   # t = 3.317 with 4 df: one-sided p = .0147; t(.95, 4) = 2.132 gives the 90% CI +-.00707.
-  holds, text = rep.directional({0: .01, 1: .02, 2: 0.0, 3: .015, 4: .01})
+  holds, text = stats_lib.directional({0: .01, 1: .02, 2: 0.0, 3: .015, 4: .01})
   assert holds is True
   assert text == ('+0.011 ± 0.007 (n=5; SE 0.003; 90% CI [+0.004, +0.018]); one-sided paired '
                   't-test, H0: d ≤ 0: p = 0.015')
   # The same five seeds against a non-inferiority margin of 1 point: t = (.011 + .01) / SE.
-  assert rep.directional({0: .01, 1: .02, 2: 0.0, 3: .015, 4: .01}, margin=-0.01)[0] is True
+  assert stats_lib.directional({0: .01, 1: .02, 2: 0.0, 3: .015, 4: .01}, margin=-0.01)[0] is True
   # A positive mean that the seeds do not show at p < .05 does not hold (n = 5 decides) ...
-  holds, text = rep.directional({0: .01, 1: -.02, 2: 0.0, 3: .015, 4: .01})
+  holds, text = stats_lib.directional({0: .01, 1: -.02, 2: 0.0, 3: .015, 4: .01})
   assert holds is False and text.endswith('p = 0.328')
   # ... but three seeds decide nothing, even a clear gain.
-  holds, text = rep.directional({0: .1, 1: .12, 2: .11})
+  holds, text = stats_lib.directional({0: .1, 1: .12, 2: .11})
   assert holds is None and text.endswith('n < 5: more seeds decide')
   # The same difference in every seed (bytes fixed by the config): the sign decides.
-  holds, text = rep.directional(dict.fromkeys(range(5), 2e6), kind='bytes')
+  holds, text = stats_lib.directional(dict.fromkeys(range(5), 2e6), kind='bytes')
   assert holds is True and text.startswith('+2.00 ± 0.00 MB (n=5') and 'p < 0.001' in text
-  assert rep.directional(dict.fromkeys(range(5), -2e6), kind='bytes')[0] is False
+  assert stats_lib.directional(dict.fromkeys(range(5), -2e6), kind='bytes')[0] is False
 
 
 def test_checks_on_known_numbers():
-  rep = _module()
-  t = rep.Table([_cell('ACE', [.90, .92, .94, .91, .93]),
+  t = stats_lib.Table([_cell('ACE', [.90, .92, .94, .91, .93]),
                  _cell('noisy', [.88, .93, .935, .92, .93]),   # ACE - noisy: +.02 -.01 .005 -.01 0
                  _cell('clear', [.80, .82, .84, .81, .83]),
                  _cell('same', [.90, .92, .94, .91, .93]),
                  _cell('three', [.80, .82, .84]),
                  _cell('A', [.5, .6, .7, .6, .6], grid={'selection.method': 'fedentopt'}),
                  _cell('A', [.5] * 5, grid={'selection.method': 'uniform'})])
-  holds, detail = rep.exceeds('ACE', 'clear')(t)
+  holds, detail = checks_lib.exceeds('ACE', 'clear')(t)
   assert holds is True and detail.startswith('ACE 0.920 ± 0.016 vs clear 0.820 ± 0.016; paired '
                                              'difference +0.100 ± 0.000 (n=5')
-  assert rep.exceeds('ACE', 'noisy')(t)[0] is False
-  assert rep.exceeds('ACE', 'same')(t)[0] is False
-  assert rep.exceeds('ACE', 'missing')(t) == (None, 'not run: missing')
-  holds, detail = rep.exceeds('ACE', 'three')(t)   # three paired seeds: not decided
+  assert checks_lib.exceeds('ACE', 'noisy')(t)[0] is False
+  assert checks_lib.exceeds('ACE', 'same')(t)[0] is False
+  assert checks_lib.exceeds('ACE', 'missing')(t) == (None, 'not run: missing')
+  holds, detail = checks_lib.exceeds('ACE', 'three')(t)   # three paired seeds: not decided
   assert holds is None and '(n=3;' in detail
   # A side that diverged in some seed makes the check inconclusive, and the detail says where.
   bad = _cell('bad', [0.95, 0.96])
   bad['diverged'] = {2: 17}
-  holds, detail = rep.exceeds('bad', 'clear')(rep.Table([bad, _cell('clear', [0.8, 0.82, 0.84])]))
+  holds, detail = checks_lib.exceeds('bad', 'clear')(
+      stats_lib.Table([bad, _cell('clear', [0.8, 0.82, 0.84])]))
   assert holds is None and detail == 'diverged (a round left NaN or Inf): bad in seed 2'
-  assert rep.exceeds('ACE', 'clear')(t)[0] is True
+  assert checks_lib.exceeds('ACE', 'clear')(t)[0] is True
   fe = ('A', {'selection.method': 'fedentopt'})
   uni = ('A', {'selection.method': 'uniform'})
-  assert rep.exceeds(fe, uni)(t)[0] is True       # +.1 .0 .2 .1 .1: t = 3.16, p = .017
-  assert rep.not_worse('clear', 'ACE', tol=0.01)(t)[0] is False
-  assert rep.not_worse('noisy', 'ACE', tol=0.01)(t)[0] is False   # mean -.001, SE .0058: p = .10
-  assert rep.not_worse('same', 'ACE', tol=0.01)(t)[0] is True
-  assert not rep.Check('c', 's', rep.matches('ACE', 'same')).paper_claim
-  assert rep.Check('c', 's', rep.exceeds('ACE', 'same')).paper_claim
+  assert checks_lib.exceeds(fe, uni)(t)[0] is True       # +.1 .0 .2 .1 .1: t = 3.16, p = .017
+  assert checks_lib.not_worse('clear', 'ACE', tol=0.01)(t)[0] is False
+  # mean -.001, SE .0058: p = .10
+  assert checks_lib.not_worse('noisy', 'ACE', tol=0.01)(t)[0] is False
+  assert checks_lib.not_worse('same', 'ACE', tol=0.01)(t)[0] is True
+  assert not checks_lib.Check('c', 's', checks_lib.matches('ACE', 'same')).paper_claim
+  assert checks_lib.Check('c', 's', checks_lib.exceeds('ACE', 'same')).paper_claim
   # Bytes to the highest threshold S reaches in every seed and D in one: D's seed 4 never
   # reaches 0.6 and counts its total bytes (5 MB), a lower bound on what it would need.
-  bt = rep.Table([
+  bt = stats_lib.Table([
       _cell('S', [0.7] * 5, key='final_acc', thresholds=(0.5, 0.6),
             reached={'0.5': (5, 5), '0.6': (5, 5)}, **{'bytes_to_0.5': [1e6, 1e6, 2e6, 1e6, 1e6],
                                                         'bytes_to_0.6': [2e6] * 5,
@@ -110,19 +107,19 @@ def test_checks_on_known_numbers():
                                                         'bytes_to_0.6': [4e6] * 4,
                                                         'total_bytes': [5e6] * 5,
                                                         'setup_bytes': [0.5e6] * 5})])
-  f = rep.fewer_bytes_to_threshold('S', 'D')(bt)
+  f = checks_lib.fewer_bytes_to_threshold('S', 'D')(bt)
   assert f.holds is True and f.detail.startswith(
       'to reach 0.6: S 2.00 ± 0.00 MB vs D 4.20 ± 0.45 MB; ratio 0.476; D never reached it in '
       'seed 4: counted at its total bytes; paired saving +2.20 ± 0.45 MB (n=5')
   assert abs(f.relative - (1 - 2 / 4.2)) < 1e-12
   # The paper's measure leaves the one-time setup bytes out on both sides: 1.5 vs 3.7 MB.
-  f = rep.fewer_bytes_to_threshold('S', 'D', after_setup=True)(bt)
+  f = checks_lib.fewer_bytes_to_threshold('S', 'D', after_setup=True)(bt)
   assert f.detail.startswith('to reach 0.6 after the one-time setup bytes: S 1.50 ± 0.00 MB vs '
                              'D 3.70 ± 0.45 MB')
   assert abs(f.relative - (1 - 1.5 / 3.7)) < 1e-12
-  assert rep.flag_literal(('cnn@1.0',)) == '("cnn@1.0",)'
-  assert rep.flag_literal('era') == 'era' and rep.flag_literal('True') == '"True"'
-  assert sweep.parse_value(rep.flag_literal(('a', 1))) == ('a', 1)
+  assert plan_lib.flag_literal(('cnn@1.0',)) == '("cnn@1.0",)'
+  assert plan_lib.flag_literal('era') == 'era' and plan_lib.flag_literal('True') == '"True"'
+  assert sweep.parse_value(plan_lib.flag_literal(('a', 1))) == ('a', 1)
 
 
 def _series(rounds, values):
@@ -131,39 +128,40 @@ def _series(rounds, values):
 
 
 def test_curve_tables_on_known_numbers():
-  rep = _module()
   curves = {0: {'test_acc': _series([1, 2, 3], [0.1, 0.5, 0.9]),
                 'upload_acc': _series([1, 2, 3], [0.2, 0.2, 0.6])},
             1: {'test_acc': _series([1, 3], [0.3, 0.7]),          # round 2 not evaluated
                 'upload_acc': _series([1, 2, 3], [0.4, 0.2, 0.8])}}
   cells = [{'variant': 'ERA', 'label': 'ERA', 'cell': {}, 'n': 2, 'curves': curves},
            {'variant': 'SA', 'label': 'SA', 'cell': {}, 'n': 0, 'curves': {}}]
-  seeds = rep.seed_curve_table(['ERA', 'SA'], cells).splitlines()
+  seeds = tables_lib.seed_curve_table(['ERA', 'SA'], cells).splitlines()
   assert seeds[0] == '| variant | seed | 1 | 2 | 3 |'
   assert seeds[2:] == ['| ERA | 0 | 0.100 | 0.500 | 0.900 |', '| ERA | 1 | 0.300 | – | 0.700 |']
-  diag = rep.metric_curve_table('ERA', ['upload_acc'], cells).splitlines()
+  diag = tables_lib.metric_curve_table('ERA', ['upload_acc'], cells).splitlines()
   # round 1: mean 0.3, sample std 0.1414; round 2: 0.2 ± 0; round 3: 0.7 ± 0.1414
   assert diag[2] == '| upload_acc | 0.30 ± 0.14 | 0.20 ± 0.00 | 0.70 ± 0.14 |'
-  assert rep.metric_curve_table('SA', ['upload_acc'], cells) == '*SA: no finished run.*'
-  assert rep.curve_table([1, 2], cells[:1]).splitlines()[2] == '| ERA | 2 | 0.200 ± 0.141 | 0.500 ± – |'
+  assert tables_lib.metric_curve_table('SA', ['upload_acc'], cells) == '*SA: no finished run.*'
+  assert (tables_lib.curve_table([1, 2], cells[:1]).splitlines()[2]
+          == '| ERA | 2 | 0.200 ± 0.141 | 0.500 ± – |')
 
 
 @pytest.mark.slow
 def test_tiny_pipeline_writes_every_section(tmp_path):
-  rep = _module()
   runs = tmp_path / 'runs'
   out = tmp_path / 'docs' / 'reproduction.md'
   r = _script('run', f'--runs={runs}', '--tiny', '--jobs=2')
   assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
   assert 'failed' not in r.stdout.split('reproduction:')[-1].replace('0 failed', '')
   readme = tmp_path / 'README.md'
-  readme.write_text(f'# x\n\n## Results\n\n{rep.README_BEGIN}\nSTALE ROW\n{rep.README_END}\n\nend\n')
+  readme.write_text(f'# x\n\n## Results\n\n{report_lib.README_BEGIN}\nSTALE ROW\n'
+                    f'{report_lib.README_END}\n\nend\n')
   r = _script('report', f'--runs={runs}', f'--out={out}', '--tiny', f'--readme={readme}')
   assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
   md = out.read_text()
   # The README's block holds the same headline rows, and nothing outside the block changed.
   text = readme.read_text()
-  assert text.startswith('# x\n\n## Results\n\n') and text.endswith(f'{rep.README_END}\n\nend\n')
+  assert text.startswith('# x\n\n## Results\n\n')
+  assert text.endswith(f'{report_lib.README_END}\n\nend\n')
   assert "STALE ROW" not in text and '](docs/reproduction.md)' in text
   lines = md.splitlines()
   assert md.startswith('# Reproduction report')
@@ -177,17 +175,17 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   verdicts = lines.index("## Verdicts on the papers' claims")
   accounting = lines.index('## Accounting: byte counts exact by construction')
   second = lines.index('## fedjax_kd against the independent implementations, and setting checks')
-  first = lines.index(f'## 1. {rep.SECTIONS[0].title}')
+  first = lines.index(f'## 1. {sections_lib.SECTIONS[0].title}')
   rows_of = lambda a, b: [ln for ln in lines[a:b] if ln.startswith('| ')
                           and not ln.startswith(('| paper |', '| check |'))]
   listed = rows_of(register, verdicts)
   assert len(listed) == len(claims_lib.REGISTER)
   claims, exact, others = (rows_of(verdicts, accounting), rows_of(accounting, second),
                            rows_of(second, first))
-  counted = [c for s in rep.SECTIONS for c in s.checks if c.claim_id and not c.arbiter]
+  counted = [c for s in sections_lib.SECTIONS for c in s.checks if c.claim_id and not c.arbiter]
   assert len(claims) + len(exact) == len(counted) > 0
-  assert len(others) == sum(not c.claim_id for s in rep.SECTIONS for c in s.checks) > 0
-  assert {ln.split(' | ')[0][2:] for ln in claims} == {s.paper for s in rep.SECTIONS}
+  assert len(others) == sum(not c.claim_id for s in sections_lib.SECTIONS for c in s.checks) > 0
+  assert {ln.split(' | ')[0][2:] for ln in claims} == {s.paper for s in sections_lib.SECTIONS}
   # --tiny runs one seed: no claim is decided, and the verdict says why.
   assert all(ln.endswith(f'**{verdicts_lib.FEW_SEEDS}** |') or
              ln.endswith(f'**{verdicts_lib.NOT_RUN}** |') for ln in claims)
@@ -196,20 +194,20 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
              for ln in others)
   # The README's block: per paper, the verdicts counted from those rows, the claims not
   # checkable here from the register; then the agreement checks per paper.
-  block = text.split(rep.README_BEGIN, 1)[1].split(rep.README_END, 1)[0]
+  block = text.split(report_lib.README_BEGIN, 1)[1].split(report_lib.README_END, 1)[0]
   tables = block.split('fedjax_kd against the independent implementations')
   assert len(tables) == 2
   summary = [ln for ln in tables[0].splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
-  assert [ln.split(' | ')[0][2:] for ln in summary] == [s.paper for s in rep.SECTIONS]
+  assert [ln.split(' | ')[0][2:] for ln in summary] == [s.paper for s in sections_lib.SECTIONS]
   cols = [int(x) for ln in summary for x in ln.strip(' |').split(' | ')[1:]]
-  width = len(rep.SUMMARY_COLUMNS) + 2
-  assert sum(cols[i] for i in range(0, len(cols)) if i % width < len(rep.SUMMARY_COLUMNS)) == \
-      len(claims)
+  width = len(headline_lib.SUMMARY_COLUMNS) + 2
+  verdict_columns = len(headline_lib.SUMMARY_COLUMNS)
+  assert sum(cols[i] for i in range(0, len(cols)) if i % width < verdict_columns) == len(claims)
   assert sum(cols[i] for i in range(len(cols)) if i % width == width - 2) == sum(
       1 for c in claims_lib.REGISTER if c.unchecked)
   agree = [ln for ln in tables[1].splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
   assert sum(sum(int(x) for x in ln.strip(' |').split(' | ')[1:]) for ln in agree) == len(others)
-  for i, section in enumerate(rep.SECTIONS, 1):
+  for i, section in enumerate(sections_lib.SECTIONS, 1):
     assert f'## {i}. {section.title}' in md
     assert f'**Claim.** {section.claim}' in md
     assert f'--only={section.key}' in md
@@ -225,7 +223,7 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
                  if j == len(lines) or not lines[j].startswith('|'))
       table = lines[start + 2:end]
       labels = [v[0] for v in d.variants if d.tiny_variants is None or v[0] in d.tiny_variants]
-      cells = max(1, len(rep._grid(d, tiny=True).get(d.grid[0][0], []))) if d.grid else 1
+      cells = max(1, len(plan_lib._grid(d, tiny=True).get(d.grid[0][0], []))) if d.grid else 1
       assert len(table) == len(labels) * cells, d.name
       for label in labels:
         mine = [ln for ln in table if ln.startswith(f'| {label} |')]
@@ -233,7 +231,7 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
       fig = out.parent / 'figures' / 'reproduction' / f'{d.name}_test_acc.png'
       assert fig.exists() and f'](figures/reproduction/{d.name}_test_acc.png)' in md
   assert md.count('*Not run: not part of --tiny (MNIST sweeps are skipped).*') == sum(
-      d.data == 'mnist' for s in rep.SECTIONS for d in s.sweeps)
+      d.data == 'mnist' for s in sections_lib.SECTIONS for d in s.sweeps)
   assert 'The same sweep with the sweep tool: `python -m fedjax_kd.sweep --config=configs/' in md
   # ACE-pFL's table has the per-seed delta column; the reference row says so.
   assert '| ACE-pFL | 1 |' in md and '(reference)' in md
@@ -263,13 +261,12 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
 
 
 def test_update_block_needs_both_markers(tmp_path):
-  rep = _module()
   path = tmp_path / 'README.md'
   path.write_text('no markers\n')
   try:
-    rep.update_block(str(path), ['x'])
+    report_lib.update_block(str(path), ['x'])
     raise AssertionError('expected DataError')
-  except rep.DataError as e:
+  except DataError as e:
     assert 'README.md' in str(e)
   assert path.read_text() == 'no markers\n'
 
@@ -327,65 +324,62 @@ def test_readme_example_output_is_the_archived_default_run():
 
 def test_equivalence_on_known_numbers():
   """Two one-sided t-tests against the margin, worked by hand (t(0.95, 2) = 2.920)."""
-  rep = _module()
   # +0.01, 0, -0.01: mean 0, std 0.01, SE 0.01 / sqrt(3) = 0.00577, 90% CI 0 ± 0.0169:
   # inside ±0.02; TOST p = P(T_2 > 0.02 / 0.00577 = 3.46) = 0.037.
-  assert rep.equivalence({0: 0.01, 1: 0.0, 2: -0.01}, 0.02) == (
+  assert stats_lib.equivalence({0: 0.01, 1: 0.0, 2: -0.01}, 0.02) == (
       True, '+0.000 ± 0.010 (n=3; SE 0.006; 90% CI [-0.017, +0.017]); margin ±0.02; within '
       'it: TOST p = 0.037')
   # The same seeds against ±0.01 cannot tell a gap of 0.01 from none; at that spread five
   # seeds would: t(0.95, 4) 0.01 / sqrt(5) = 0.0095 < 0.01, while t(0.95, 3) 0.01 / 2 = 0.0118.
-  holds, text = rep.equivalence({0: 0.01, 1: 0.0, 2: -0.01}, 0.01)
+  holds, text = stats_lib.equivalence({0: 0.01, 1: 0.0, 2: -0.01}, 0.01)
   assert holds is None and text.endswith('about 5 seeds would show equivalence')
   # -0.13, -0.13, -0.05: mean -0.1033, std 0.0462, SE 0.0267, 90% CI [-0.181, -0.025]: wholly
   # below -0.02; p = P(T_2 > (0.1033 - 0.02) / 0.0267 = 3.125) = 0.044.
-  assert rep.equivalence({0: -0.13, 1: -0.13, 2: -0.05}, 0.02) == (
+  assert stats_lib.equivalence({0: -0.13, 1: -0.13, 2: -0.05}, 0.02) == (
       False, '-0.103 ± 0.046 (n=3; SE 0.027; 90% CI [-0.181, -0.025]); margin ±0.02; beyond '
       'it: p = 0.044')
   # Five seeds narrow the interval: t(0.95, 4) = 2.132; +0.03 ± 0.01 -> SE 0.00447, CI
   # [+0.020, +0.040]: beyond +0.01, not decided against +0.02... and inside ±0.05.
   five = {0: 0.02, 1: 0.03, 2: 0.04, 3: 0.025, 4: 0.035}   # mean 0.03, std 0.0079
-  assert rep.equivalence(five, 0.01)[0] is False
-  assert rep.equivalence(five, 0.03)[0] is None
-  assert rep.equivalence(five, 0.05)[0] is True
+  assert stats_lib.equivalence(five, 0.01)[0] is False
+  assert stats_lib.equivalence(five, 0.03)[0] is None
+  assert stats_lib.equivalence(five, 0.05)[0] is True
   # Every seed the same difference: the margin decides exactly.
-  assert rep.equivalence({0: 0.01, 1: 0.01, 2: 0.01}, 0.02)[0] is True
-  assert rep.equivalence({0: 0.05, 1: 0.05, 2: 0.05}, 0.02)[0] is False
+  assert stats_lib.equivalence({0: 0.01, 1: 0.01, 2: 0.01}, 0.02)[0] is True
+  assert stats_lib.equivalence({0: 0.05, 1: 0.05, 2: 0.05}, 0.02)[0] is False
 
 
 def test_matches_on_known_numbers():
   """The reference check: the paired per-seed differences, tested against the margin."""
-  rep = _module()
 
   def cell(label, finals, r3):
     c = _cell(label, finals)
     c['curves'] = {s: {'test_acc': _series([1, 3], [0.1, v])} for s, v in enumerate(r3)}
     return c
 
-  t = rep.Table([cell('ours', [0.94, 0.94, 0.83], [0.80, 0.76, 0.70]),
+  t = stats_lib.Table([cell('ours', [0.94, 0.94, 0.83], [0.80, 0.76, 0.70]),
                  cell('ref', [0.93, 0.94, 0.84], [0.80, 0.77, 0.74]),
                  cell('far', [0.80, 0.81, 0.79], [0.5, 0.5, 0.5]),
                  cell('noisy', [0.99, 0.85, 0.99], [0.8, 0.8, 0.8])])
-  holds, detail = rep.matches('ours', 'ref')(t)          # differences +0.01, 0, -0.01
+  holds, detail = checks_lib.matches('ours', 'ref')(t)          # differences +0.01, 0, -0.01
   assert holds is True and detail == (
       'final: ours 0.903 ± 0.064 vs ref 0.903 ± 0.055; paired difference +0.000 ± 0.010 (n=3; '
       'SE 0.006; 90% CI [-0.017, +0.017]); margin ±0.02; within it: TOST p = 0.037')
   # Round 3: 0, -0.01, -0.04: mean -0.0167, SE 0.0120, 90% CI [-0.052, +0.018].
-  holds, detail = rep.matches('ours', 'ref', at_round=3)(t)
+  holds, detail = checks_lib.matches('ours', 'ref', at_round=3)(t)
   assert holds is None and detail.startswith('round 3: ours 0.753 ± 0.050 vs ref 0.770 ± 0.030')
   assert '90% CI [-0.052, +0.018]' in detail and detail.endswith('seeds would show equivalence')
-  holds, detail = rep.matches('far', 'ref')(t)           # -0.13, -0.13, -0.05
+  holds, detail = checks_lib.matches('far', 'ref')(t)           # -0.13, -0.13, -0.05
   assert holds is False and 'paired difference -0.103 ± 0.046 (n=3' in detail
-  holds, detail = rep.matches('noisy', 'ref')(t)         # +0.06, -0.09, +0.15: mean 0.04, std 0.12
+  holds, detail = checks_lib.matches('noisy', 'ref')(t)   # +0.06, -0.09, +0.15: mean 0.04, std 0.12
   assert holds is None and detail.endswith('more seeds decide')
-  assert rep.matches('ours', 'ref', at_round=2)(t) == (None, 'not logged at round 2')
-  assert rep.matches('ours', 'gone')(t) == (None, 'not run: gone')
+  assert checks_lib.matches('ours', 'ref', at_round=2)(t) == (None, 'not logged at round 2')
+  assert checks_lib.matches('ours', 'gone')(t) == (None, 'not run: gone')
 
 
 def test_reference_checks_need_three_seeds_and_read_the_draw_noise():
   """Paired checks decide nothing on fewer than 3 seeds; the stability and draw-noise checks
   on worked-out numbers; the paired-difference table."""
-  rep = _module()
 
   def cell(label, r3, grid=None, diverged=None):
     c = _cell(label, r3, grid)
@@ -394,32 +388,32 @@ def test_reference_checks_need_three_seeds_and_read_the_draw_noise():
     c['planned'] = len(r3) + len(c['diverged'])
     return c
 
-  t = rep.Table([cell('one', [0.80]), cell('ref1', [0.80]),
+  t = stats_lib.Table([cell('one', [0.80]), cell('ref1', [0.80]),
                  cell('ours', [0.70, 0.75, 0.72]), cell('ref', [0.73, 0.76, 0.74]),
                  cell('ref, other draws', [0.76, 0.73, 0.75]),
                  cell('flat', [0.10, 0.93, 0.94]), cell('gone', [0.9], diverged={1: 40, 2: 12}),
                  cell('fine', [0.93, 0.94, 0.95]), cell('short', [0.93, 0.94])])
-  holds, detail = rep.matches('one', 'ref1', at_round=3)(t)
+  holds, detail = checks_lib.matches('one', 'ref1', at_round=3)(t)
   assert holds is None and detail.endswith('fewer than 3 paired seeds')
   # ours - ref: -0.03, -0.01, -0.02 (mean -0.02); other draws - ref: +0.03, -0.03, +0.01,
   # rms sqrt((9 + 9 + 1) / 3) / 100 = 0.0252 >= 0.02: the gap is the size of the draws' own.
-  holds, detail = rep.within_draw_noise('ours', 'ref', 'ref, other draws', 'ref', 3)(t)
+  holds, detail = checks_lib.within_draw_noise('ours', 'ref', 'ref, other draws', 'ref', 3)(t)
   assert holds is True and detail == ('round 3: ours - ref -0.020 ± 0.010 (n=3); ref, other '
                                       'draws - ref +0.003 ± 0.031 (n=3), rms 0.025')
-  t2 = rep.Table([cell('ours', [0.70, 0.70, 0.70]), cell('ref', [0.75, 0.76, 0.74]),
+  t2 = stats_lib.Table([cell('ours', [0.70, 0.70, 0.70]), cell('ref', [0.75, 0.76, 0.74]),
                   cell('ref, other draws', [0.76, 0.75, 0.74])])
-  assert rep.within_draw_noise('ours', 'ref', 'ref, other draws', 'ref', 3)(t2)[0] is False
-  assert rep.stable('fine')(t)[0] is True
+  assert checks_lib.within_draw_noise('ours', 'ref', 'ref, other draws', 'ref', 3)(t2)[0] is False
+  assert checks_lib.stable('fine')(t)[0] is True
   # 0.10, 0.93, 0.94: mean 0.657, std sqrt(0.4649 / 2) = 0.482
-  assert rep.stable('flat')(t) == (False, 'flat: 3 of 3 seeds finished, final acc 0.657 ± '
+  assert checks_lib.stable('flat')(t) == (False, 'flat: 3 of 3 seeds finished, final acc 0.657 ± '
                                           '0.482; below 0.5: seeds 0')
-  holds, detail = rep.stable('gone')(t)
+  holds, detail = checks_lib.stable('gone')(t)
   assert holds is False and detail.endswith('diverged: seeds 1, 2')
   short = t.find('short')
   short['planned'] = 3
-  assert rep.stable('short')(t)[0] is None
-  assert rep.stable('absent')(t) == (None, 'not run: absent')
-  table = rep.paired_round_table('ref', [3], [t.find(x) for x in ('ref', 'ours', 'one')])
+  assert checks_lib.stable('short')(t)[0] is None
+  assert checks_lib.stable('absent')(t) == (None, 'not run: absent')
+  table = tables_lib.paired_round_table('ref', [3], [t.find(x) for x in ('ref', 'ours', 'one')])
   assert table.splitlines()[2:] == ['| ours | -0.020 ± 0.010 (n=3) |',
                                     '| one | +0.070 ± – (n=1) |']
 
@@ -427,7 +421,6 @@ def test_reference_checks_need_three_seeds_and_read_the_draw_noise():
 def test_no_steady_gap_on_known_numbers():
   """A gap in one round is not a lag: the check averages each seed's gap over the rounds
   from round 2 and counts the rounds one curve is lower."""
-  rep = _module()
 
   def cell(label, curves):
     c = _cell(label, [v[-1] for v in curves])
@@ -439,24 +432,23 @@ def test_no_steady_gap_on_known_numbers():
   # seed 2: 0, -0.03, +0.03: mean 0. Round 1 (0.9 vs 0.1) is left out.
   ours = [[0.9, 0.50, 0.67, 0.80], [0.9, 0.62, 0.68, 0.90], [0.9, 0.40, 0.57, 0.83]]
   lag = [[0.1, 0.45, 0.65, 0.75], [0.1, 0.55, 0.65, 0.85], [0.1, 0.35, 0.55, 0.75]]
-  t = rep.Table([cell('ours', ours), cell('ref', ref), cell('lag', lag),
+  t = stats_lib.Table([cell('ours', ours), cell('ref', ref), cell('lag', lag),
                  cell('two', ours[:2])])
   # Per-seed gaps -0.01, 0, 0: mean -0.0033, std 0.0058, SE 0.0033, 90% CI [-0.013, +0.006]
   # (t(0.95, 2) = 2.920): inside ±0.02, not inside ±0.01.
-  holds, detail = rep.no_steady_gap('ours', 'ref', tol=0.02)(t)
+  holds, detail = checks_lib.no_steady_gap('ours', 'ref', tol=0.02)(t)
   assert holds is True and detail.startswith(
       'rounds 2-last (ours lower in 3 of 9 (seed, round) pairs): mean per-seed gap ours - ref '
       '-0.003 ± 0.006 (n=3; SE 0.003; 90% CI [-0.013, +0.006]); margin ±0.02; within it')
-  assert rep.no_steady_gap('ours', 'ref')(t)[0] is None
-  holds, detail = rep.no_steady_gap('lag', 'ref')(t)   # -0.05 in every round of every seed
+  assert checks_lib.no_steady_gap('ours', 'ref')(t)[0] is None
+  holds, detail = checks_lib.no_steady_gap('lag', 'ref')(t)   # -0.05 in every round of every seed
   assert holds is False and '(lag lower in 9 of 9' in detail and 'gap lag - ref -0.050' in detail
-  assert rep.no_steady_gap('two', 'ref')(t)[0] is None
-  assert rep.no_steady_gap('ours', 'gone')(t) == (None, 'not run: gone')
+  assert checks_lib.no_steady_gap('two', 'ref')(t)[0] is None
+  assert checks_lib.no_steady_gap('ours', 'gone')(t) == (None, 'not run: gone')
 
 
 def test_same_metric_on_known_numbers():
   """A metric fixed by the shared draws (the cache's hit ratio) must agree round by round."""
-  rep = _module()
 
   def cell(label, hits):
     c = _cell(label, [0.9] * len(hits))
@@ -466,43 +458,43 @@ def test_same_metric_on_known_numbers():
 
   ours = [[0.0, 0.1, 0.24], [0.0, 0.093, 0.16], [0.0, 0.103, 0.18]]
   off = [[0.0, 0.1, 0.24], [0.0, 0.093, 0.163], [0.0, 0.103, 0.18]]
-  t = rep.Table([cell('ours', ours), cell('same', ours), cell('off', off),
+  t = stats_lib.Table([cell('ours', ours), cell('same', ours), cell('off', off),
                  cell('two', ours[:2])])
-  assert rep.same_metric('ours', 'same', 'hit_ratio')(t) == (
+  assert checks_lib.same_metric('ours', 'same', 'hit_ratio')(t) == (
       True, 'hit_ratio: largest difference 0.0000 over 9 (seed, round) pairs of 3 seeds; '
             'tolerance 0.001')
-  holds, detail = rep.same_metric('ours', 'off', 'hit_ratio')(t)    # 0.003 at seed 1, round 3
+  holds, detail = checks_lib.same_metric('ours', 'off', 'hit_ratio')(t)   # 0.003 at seed 1, round 3
   assert holds is False and 'largest difference 0.0030' in detail
-  assert rep.same_metric('ours', 'two', 'hit_ratio')(t)[0] is None
-  assert rep.same_metric('ours', 'same', 'entropy')(t) == (None, 'entropy not logged by both')
+  assert checks_lib.same_metric('ours', 'two', 'hit_ratio')(t)[0] is None
+  assert (checks_lib.same_metric('ours', 'same', 'entropy')(t)
+          == (None, 'entropy not logged by both'))
 
 
 def test_recorded_command_drops_scheduling_flags():
   """The command a sweep records is the one that reruns the whole sweep: the flags that only
   schedule (threads, jobs, a part of the variants) are dropped, the MNIST path is a placeholder."""
-  rep = _module()
   argv = ['run', '--runs=runs/repro', '--mnist=/home/me/mnist.npz', '--jobs=2',
           '--torch_threads=1', '--sweeps=dsfl_mnist', '--variants=FedAvg,FD,Single client']
-  assert rep._command(argv) == ('python benchmarks/reproduction.py run --runs=runs/repro '
+  assert plan_lib.command_line(argv) == ('python benchmarks/reproduction.py run --runs=runs/repro '
                                 '--mnist=/path/to/mnist.npz --sweeps=dsfl_mnist')
   # argparse also takes a flag's value as the next word: it is dropped with its flag.
   spaced = ['run', '--jobs', '2', '--variants', 'FedAvg', '--plan_only', '--sweeps=dsfl_mnist']
-  assert rep._command(spaced) == 'python benchmarks/reproduction.py run --sweeps=dsfl_mnist'
+  assert (plan_lib.command_line(spaced)
+          == 'python benchmarks/reproduction.py run --sweeps=dsfl_mnist')
 
 
 def test_seed_table_by_seed_and_torch_command():
-  rep = _module()
   curves = lambda *v: {s: {'test_acc': _series([1], [x])} for s, x in enumerate(v)}
   cells = [{'variant': 'ERA', 'label': 'ERA', 'cell': {}, 'n': 2, 'curves': curves(0.1, 0.2)},
            {'variant': 'Ref ERA', 'label': 'Ref ERA', 'cell': {}, 'n': 2,
             'curves': curves(0.3, 0.4)}]
-  rows = rep.seed_curve_table(['ERA', 'Ref ERA'], cells, by_seed=True).splitlines()[2:]
+  rows = tables_lib.seed_curve_table(['ERA', 'Ref ERA'], cells, by_seed=True).splitlines()[2:]
   assert rows == ['| ERA | 0 | 0.100 |', '| Ref ERA | 0 | 0.300 |', '| ERA | 1 | 0.200 |',
                   '| Ref ERA | 1 | 0.400 |']
   plan = {'config': 'configs/dsfl_mnist_cpu.py', 'seeds': [0, 1, 2],
           'variants': [{'label': 'PyTorch DS-FL ERA', 'overrides': {'dsfl.aggregation': 'era'}},
                        {'label': 'PyTorch DS-FL SA', 'overrides': {'dsfl.aggregation': 'sa'}}]}
-  assert rep.torch_command(plan, 'runs/repro/dsfl_mnist_torch', 'dsfl') == (
+  assert plan_lib.torch_command(plan, 'runs/repro/dsfl_mnist_torch', 'dsfl') == (
       'python -m benchmarks.torch_ref --algorithm=dsfl --config=configs/dsfl_mnist_cpu.py '
       '--mnist=/path/to/mnist.npz --seeds=0,1,2 --variants=era,sa '
       '--out=runs/repro/dsfl_mnist_torch')
@@ -511,7 +503,7 @@ def test_seed_table_by_seed_and_torch_command():
           'variants': [{'label': 'PyTorch SCAFFOLD'}], 'grid': {'selection.method':
                                                                 ['uniform', 'fedentopt']},
           'overrides': {'data.source': 'npz:/x/mnist.npz', 'rounds': 60}}
-  assert rep.torch_command(plan, 'out', 'fedentopt') == (
+  assert plan_lib.torch_command(plan, 'out', 'fedentopt') == (
       "python -m benchmarks.torch_ref --algorithm=fedentopt --mnist=/path/to/mnist.npz "
       "--seeds=0 --variants=scaffold --set rounds=60 "
       "--set selection.method=uniform,fedentopt --out=out")
@@ -589,7 +581,6 @@ def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
 
 
 def test_machines_line_names_the_runs_made_off_the_cpu(tmp_path):
-  rep = _module()
   runs = [('A', 0, {'platform': 'cpu', 'kind': 'cpu'}), ('A', 1, None),
           ('B', 0, {'platform': 'gpu', 'kind': 'NVIDIA H100 80GB HBM3'}), ('B', 1, 'unfinished')]
   plan = {'runs': []}
@@ -600,9 +591,9 @@ def test_machines_line_names_the_runs_made_off_the_cpu(tmp_path):
       (tmp_path / wd).mkdir(parents=True)
       summary = {'final_acc': 0.5} | ({'device': device} if device else {})
       (tmp_path / wd / 'summary.json').write_text(json.dumps(summary))
-  line = rep.machines_line(str(tmp_path), plan)
+  line = tables_lib.machines_line(str(tmp_path), plan)
   assert line.startswith('*Machines: CPU: 1 run; NVIDIA H100 80GB HBM3 (GPU): B seed 0; '
                          'not recorded: 1 run. ')
   # All on CPUs (or not recorded): nothing to say.
   plan['runs'] = plan['runs'][:2]
-  assert rep.machines_line(str(tmp_path), plan) == ''
+  assert tables_lib.machines_line(str(tmp_path), plan) == ''

@@ -8,9 +8,10 @@ import shutil
 import pytest
 
 from benchmarks.repro import claims, standing, verdicts
+from benchmarks.repro import sections as sections_lib
+from benchmarks.repro import stats as stats_lib
 from benchmarks.repro.verdicts import Finding
 from fedjax_kd import sweep
-from tests.test_reproduction import _module
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ARCHIVE = REPO / 'docs' / 'reproduction_runs'
@@ -60,19 +61,17 @@ def test_four_way_verdicts():
 
 
 def test_a_fixed_byte_count_is_no_test_and_a_zero_difference_is_not_a_contradiction():
-  rep = _module()
-  f = rep.directional({s: 2e6 for s in range(5)}, kind='bytes')
+  f = stats_lib.directional({s: 2e6 for s in range(5)}, kind='bytes')
   assert f.exact and f.holds is True
   # Identical accuracies in every seed: no difference either way (neither p below 1).
-  f = rep.directional({s: 0.0 for s in range(5)})
+  f = stats_lib.directional({s: 0.0 for s in range(5)})
   assert not f.exact and f.p == 1.0 and f.p_against == 1.0
   assert verdicts.verdict(f, 1.0, 0.05, 5) == verdicts.NOT_SIGNIFICANT
 
 
 def test_the_register_and_the_checks_hold_each_other():
-  rep = _module()
   by_paper: dict[str, set[str]] = {}
-  for section in rep.SECTIONS:
+  for section in sections_lib.SECTIONS:
     for check in section.checks:
       if check.claim_id:
         claim = claims.BY_ID[check.claim_id]   # a check names a claim of the register ...
@@ -105,7 +104,7 @@ def test_the_committed_report_has_the_register_and_explains_what_goes_against_a_
 
 
 def _sweeps():
-  return _module().sweep_engines()
+  return sections_lib.sweep_engines()
 
 
 def test_the_committed_report_names_every_stale_run_and_counts_none():
@@ -122,7 +121,6 @@ def test_the_committed_report_names_every_stale_run_and_counts_none():
 
 
 def test_a_stale_run_is_named_and_enters_no_number(tmp_path):
-  rep = _module()
   name = 'scarlet_digits'
   shutil.copytree(ARCHIVE / name, tmp_path / name)
   plan = sweep.load_plan(str(tmp_path / name))
@@ -143,7 +141,6 @@ def test_a_stale_run_is_named_and_enters_no_number(tmp_path):
   cell = next(c for c in cells if c['variant'] == first['variant'])
   assert cell['excluded'] == [first['seed']] and first['seed'] not in cell['seeds']
   assert first['seed'] not in cell['stats']['final_acc']['values']
-  del rep
 
 
 def test_a_fingerprint_follows_the_golden_record_of_the_family():

@@ -44,10 +44,9 @@ def test_model_flag_selects_the_matching_fedjax_kd_fields(tmp_path):
   official.check_spec(spec, 'cnn')
   with pytest.raises(ValueError, match='resnet20@1.0 only'):
     official.check_spec(spec, 'resnet20')
-  from tests.test_reproduction import _module as reproduction  # pylint: disable=g-import-not-at-top
-  rep = reproduction()
+  from benchmarks.repro import plan as plan_lib  # pylint: disable=g-import-not-at-top
   doc = {'variants': [{'algorithm': 'scarlet',
                        'overrides': dict(official.OFFICIAL_MODELS['cnn'])}],
          'seeds': [0, 1], 'runs': [{'rounds': 10}]}
-  cmd = rep.official_command(doc, 'runs/x')
+  cmd = plan_lib.official_command(doc, 'runs/x')
   assert '--model=cnn' in cmd and '--rounds=10' in cmd and '--seeds=0,1' in cmd

@@ -2,10 +2,10 @@
 contributions and conclusion (plus the results-section claims the abstract rests on), with
 the paper's own number and setting.
 
-A claim is *checked* when checks of the report (``benchmarks/reproduction.py``, a
-``Check`` with its ``claim_id``) test it, or *not checkable here* with the reason
-(``unchecked``): data that cannot be downloaded on these machines, a baseline not
-implemented, an arm not in the sweeps. Comparisons we add ourselves (a baseline the paper
+A claim is *checked* when checks of the report (each paper's module under
+``benchmarks/repro/papers``, a ``Check`` with its ``claim_id``) test it, or *not checkable
+here* with the reason (``unchecked``): data that cannot be downloaded on these machines, a
+baseline not implemented, an arm not in the sweeps. Comparisons we add ourselves (a baseline the paper
 did not run, a floor such as single-client training) are claims with ``ours=True``. The
 paper's effect of each check is given with the check, since one claim may cover several
 baselines or ablations with different numbers.

@@ -1,0 +1,158 @@
+r"""The reproduction report: fixed multi-seed sweeps per paper and a report from their outputs.
+
+  python benchmarks/reproduction.py run --runs=runs/repro --jobs=2 \
+      [--only=dsfl,scarlet] [--data=all|digits|mnist] [--mnist=/path/to/mnist.npz] \
+      [--tiny] [--dry_run] [--sweeps=NAME,...]
+  python benchmarks/reproduction.py archive --runs=runs/repro --out=docs/reproduction_runs
+  python benchmarks/reproduction.py report --runs=docs/reproduction_runs \
+      --out=docs/reproduction.md [--readme=README.md] [--only=...] [--tiny]
+  python benchmarks/reproduction.py standing --runs=docs/reproduction_runs [--replay]
+
+``run`` plans every sweep of the chosen sections
+(:data:`benchmarks.repro.sections.SECTIONS`), validates every run's config before
+anything trains, and runs them with :mod:`fedjax_kd.sweep` (worker processes, ``--jobs``
+at once): rerunning it
+skips finished runs and resumes interrupted ones. Each sweep's outputs
+(``sweep.json``, ``compare.csv``, ``compare.md``, figures, one workdir per
+run) go to ``<runs>/<sweep name>``. A sweep on MNIST needs ``--mnist``, a
+Keras-layout ``mnist.npz`` (default ``$FEDJAX_KD_MNIST``); without the file it is
+skipped and the report says so.
+
+``report`` reads those outputs only (re-aggregating each sweep from its
+workdirs) and writes the markdown: a headline table with one row per check
+(paper, claim, our numbers, verdict), then per paper its claim, the commands,
+a table per sweep (mean ± sample std over the finished seeds), the figures
+(written beside the report, ``<out dir>/figures/reproduction/<sweep>_*.png``,
+linked with relative paths), the checks with their verdicts and notes. No
+measured number in it is typed by hand: they all come from the runs' files.
+
+``archive`` copies what ``report`` reads (each sweep's plan, each finished run's
+config, summary and metrics; no checkpoints) to a directory small enough to
+commit: the report is rebuilt from it, and a copy of it given to ``run`` skips
+the finished runs and starts the rest.
+
+``--tiny`` shrinks every sweep to a smoke test (2 rounds, 4 clients, a small
+MLP on the ``synthetic`` source, one seed, fewer variants and grid values, no
+MNIST sweeps) so the whole pipeline runs in about a minute; its numbers mean
+nothing.
+
+``standing`` ties each archived run to today's code (:mod:`benchmarks.repro.standing`);
+``report`` leaves out the runs it cannot tie.
+
+Editing: each paper's variants, seeds, grids, checks and notes are in its module under
+:mod:`benchmarks.repro.papers`; the shared seeds and tiny settings in
+:mod:`benchmarks.repro.defs`; :data:`benchmarks.repro.sections.SECTIONS` lists the papers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from typing import Sequence
+
+from benchmarks.repro import standing as standing_lib
+from benchmarks.repro.archive import ARCHIVE_DEFAULT, ARCHIVE_MARKER, archive
+from benchmarks.repro.plan import commit
+from benchmarks.repro.report import cmd_report
+from benchmarks.repro.run import cmd_run
+from benchmarks.repro.sections import SECTIONS, sweep_engines
+from fedjax_kd import sweep
+from fedjax_kd import workdir as workdir_lib
+
+
+def cmd_standing(args: argparse.Namespace) -> int:
+  """Ties the archive's stale runs to today's code; prints what stays stale."""
+  sweeps = sweep_engines()
+  only = set(filter(None, args.sweeps.split(',')))
+  if only - set(sweeps):
+    print(f'error: --sweeps: unknown {", ".join(sorted(only - set(sweeps)))}', file=sys.stderr)
+    return 2
+  if args.replay:
+    sweep.quiet_logs()
+  counts = standing_lib.tie(args.runs, sweeps, args.replay,
+                            only=lambda r: not only or r.sweep in only)
+  stale = standing_lib.stale_runs(args.runs, sweeps)
+  print(f'standing: tied {counts}; {len(stale)} run(s) stale')
+  for path, why in sorted(stale.items()):
+    print(f'  {path}: {why}')
+  return 0
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+  """Copies the finished runs' small files to ``--out`` and marks it an archive."""
+  if not os.path.isdir(args.runs):
+    print(f'error: --runs: {args.runs} is not a directory', file=sys.stderr)
+    return 2
+  n_sweeps, n_runs = archive(args.runs, args.out)
+  workdir_lib.write_json(os.path.join(args.out, ARCHIVE_MARKER),
+                         {'from': args.runs, 'runs': n_runs, 'sweeps': n_sweeps,
+                          'commit': commit(), 'date': datetime.date.today().isoformat()},
+                         indent=2)
+  print(f'archived {n_runs} finished runs of {n_sweeps} sweeps to {args.out}')
+  return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """``run`` or ``report``; returns the exit status."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = p.add_subparsers(dest='command', required=True)
+  r = sub.add_parser('run', help='run (or resume) the sweeps')
+  r.add_argument('--runs', default='runs/repro', help='where the sweeps go')
+  r.add_argument('--only', default='', help='comma-separated section keys: '
+                 + ','.join(s.key for s in SECTIONS))
+  r.add_argument('--jobs', type=int, default=1, help='worker processes at once')
+  r.add_argument('--mnist', default='', help='Keras mnist.npz (default $FEDJAX_KD_MNIST)')
+  r.add_argument('--tiny', action='store_true', help='a smoke test of the pipeline')
+  r.add_argument('--data', default='all', choices=('all', 'digits', 'mnist'),
+                 help='run only the sweeps on this data set (the others are marked not run)')
+  r.add_argument('--dry_run', action='store_true', help='plan and validate only')
+  r.add_argument('--plan_only', action='store_true',
+                 help="write each sweep's plan (sweep.json) and run nothing")
+  r.add_argument('--scarlet_checkout', default='',
+                 help="a clone of the SCARLET authors' repository (branch main) for "
+                 'scarlet_mnist_official')
+  r.add_argument('--scarlet_python', default='',
+                 help="a Python with the authors' dependencies and fedjax_kd "
+                 '(docs/scarlet_official.md)')
+  r.add_argument('--torch_threads', type=int, default=0,
+                 help="PyTorch's threads for the reference runs (0: its default; 1 when the "
+                 'cores are shared: its thread pool slows down badly when oversubscribed)')
+  r.add_argument('--sweeps', default='', help='comma-separated sweep names: run only these '
+                 '(of the chosen sections; the others are left as they are)')
+  r.add_argument('--variants', default='', help='comma-separated variant labels: run only '
+                 "these variants' runs (the plans still list every run; the others are left "
+                 'as they are)')
+  q = sub.add_parser('report', help='write the markdown from the outputs')
+  q.add_argument('--runs', default='runs/repro')
+  q.add_argument('--out', default='docs/reproduction.md')
+  q.add_argument('--only', default='')
+  q.add_argument('--mnist', default='')
+  q.add_argument('--tiny', action='store_true')
+  q.add_argument('--readme', default='',
+                 help='also rewrite the headline block of this README (between its markers)')
+  a = sub.add_parser('archive', help='copy the finished runs\' small files (the report\'s '
+                     'inputs) to a directory that can be committed')
+  a.add_argument('--runs', default='runs/repro')
+  a.add_argument('--out', default=ARCHIVE_DEFAULT)
+  t = sub.add_parser('standing', help='tie each archived run to today\'s code (by its '
+                     'commit\'s golden record, its reference\'s source, or a replay of its first '
+                     'round) and write <runs>/standing.json')
+  t.add_argument('--runs', default=ARCHIVE_DEFAULT)
+  t.add_argument('--replay', action='store_true',
+                 help='replay the first round of runs no record ties (one per group)')
+  t.add_argument('--sweeps', default='', help='comma-separated sweep names (default: all)')
+  args = p.parse_args(argv)
+  if args.command == 'archive':
+    return cmd_archive(args)
+  if args.command == 'standing':
+    return cmd_standing(args)
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  sweep.quiet_logs()
+  if args.command == 'run':
+    return cmd_run(args, argv)
+  return cmd_report(args, argv)
