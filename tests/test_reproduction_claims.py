@@ -88,7 +88,13 @@ def test_the_register_and_the_checks_hold_each_other():
   assert len(claims.BY_ID) == len(claims.REGISTER)
   for cid, why in claims.EXPLANATIONS.items():
     assert cid in claims.BY_ID and why.verdict in ('at this scale', 'implementation')
-    assert all(c in claims.BY_ID for c, _ in why.related)
+    # Each check an explanation prints beside it exists: (claim id or '' for an agreement
+    # check, sweep, words of the check).
+    for claim_id, sweep_name, *words in why.related:
+      assert claim_id == '' or claim_id in claims.BY_ID, (cid, claim_id)
+      assert any((c.claim_id or '') == claim_id and c.sweep == sweep_name
+                 and all(w in c.claim for w in words)
+                 for s in sections_lib.SECTIONS for c in s.checks), (cid, claim_id, sweep_name)
 
 
 def test_the_committed_report_has_the_register_and_explains_what_goes_against_a_paper():
