@@ -615,3 +615,44 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
                       'larger batch is padding in every distillation step')
   options = algorithms.ALGORITHMS[algorithm].options_from_config(config, spec)
   return dataclasses.replace(spec, options=options)
+
+
+OPTION_TABLES_BEGIN = '<!-- algorithm options: python -m fedjax_kd.config --option_tables=FILE -->'
+OPTION_TABLES_END = '<!-- end of the algorithm options -->'
+
+
+def option_tables() -> str:
+  """The markdown tables of every registered algorithm's options, generated from their
+  declarations (``options_class``), one table per algorithm."""
+  from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import options  # pylint: disable=g-import-not-at-top
+  out = []
+  for cls in dict.fromkeys(algorithms.ALGORITHMS.values()):
+    if cls.options_class is None:
+      continue
+    names = ', '.join(f'`{n}`' for n, c in algorithms.ALGORITHMS.items() if c is cls)
+    out += [f'**{names}** (`{cls.options_class.__name__}`)', '', *options.TABLE_HEADER,
+            *options.table(cls.options_class), '']
+  return '\n'.join(out).rstrip('\n') + '\n'
+
+
+def write_option_tables(path: str) -> None:
+  """Replaces the block between :data:`OPTION_TABLES_BEGIN` and :data:`OPTION_TABLES_END` of
+  ``path`` with :func:`option_tables`."""
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  head, sep, rest = text.partition(OPTION_TABLES_BEGIN + '\n')
+  _, sep2, tail = rest.partition(OPTION_TABLES_END)
+  if not (sep and sep2):
+    raise ValueError(f'{path}: no {OPTION_TABLES_BEGIN} ... {OPTION_TABLES_END} block')
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(head + sep + option_tables() + sep2 + tail)
+
+
+if __name__ == '__main__':
+  import sys  # pylint: disable=g-import-not-at-top
+  _args = [a for a in sys.argv[1:] if a.startswith('--option_tables=')]
+  if len(_args) != 1 or len(sys.argv) != 2:
+    sys.exit('usage: python -m fedjax_kd.config --option_tables=docs/configs.md')
+  write_option_tables(_args[0].partition('=')[2])
+  print(f'wrote the algorithm option tables into {_args[0].partition("=")[2]}')

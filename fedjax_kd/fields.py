@@ -3,8 +3,8 @@
 Each reader takes an ``ml_collections.ConfigDict`` (or any nested mapping) and
 a dotted field name, and returns the value or raises
 :class:`~fedjax_kd.errors.ConfigError` naming the field, the value and what is
-allowed. Algorithms validate their own config groups with these
-(``options_from_config``); a leaf module, so they may import it freely.
+allowed. ``config.validate`` reads the engine's groups with these and
+``fedjax_kd.options`` the algorithms' declared options; a leaf module.
 """
 
 from __future__ import annotations
@@ -55,11 +55,6 @@ def number(c, field: str, lo: float | None = None, lo_open: bool = False,
   if hi is not None and v > hi:
     raise ConfigError(field, v, f'a number <= {hi}')
   return v
-
-
-def temperature(c, field: str) -> float:
-  """A softmax temperature field: a finite number >= :data:`MIN_TEMPERATURE`."""
-  return number(c, field, MIN_TEMPERATURE)
 
 
 def boolean(c, field: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import numpy as np
 
@@ -16,7 +17,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'fedjax_kd'
 # Lowest first. A module may import its own layer and the layers below it, never above.
 LAYERS = (
     ('errors', 'spec', 'ops'),                                  # leaves
-    ('fields', 'core', 'data', 'models', 'compile_cache'),      # readers, engine, data, models
+    ('fields', 'options', 'core', 'data', 'models', 'compile_cache'),   # readers, engine, ...
     ('algorithms', 'selection'),                                # the papers
     ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed',
      'results', 'memory'),
@@ -128,6 +129,15 @@ def test_no_config_error_below_the_config_layer():
            ('ops', 'core', 'data', 'models')]
   assert len(below) > 30
   assert [m for m in below if 'ConfigError' in _modules()[m].read_text()] == []
+
+
+def test_the_design_notes_name_every_layer_as_the_test_does():
+  # docs/design.md's layer table is the layering this file enforces, module for module.
+  text = (PACKAGE.parent / 'docs' / 'design.md').read_text()
+  rows = re.findall(r'^\| (\d) \| (.*?) \|', text, flags=re.M)
+  named = tuple(tuple(n.split('/')[0] for n in re.findall(r'`([a-z_/*]+)`', cell))
+                for _, cell in sorted(rows))
+  assert [set(n) for n in named] == [set(layer) for layer in LAYERS]
 
 
 def test_a_data_error_maps_to_the_config_field():

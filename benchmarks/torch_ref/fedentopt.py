@@ -66,7 +66,7 @@ def rounds(ctx) -> Iterator[dict[str, Any]]:
   if tr.optimizer != 'sgd':
     raise ValueError(f'train.optimizer: the reference runs SGD, got {tr.optimizer!r}')
   rho, wd = float(tr.momentum), float(tr.weight_decay)
-  mu = float(spec.options) if algo == 'fedprox' else 0.0
+  mu = spec.options.mu if algo == 'fedprox' else 0.0
   selector = s.experiment.ctx.selector
   n = np.array([len(r) for r in s.client_rows], np.float64)
   glob = ctx.model(None)

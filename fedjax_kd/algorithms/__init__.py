@@ -1,5 +1,6 @@
 """Algorithms, one module per paper; ``ALGORITHMS`` maps config names to classes."""
 
+from fedjax_kd import options as options_lib
 from fedjax_kd.algorithms.acepfl import ACEPFL, FedMD
 from fedjax_kd.algorithms.base import AlgState, Algorithm, Context, Round, RoundOutput
 from fedjax_kd.algorithms.centralized import Centralized
@@ -25,42 +26,37 @@ ALGORITHMS['individual'] = Single   # SCARLET's name for the same baseline
 _BUILT_IN = frozenset(ALGORITHMS)
 
 
-def _own_groups(cls: type[Algorithm]) -> dict[str, dict]:
-  """The config groups ``cls`` and its bases declare: ``{group: {field: default}}``."""
-  out: dict[str, dict] = {}
-  for klass in reversed(cls.__mro__):
-    out.update(klass.__dict__.get('config_groups') or {})
-  return out
-
-
 def config_groups() -> dict[str, dict]:
-  """Every registered algorithm's config groups, in registration order.
+  """Every registered algorithm's config groups, ``{group: {field: default}}``, in
+  registration order (from each one's ``options_class``, :mod:`fedjax_kd.options`).
 
   ``config.default_config`` adds them to the engine's groups, so their fields can be set
   from a config file or the command line, and a misspelt one is refused by name.
   """
   out: dict[str, dict] = {}
   for cls in dict.fromkeys(ALGORITHMS.values()):
-    for group, defaults in _own_groups(cls).items():
+    for group, defaults in options_lib.groups(cls.options_class).items():
       out.setdefault(group, defaults)
   return out
 
 
 def _check_groups(cls: type[Algorithm]) -> None:
-  """Refuses a malformed ``config_groups`` or one that redefines another algorithm's group."""
-  own = cls.__dict__.get('config_groups') or {}
-  if not isinstance(own, dict) or not all(
-      isinstance(g, str) and g.isidentifier() and isinstance(d, dict) and d and
-      all(isinstance(f, str) and f.isidentifier() for f in d) for g, d in own.items()):
-    raise ValueError(f'algorithms.register: {cls.__name__}.config_groups must map group names '
-                     'to non-empty {field: default} dicts of identifiers')
-  taken = {g: c for c in ALGORITHMS.values() if c.__qualname__ != cls.__qualname__
-           for g in _own_groups(c)}
-  for group, defaults in own.items():
+  """Refuses an ``options_class`` that is not an options dataclass, or whose group another
+  algorithm declares with other fields."""
+  own = cls.options_class
+  if own is not None and not options_lib.is_options(own):
+    raise ValueError(f'algorithms.register: {cls.__name__}.options_class must be a frozen '
+                     'dataclass whose fields are fedjax_kd.options.option(...) (or None)')
+  taken = {g: (c, d) for c in ALGORITHMS.values() if c.__qualname__ != cls.__qualname__
+           for g, d in options_lib.groups(c.options_class).items()}
+  for group, defaults in options_lib.groups(own).items():
+    if not group.isidentifier():
+      raise ValueError(f'algorithms.register: {cls.__name__}: the group {group!r} is not a '
+                       'name')
     other = taken.get(group)
-    if other is not None and _own_groups(other)[group] != defaults:
+    if other is not None and other[1] != defaults:
       raise ValueError(f'algorithms.register: {cls.__name__} declares the config group '
-                       f'{group!r}, which {other.__qualname__} declares with other fields; '
+                       f'{group!r}, which {other[0].__qualname__} declares with other fields; '
                        'name your group after your algorithm')
 
 
@@ -69,7 +65,7 @@ def register(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
 
   ``config.algorithm = cls.name`` then runs it like a built-in one: the command
   line, the sweep (register in the config file), checkpoints and byte
-  accounting. Its ``config_groups`` become part of ``config.default_config()``
+  accounting. Its ``options_class``'s group becomes part of ``config.default_config()``
   (register before calling it), so ``--config.<group>.<field>`` sets its options.
   ``docs/custom_algorithm.md`` walks through one.
 
@@ -77,7 +73,8 @@ def register(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
     ValueError: not an ``Algorithm`` subclass, an empty ``name``, a built-in
       name, or a name taken by another class (without ``replace``; the same class
       defined again, as when a config file is executed twice, replaces itself);
-      malformed ``config_groups``, or a group another algorithm declares otherwise.
+      an ``options_class`` that is not an options dataclass, or whose group another
+      algorithm declares otherwise.
   """
   if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
     raise ValueError(f'algorithms.register: {cls!r} is not a subclass of Algorithm')

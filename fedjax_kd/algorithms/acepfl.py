@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import flax
 import jax
@@ -64,6 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
 from fedjax_kd.core.local import LocalRule
@@ -84,30 +85,100 @@ DISTILLATION = ('triple', 'double', 'single')
 NOISE = ('none', 'gaussian', 'laplace')
 
 
+def _weights(value, field: str) -> tuple[float, ...]:
+  """Eq. 4's four weights: numbers >= 0, not all 0."""
+  try:
+    weights = tuple(float(w) for w in value)
+  except (TypeError, ValueError):
+    weights = ()
+  if len(weights) != 4 or any(not np.isfinite(w) or w < 0 for w in weights) or not any(weights):
+    raise ConfigError(field, value, 'four numbers >= 0, not all 0: (alpha1 CE, alpha2 KD, '
+                      'alpha3 SD, alpha4 GD), e.g. [0.4, 0.3, 0.2, 0.1]')
+  return weights
+
+
 @dataclasses.dataclass(frozen=True)
 class ACEOptions:
-  """Validated ``acepfl`` config group (see ``config.default_config``)."""
-  clusters: int = 3
-  cluster_method: str = 'vector'
-  distance: str = 'tv'
-  reference: int = -1
-  aggregation: str = 'eq3_global'
-  top_k: int = 5
-  renormalize: str = 'fill'
-  t0: float = 30.0
-  k1: float = 5.0
-  k2: float = 5.0
-  r0: int = 100
-  curve: str = 'f1'
-  stage_div: str = 'r0'
-  normalize_delta: bool = True
-  weights: tuple[float, float, float, float] = (0.4, 0.3, 0.2, 0.1)
-  kl_direction: str = 'teacher_student'
-  gd_mode: str = 'student'
-  best_metric: str = 'val'
-  hist_epsilon: float = 0.0
-  noise: str = 'none'
-  noise_scale: float = 0.0
+  """``acepfl.*`` (what each choice follows: docs/papers.md). :meth:`validate` resolves the
+  ablation switches into the fields the algorithm reads (``clustering=False``: one cluster;
+  ``dynamic_temperature=False``: ``curve='fixed'``; ``distillation``: zeroed weights)."""
+  group: ClassVar[str] = 'acepfl'
+  clusters: int = options.option(3, '|V|, at most clients.num_clients', ge=1)
+  clustering: bool = options.option(True, 'ablation switch: False is one cluster (Table XI)')
+  cluster_method: str = options.option('vector', "'vector' (Algorithm 2) or 'matrix' "
+                                       '(Table V)', choices=CLUSTER_METHODS)
+  distance: str = options.option('tv', "'tv' (0/1 ground EMD), 'l1', 'emd1d' or "
+                                 "'sorted_literal'", choices=label_cluster.METRICS)
+  reference: int = options.option(-1, 'the reference client z; -1 draws it from the seed',
+                                  ge=-1)
+  aggregation: str = options.option('eq3_global', "'eq3_global', 'per_cluster' or 'mean' "
+                                    '(Eq. 1)', choices=AGGREGATIONS)
+  top_k: int = options.option(5, 'K entries kept per uploaded row; 0 keeps all classes', ge=0)
+  renormalize: str = options.option('fill', "top-K rows: 'fill', 'client', 'server' or "
+                                    "'none'", choices=RENORMALIZE)
+  t0: float = options.option(30.0, 'Eq. 2: the initial temperature')
+  k1: float = options.option(5.0, 'Eq. 2: k1')
+  k2: float = options.option(5.0, 'Eq. 2: k2')
+  r0: int = options.option(100, 'Eq. 2: rounds a stage', ge=1)
+  curve: str = options.option('f1', "'f1' (Eq. 2), 'f2'..'f5' (Table XIII) or 'fixed'",
+                              choices=temperature_ops.CURVES)
+  dynamic_temperature: bool = options.option(True, 'ablation switch: False keeps T0 every '
+                                             'round (Table XII)')
+  stage_div: str = options.option('r0', "'r0' (as the text) or 'T0' (as printed)",
+                                  choices=('r0', 'T0'))
+  normalize_delta: bool = options.option(True, 'sigmoid of (r mod r0) / r0, not of the raw '
+                                         'r mod r0')
+  weights: tuple[float, ...] = options.option((0.4, 0.3, 0.2, 0.1), 'alpha1..4: CE, KD, SD, '
+                                              'GD (Eq. 4)', check=_weights)
+  distillation: str = options.option('triple', "ablation switch: 'triple', 'double' or "
+                                     "'single'", choices=DISTILLATION)
+  kl_direction: str = options.option('teacher_student', "standard KD or 'student_teacher' "
+                                     '(as printed)', choices=losses.KL_DIRECTIONS)
+  gd_mode: str = options.option('student', "KL(M || student), or 'literal' (logged, no "
+                                'gradient)', choices=GD_MODES)
+  best_metric: str = options.option('val', "the best past model by 'val' or 'public' "
+                                    'accuracy', choices=BEST_METRICS)
+  hist_epsilon: float = options.option(0.0, 'Laplace epsilon on the label counts; 0 is off',
+                                       ge=0)
+  noise: str = options.option('none', "noise on the uploads: 'none', 'gaussian' or "
+                              "'laplace'", choices=NOISE)
+  noise_scale: float = options.option(0.0, 'its sigma or b (no formal epsilon accounting)',
+                                      ge=0)
+
+  def validate(self, spec, algorithm) -> ACEOptions:
+    g = self.group
+    k = spec.clients.num_clients
+    if self.clusters > k:
+      raise ConfigError(f'{g}.clusters', self.clusters,
+                        f'an integer in [1, {k}] (at most clients.num_clients)')
+    if self.reference > k - 1:
+      raise ConfigError(f'{g}.reference', self.reference, f'an integer in [-1, {k - 1}]')
+    weights = self.weights
+    if self.distillation in ('double', 'single'):   # ablations: zeroed, not renormalised
+      weights = weights[:3] + (0.0,)
+    if self.distillation == 'single':
+      weights = weights[:2] + (0.0, 0.0)
+    o = dataclasses.replace(self, clusters=self.clusters if self.clustering else 1,
+                            curve=self.curve if self.dynamic_temperature else 'fixed',
+                            weights=weights)
+    try:
+      temperature_ops.validate_temperature(o.t0, o.k1, o.k2, o.r0, o.curve, o.stage_div)
+    except ParamError as e:
+      raise fields.field_error(e, algorithm.param_fields()) from None
+    if o.best_metric == 'val' and o.weights[2] > 0 and spec.data.val_fraction <= 0:
+      raise ConfigError('data.val_fraction', spec.data.val_fraction,
+                        "a number in (0, 1) when acepfl.best_metric='val' (the best past "
+                        "model is chosen on each client's validation rows); or set "
+                        "acepfl.best_metric='public'")
+    if o.noise != 'none' and o.noise_scale <= 0:
+      raise ConfigError(f'{g}.noise_scale', o.noise_scale,
+                        f"a number > 0 with acepfl.noise={o.noise!r}")
+    if o.weights[0] > 0 and spec.data.public_source:
+      raise ConfigError('data.public_source', spec.data.public_source,
+                        "'' (ACE-pFL's CE term trains on the public labels, so the public "
+                        'set must come from the task\'s own data set); or set '
+                        'acepfl.weights[0] = 0')
+    return o
 
 
 def _ace_loss(logits, batch, aux, *, direction):
@@ -217,101 +288,11 @@ class ACEPFLServer:
 class ACEPFL(base.Algorithm):
   """ACE-pFL; see the module docstring."""
   name = 'acepfl'
-  config_groups = {'acepfl': {                # the choices: docs/papers.md
-      'clusters': 3,                          # |V|, <= clients.num_clients
-      'clustering': True,                     # ablation switch: False = one cluster (Table XI)
-      'cluster_method': 'vector',             # 'vector' (Algorithm 2) | 'matrix' (Table V)
-      'distance': 'tv',                       # 'tv' (0/1 ground EMD) | 'l1' | 'emd1d' | 'sorted_literal'
-      'reference': -1,                        # reference client z; -1 = uniform from the seed
-      'aggregation': 'eq3_global',            # 'eq3_global' | 'per_cluster' | 'mean' (Eq. 1)
-      'top_k': 5,                             # K kept per uploaded row; 0 = all classes
-      'renormalize': 'fill',                  # top-K rows: 'fill' | 'client' | 'server' | 'none'
-      't0': 30.0,                             # Eq. 2: initial temperature (> 0)
-      'k1': 5.0,
-      'k2': 5.0,
-      'r0': 100,
-      'curve': 'f1',                          # 'f1' (Eq. 2) | 'f2'..'f5' (Table XIII) | 'fixed'
-      'dynamic_temperature': True,            # ablation switch: False = T0 every round (Table XII)
-      'stage_div': 'r0',                      # 'r0' (as the text) | 'T0' (as printed)
-      'normalize_delta': True,                # sigmoid of (r mod r0) / r0, not of the raw r mod r0
-      'weights': (0.4, 0.3, 0.2, 0.1),        # alpha1..4: CE, KD, SD, GD (Eq. 4)
-      'distillation': 'triple',               # ablation switch: 'triple' | 'double' | 'single'
-      'kl_direction': 'teacher_student',      # standard KD | 'student_teacher' (as printed)
-      'gd_mode': 'student',                   # KL(M || student) | 'literal' (logged, no gradient)
-      'best_metric': 'val',                   # best past model by 'val' or 'public' accuracy
-      'hist_epsilon': 0.0,                    # Laplace epsilon on label counts; 0 = off
-      'noise': 'none',                        # noise on uploads: 'none' | 'gaussian' | 'laplace'
-      'noise_scale': 0.0,                     # its sigma / b (no formal epsilon accounting)
-  }}
+  options_class = ACEOptions
   paper_rules = 'acepfl'
   uses_public = True
   samples_public = False      # the whole labelled D0 every round, in a fixed order
   has_server_model = False
-
-  @classmethod
-  def options_from_config(cls, config, spec) -> ACEOptions:
-    g = 'acepfl'
-    k = spec.clients.num_clients
-    clusters = fields.integer(config, f'{g}.clusters', 1)
-    if clusters > k:
-      raise ConfigError(f'{g}.clusters', clusters,
-                        f'an integer in [1, {k}] (at most clients.num_clients)')
-    if not bool(fields.get(config, f'{g}.clustering')):
-      clusters = 1
-    weights = fields.get(config, f'{g}.weights')
-    try:
-      weights = tuple(float(w) for w in weights)
-    except (TypeError, ValueError):
-      weights = ()
-    if len(weights) != 4 or any(not np.isfinite(w) or w < 0 for w in weights) or not any(weights):
-      raise ConfigError(f'{g}.weights', fields.get(config, f'{g}.weights'),
-                        'four numbers >= 0, not all 0: (alpha1 CE, alpha2 KD, alpha3 SD, '
-                        'alpha4 GD), e.g. [0.4, 0.3, 0.2, 0.1]')
-    distillation = fields.choice(config, f'{g}.distillation', DISTILLATION)
-    if distillation in ('double', 'single'):   # ablations: zeroed, not renormalised
-      weights = weights[:3] + (0.0,)
-    if distillation == 'single':
-      weights = weights[:2] + (0.0, 0.0)
-    curve = fields.choice(config, f'{g}.curve', temperature_ops.CURVES)
-    if not bool(fields.get(config, f'{g}.dynamic_temperature')):
-      curve = 'fixed'
-    o = ACEOptions(
-        clusters=clusters,
-        cluster_method=fields.choice(config, f'{g}.cluster_method', CLUSTER_METHODS),
-        distance=fields.choice(config, f'{g}.distance', label_cluster.METRICS),
-        reference=fields.integer(config, f'{g}.reference', -1, k - 1),
-        aggregation=fields.choice(config, f'{g}.aggregation', AGGREGATIONS),
-        top_k=fields.integer(config, f'{g}.top_k', 0),
-        renormalize=fields.choice(config, f'{g}.renormalize', RENORMALIZE),
-        t0=fields.number(config, f'{g}.t0'), k1=fields.number(config, f'{g}.k1'),
-        k2=fields.number(config, f'{g}.k2'), r0=fields.integer(config, f'{g}.r0', 1),
-        curve=curve, stage_div=fields.choice(config, f'{g}.stage_div', ('r0', 'T0')),
-        normalize_delta=bool(fields.get(config, f'{g}.normalize_delta')),
-        weights=weights,
-        kl_direction=fields.choice(config, f'{g}.kl_direction', losses.KL_DIRECTIONS),
-        gd_mode=fields.choice(config, f'{g}.gd_mode', GD_MODES),
-        best_metric=fields.choice(config, f'{g}.best_metric', BEST_METRICS),
-        hist_epsilon=fields.number(config, f'{g}.hist_epsilon', 0.0),
-        noise=fields.choice(config, f'{g}.noise', NOISE),
-        noise_scale=fields.number(config, f'{g}.noise_scale', 0.0))
-    try:
-      temperature_ops.validate_temperature(o.t0, o.k1, o.k2, o.r0, o.curve, o.stage_div)
-    except ParamError as e:
-      raise fields.field_error(e, cls.param_fields()) from None
-    if o.best_metric == 'val' and o.weights[2] > 0 and spec.data.val_fraction <= 0:
-      raise ConfigError('data.val_fraction', spec.data.val_fraction,
-                        "a number in (0, 1) when acepfl.best_metric='val' (the best past "
-                        "model is chosen on each client's validation rows); or set "
-                        "acepfl.best_metric='public'")
-    if o.noise != 'none' and o.noise_scale <= 0:
-      raise ConfigError(f'{g}.noise_scale', o.noise_scale,
-                        f"a number > 0 with acepfl.noise={o.noise!r}")
-    if o.weights[0] > 0 and spec.data.public_source:
-      raise ConfigError('data.public_source', spec.data.public_source,
-                        "'' (ACE-pFL's CE term trains on the public labels, so the public "
-                        'set must come from the task\'s own data set); or set '
-                        'acepfl.weights[0] = 0')
-    return o
 
   @classmethod
   def param_fields(cls) -> dict[str, str]:
@@ -566,6 +547,21 @@ class ACEPFL(base.Algorithm):
     return np.where(np.isfinite(acc), acc, -np.inf)
 
 
+@dataclasses.dataclass(frozen=True)
+class FedMDOptions:
+  """``fedmd.*``."""
+  group: ClassVar[str] = 'fedmd'
+  temperature: float = options.option(1.0, 'the temperature of the uploaded softmax',
+                                      ge=fields.MIN_TEMPERATURE)
+  public_ce: float = options.option(0.0, 'weight of the CE on the public labels', ge=0)
+
+  def validate(self, spec, algorithm) -> None:
+    del algorithm
+    if self.public_ce > 0 and spec.data.public_source:
+      raise ConfigError('fedmd.public_ce', self.public_ce, "0 when data.public_source is set "
+                        "(the public labels are not in the task's label space)")
+
+
 class FedMD(ACEPFL):
   """FedMD-style mean aggregation on ACE-pFL's engine (see the module docstring).
 
@@ -574,10 +570,7 @@ class FedMD(ACEPFL):
   optionally, ``fedmd.public_ce`` times the CE on the public labels.
   """
   name = 'fedmd'
-  config_groups = {'fedmd': {                 # FedMD-style mean aggregation baseline
-      'temperature': 1.0,
-      'public_ce': 0.0,                       # weight of CE on the public labels
-  }}
+  options_class = FedMDOptions
   paper_rules = 'acepfl'
 
   @classmethod
@@ -586,10 +579,8 @@ class FedMD(ACEPFL):
 
   @classmethod
   def options_from_config(cls, config, spec) -> ACEOptions:
-    t = fields.temperature(config, 'fedmd.temperature')
-    ce = fields.number(config, 'fedmd.public_ce', 0.0)
-    if ce > 0 and spec.data.public_source:
-      raise ConfigError('fedmd.public_ce', ce, "0 when data.public_source is set (the public "
-                        'labels are not in the task\'s label space)')
-    return ACEOptions(clusters=1, aggregation='mean', top_k=0, renormalize='none', t0=t,
-                      curve='fixed', weights=(ce, 1.0, 0.0, 0.0), best_metric='public')
+    """ACE-pFL's engine options that make FedMD: one cluster, the plain mean, full rows."""
+    o = options.read(FedMDOptions, config, spec, cls)
+    return ACEOptions(clusters=1, aggregation='mean', top_k=0, renormalize='none',
+                      t0=o.temperature, curve='fixed', weights=(o.public_ce, 1.0, 0.0, 0.0),
+                      best_metric='public')

@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from fedjax_kd import options
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import Federation, SingleModel
 from fedjax_kd.core.local import Local, LocalRule
@@ -132,12 +133,11 @@ class Algorithm:
   has_server_model: ClassVar[bool] = False
   # Optimises inputs by gradient (dataset distillation): float inputs only, no token ids.
   synthesizes_inputs: ClassVar[bool] = False
-  # The config groups this class declares, with their defaults: {group: {field: default}}.
-  # A class declares its own groups only (a subclass inherits its bases' groups, and may add
-  # its own); ``config.default_config`` merges the groups of every registered algorithm, so
-  # ``--config.<group>.<field>`` works from the command line and a misspelt field is refused.
-  # The class's ``options_from_config`` checks the values.
-  config_groups: ClassVar[dict[str, dict[str, Any]]] = {}
+  # Its options: a frozen dataclass of ``fedjax_kd.options.option`` fields naming its config
+  # group (``group``), or None. ``config.default_config`` adds the group of every registered
+  # algorithm, so ``--config.<group>.<field>`` works and a misspelt field is refused; the
+  # validated options are ``spec.options`` (:meth:`options_from_config`).
+  options_class: ClassVar[type | None] = None
 
   def __init__(self, ctx: Context):
     self.ctx = ctx
@@ -163,9 +163,10 @@ class Algorithm:
   # ---------------------------------------------------------------- config
   @classmethod
   def options_from_config(cls, config: ml_collections.ConfigDict, spec) -> Any:
-    """Validates the algorithm's own config group; returns frozen options."""
-    del config, spec
-    return None
+    """The algorithm's validated options (:attr:`options_class` read from ``config``), and
+    its rules on the rest of the spec; raises ConfigError naming the field."""
+    return None if cls.options_class is None else options.read(cls.options_class, config,
+                                                                 spec, cls)
 
   # ------------------------------------------------------------ lifecycle
   def init(self) -> AlgState:

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from fedjax_kd import options
 from fedjax_kd.algorithms import protocol
 from fedjax_kd.ops import aggregate
 
 
 @dataclasses.dataclass(frozen=True)
 class CFDOptions:
-  cache: protocol.CacheOptions
+  """CFD has no options of its own: the family's ``cache.*``."""
+  cache: protocol.CacheOptions = options.nested(protocol.CacheOptions)
 
 
 class CFD(protocol.Protocol):
@@ -37,10 +39,7 @@ class CFD(protocol.Protocol):
   paper_rules = 'scarlet'
   downlink_is_server_labels = False
   upload_kind = 'label'
-
-  @classmethod
-  def options_from_config(cls, config, spec) -> CFDOptions:
-    return CFDOptions(cache=protocol.cache_options(config, spec, default_on=False))
+  options_class = CFDOptions
 
   def aggregate(self, probs, mask):
     votes, count = aggregate.vote(probs, mask)

@@ -20,10 +20,11 @@ server caches mean labels and each client caches its selected centroid.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 
-from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms import protocol
 from fedjax_kd.core import rng
 from fedjax_kd.errors import ConfigError
@@ -32,31 +33,26 @@ from fedjax_kd.ops import aggregate, cluster
 
 @dataclasses.dataclass(frozen=True)
 class COMETOptions:
-  clusters: int
-  weight: float
-  cache: protocol.CacheOptions
+  """``comet.*``."""
+  group: ClassVar[str] = 'comet'
+  clusters: int = options.option(2, 'c, k-means clusters per public sample', ge=1)
+  weight: float = options.option(1.0, 'lambda, the distillation loss weight', gt=0)
+  cache: protocol.CacheOptions = options.nested(protocol.CacheOptions)
+
+  def validate(self, spec, algorithm) -> None:
+    del algorithm
+    if self.cache.enabled and spec.partial:
+      raise ConfigError('cache.mode', 'on',
+                        "'off' for COMET under partial participation (clients cache "
+                        'their own centroid choice, which a missed round cannot restore)')
 
 
 class COMET(protocol.Protocol):
   name = 'comet'
-  config_groups = {'comet': {
-      'clusters': 2,                          # c, k-means clusters per public sample
-      'weight': 1.0,                          # lambda, distillation loss weight
-  }}
+  options_class = COMETOptions
   paper_rules = 'scarlet'
   downlink_is_server_labels = False
   per_client_targets = True
-
-  @classmethod
-  def options_from_config(cls, config, spec) -> COMETOptions:
-    opts = COMETOptions(clusters=fields.integer(config, 'comet.clusters', 1),
-                        weight=fields.number(config, 'comet.weight', 0.0, lo_open=True),
-                        cache=protocol.cache_options(config, spec, default_on=False))
-    if opts.cache.enabled and spec.partial:
-      raise ConfigError('cache.mode', 'on',
-                        "'off' for COMET under partial participation (clients cache "
-                        'their own centroid choice, which a missed round cannot restore)')
-    return opts
 
   def payload_shape(self):
     return (self.options.clusters, self.num_classes)

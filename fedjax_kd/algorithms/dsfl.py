@@ -26,39 +26,34 @@ after local training.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 
 from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms import protocol
 from fedjax_kd.ops import aggregate
 
 
 @dataclasses.dataclass(frozen=True)
 class DSFLOptions:
-  aggregation: str   # 'sa' | 'era'
-  temperature: float
-  schedule: str      # 'same_round' | 'next_round'
-  cache: protocol.CacheOptions
+  """``dsfl.*``."""
+  group: ClassVar[str] = 'dsfl'
+  aggregation: str = options.option('era', "'sa' averages the uploads; 'era' sharpens the "
+                                    'average at the temperature', choices=aggregate.AGGREGATIONS)
+  temperature: float = options.option(0.1, 'ERA temperature T', ge=fields.MIN_TEMPERATURE)
+  schedule: str = options.option('same_round', "'same_round' (the paper) or 'next_round' "
+                                 "(SCARLET's code: labels sent at the start of the next round)",
+                                 choices=protocol.SCHEDULES)
+  cache: protocol.CacheOptions = options.nested(protocol.CacheOptions)
 
 
 class DSFL(protocol.Protocol):
   """DS-FL with SA or ERA; the server model is distilled and evaluated."""
   name = 'dsfl'
-  config_groups = {'dsfl': {
-      'aggregation': 'era',
-      'temperature': 0.1,
-      'schedule': 'same_round',               # 'same_round' (paper) | 'next_round' (SCARLET's code)
-  }}
+  options_class = DSFLOptions
   paper_rules = 'dsfl'
-
-  @classmethod
-  def options_from_config(cls, config, spec) -> DSFLOptions:
-    return DSFLOptions(
-        aggregation=fields.choice(config, 'dsfl.aggregation', aggregate.AGGREGATIONS),
-        temperature=fields.temperature(config, 'dsfl.temperature'),
-        schedule=fields.choice(config, 'dsfl.schedule', protocol.SCHEDULES),
-        cache=protocol.cache_options(config, spec, default_on=False))
 
   @property
   def schedule(self) -> str:

@@ -24,12 +24,13 @@ Evaluation: the mean test accuracy of the client models (FD has no server model)
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core.local import LocalRule
 from fedjax_kd.ops import comm, losses
@@ -37,8 +38,12 @@ from fedjax_kd.ops import comm, losses
 
 @dataclasses.dataclass(frozen=True)
 class FDOptions:
-  gamma: float
-  update_every_round: bool
+  """``fd.*``."""
+  group: ClassVar[str] = 'fd'
+  gamma: float = options.option(1.0, 'weight of the distillation term of Eq. (7) (the paper '
+                                'gives no value)', ge=0)
+  update_every_round: bool = options.option(False, 'train on the private data every round, '
+                                            'not only in round 1')
 
 
 def fd_loss(logits, batch, aux):
@@ -74,16 +79,8 @@ def fd_teachers(means: jax.Array, counts: jax.Array, active: jax.Array):
 
 class FD(base.Algorithm):
   name = 'fd'
-  config_groups = {'fd': {
-      'gamma': 1.0,
-      'update_every_round': False,
-  }}
+  options_class = FDOptions
   uses_public = False
-
-  @classmethod
-  def options_from_config(cls, config, spec) -> FDOptions:
-    return FDOptions(gamma=fields.number(config, 'fd.gamma', 0.0),
-                     update_every_round=bool(fields.get(config, 'fd.update_every_round')))
 
   def round(self, state, r):
     t, active = r.t, r.active

@@ -61,7 +61,7 @@ class FedAvg(base.Algorithm):
     if cls.sgd_only and spec.train.momentum >= 1.0:
       raise ConfigError('train.momentum', spec.train.momentum,
                         f'a number in [0, 1) ({cls.sgd_only})')
-    return None
+    return super().options_from_config(config, spec)
 
   def __init__(self, ctx):
     # The global model has the clients' architecture whatever server.model says.

@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import flax
 import jax
@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
 from fedjax_kd.core.kernels import epoch_positions
@@ -65,21 +65,30 @@ BN_MODES = ('eval', 'train')
 
 @dataclasses.dataclass(frozen=True)
 class FedCache2Options:
-  """Validated ``fedcache2`` config group (see ``config.default_config``)."""
-  tau: float = 0.5
-  sampling: str = 'count'
-  max_download: int = 0
-  exclude_own: bool = False
-  ipc: int = 1
-  proto_init: str = 'own'
-  sigma_period: int = 1
-  dd_epochs: int = 10
-  dd_batch_size: int = 64
-  dd_lr: float = 1e-3
-  dd_reg: float = 1e-6
-  dd_bn_mode: str = 'eval'
-  encoding: str = 'raw'
-  jpeg_quality: int = 75
+  """``fedcache2.*`` (what each choice follows: docs/papers.md)."""
+  group: ClassVar[str] = 'fedcache2'
+  tau: float = options.option(0.5, 'Eq. 17: class c is drawn with tau + (1 - tau) p_c^k',
+                              ge=0, le=1)
+  sampling: str = options.option('count', "'count' (q_c |S_c| samples), 'bernoulli' or "
+                                 "'repo'", choices=SAMPLING)
+  max_download: int = options.option(0, 'cap on the samples a client downloads; 0: none', ge=0)
+  exclude_own: bool = options.option(False, "leave a client's own uploads out of its download")
+  ipc: int = options.option(1, 'synthetic samples per class per client (App. D)', ge=1)
+  proto_init: str = options.option('own', "'own' (the released code) or 'sigma' (Eq. 8's "
+                                   'donor)', choices=PROTO_INIT)
+  sigma_period: int = options.option(1, "rounds between new donor permutations ('sigma')",
+                                     ge=1)
+  dd_epochs: int = options.option(10, 'passes over the local targets a round', ge=0)
+  dd_batch_size: int = options.option(64, 'the distillation batch', ge=1)
+  dd_lr: float = options.option(1e-3, "the paper's distillation learning rate (code: 3e-4)",
+                                gt=0)
+  dd_reg: float = options.option(1e-6, 'KRR ridge = dd_reg * tr(K_bb) / n', gt=0)
+  dd_bn_mode: str = options.option('eval', "BatchNorm while distilling: 'eval' (running "
+                                   "statistics) or 'train' (the code)", choices=BN_MODES)
+  encoding: str = options.option('raw', "bytes counted as 'raw' uint8, 'png' (the code) or "
+                                 "'jpeg'", choices=ENCODINGS)
+  jpeg_quality: int = options.option(75, "the JPEG quality of encoding='jpeg'", ge=1,
+                                     le=95)
 
 
 @functools.partial(jax.jit, static_argnames=('s_max',))
@@ -111,44 +120,10 @@ class FedCache2Table:
 
 class FedCache2(base.Algorithm):
   name = 'fedcache2'
-  config_groups = {'fedcache2': {             # the choices: docs/papers.md
-      'tau': 0.5,                             # eq. 17: draw tau + (1 - tau) p_c^k of class c
-      'sampling': 'count',                    # 'count' (q_c |S_c|) | 'bernoulli' | 'repo'
-      'max_download': 0,                      # cap on downloaded samples per client; 0 = none
-      'exclude_own': False,                   # leave a client's own uploads out of its download
-      'ipc': 1,                               # synthetic samples per class per client (App. D)
-      'proto_init': 'own',                    # 'own' (released code) | 'sigma' (eq. 8 donor)
-      'sigma_period': 1,                      # rounds between new donor permutations ('sigma')
-      'dd_epochs': 10,                        # passes over the local targets per round
-      'dd_batch_size': 64,
-      'dd_lr': 1e-3,                          # paper's distillation learning rate (code: 3e-4)
-      'dd_reg': 1e-6,                         # KRR ridge = dd_reg * tr(K_bb) / n
-      'dd_bn_mode': 'eval',                   # 'eval' (running statistics) | 'train' (code)
-      'encoding': 'raw',                      # counted as 'raw' uint8 | 'png' (code) | 'jpeg'
-      'jpeg_quality': 75,
-  }}
+  options_class = FedCache2Options
   paper_rules = 'fedcache2'
   uses_public = False
   synthesizes_inputs = True
-
-  @classmethod
-  def options_from_config(cls, config, spec) -> FedCache2Options:
-    g = 'fedcache2'
-    return FedCache2Options(
-        tau=fields.number(config, f'{g}.tau', 0.0, hi=1.0),
-        sampling=fields.choice(config, f'{g}.sampling', SAMPLING),
-        max_download=fields.integer(config, f'{g}.max_download', 0),
-        exclude_own=bool(fields.get(config, f'{g}.exclude_own')),
-        ipc=fields.integer(config, f'{g}.ipc', 1),
-        proto_init=fields.choice(config, f'{g}.proto_init', PROTO_INIT),
-        sigma_period=fields.integer(config, f'{g}.sigma_period', 1),
-        dd_epochs=fields.integer(config, f'{g}.dd_epochs', 0),
-        dd_batch_size=fields.integer(config, f'{g}.dd_batch_size', 1),
-        dd_lr=fields.number(config, f'{g}.dd_lr', 0.0, lo_open=True),
-        dd_reg=fields.number(config, f'{g}.dd_reg', 0.0, lo_open=True),
-        dd_bn_mode=fields.choice(config, f'{g}.dd_bn_mode', BN_MODES),
-        encoding=fields.choice(config, f'{g}.encoding', ENCODINGS),
-        jpeg_quality=fields.integer(config, f'{g}.jpeg_quality', 1, 95))
 
   def __init__(self, ctx: base.Context):
     super().__init__(ctx)

@@ -12,8 +12,9 @@ NIID-Bench does), so coupled weight decay still applies to the gradient.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
-from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms.fedavg import FedAvg
 from fedjax_kd.core.local import tree_sq_distance
 
@@ -27,18 +28,18 @@ class ProximalTerm:
     return 0.5 * self.mu * tree_sq_distance(params, start)
 
 
+@dataclasses.dataclass(frozen=True)
+class FedProxOptions:
+  """``fedprox.*``."""
+  group: ClassVar[str] = 'fedprox'
+  mu: float = options.option(1e-4, "the proximal weight (FedEntOpt's tuned value)", ge=0)
+
+
 class FedProx(FedAvg):
   name = 'fedprox'
-  config_groups = {'fedprox': {
-      'mu': 1e-4,                             # proximal weight (FedEntOpt's tuned value)
-  }}
-
-  @classmethod
-  def options_from_config(cls, config, spec):
-    super().options_from_config(config, spec)
-    return fields.number(config, 'fedprox.mu', 0.0)
+  options_class = FedProxOptions
 
   def local_training(self, state, r):
     del state
-    mu = float(self.options)
+    mu = self.options.mu
     return self.train_rule(penalty=ProximalTerm(mu) if mu else None), self.local_inputs(r)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import flax
 
@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.ops import aggregate
 from fedjax_kd.ops import cache as cache_ops
@@ -53,20 +53,18 @@ CACHE_MODES = ('auto', 'on', 'off')
 
 @dataclasses.dataclass(frozen=True)
 class CacheOptions:
-  enabled: bool
-  duration: int
+  """``cache.*``: SCARLET's soft-label cache, for any algorithm of this family."""
+  group: ClassVar[str] = 'cache'
+  mode: str = options.option('auto', "'auto' is on for SCARLET, off for the others",
+                             choices=CACHE_MODES)
+  duration: int = options.option(50, 'D: a cached label is reused while t - t_cached <= D',
+                                 ge=0)
+  enabled: bool = options.derived(False, 'the mode resolved for the algorithm')
 
-
-def cache_options(config, spec, default_on: bool) -> CacheOptions:
-  """Validates ``cache.mode`` / ``cache.duration`` (SCARLET's D).
-
-  ``cache.mode='auto'`` means on for SCARLET and off for the baselines.
-  """
-  del spec
-  mode = fields.choice(config, 'cache.mode', CACHE_MODES)
-  duration = fields.integer(config, 'cache.duration', 0)
-  return CacheOptions(enabled=default_on if mode == 'auto' else mode == 'on',
-                      duration=duration)
+  def validate(self, spec, algorithm) -> CacheOptions:
+    del spec
+    on = algorithm.cache_by_default if self.mode == 'auto' else self.mode == 'on'
+    return dataclasses.replace(self, enabled=on)
 
 
 @flax.struct.dataclass
@@ -123,10 +121,7 @@ class Protocol(base.Algorithm):
   uses_public = True
   has_server_model = True
   per_client_targets = False   # True: targets differ per client (COMET)
-  config_groups = {'cache': {                # SCARLET's soft-label cache, any of this family
-      'mode': 'auto',                         # 'auto' (on for scarlet only) | 'on' | 'off'
-      'duration': 50,                         # D: reuse while t - t_cached <= D
-  }}
+  cache_by_default = False    # cache.mode='auto' turns the cache on (SCARLET)
 
   def __init__(self, ctx):
     super().__init__(ctx)

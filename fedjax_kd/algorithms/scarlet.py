@@ -20,29 +20,26 @@ next participates, and that catch-up traffic is counted.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
-from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms import protocol
 from fedjax_kd.ops import aggregate
 
 
 @dataclasses.dataclass(frozen=True)
 class SCARLETOptions:
-  beta: float
-  cache: protocol.CacheOptions
+  """``scarlet.*``."""
+  group: ClassVar[str] = 'scarlet'
+  beta: float = options.option(2.0, 'Enhanced ERA exponent (1: the plain mean)', gt=0)
+  cache: protocol.CacheOptions = options.nested(protocol.CacheOptions)
 
 
 class SCARLET(protocol.Protocol):
   name = 'scarlet'
-  config_groups = {'scarlet': {
-      'beta': 2.0,                            # Enhanced ERA exponent (> 0; 1 = plain mean)
-  }}
+  options_class = SCARLETOptions
+  cache_by_default = True
   paper_rules = 'scarlet'
-
-  @classmethod
-  def options_from_config(cls, config, spec) -> SCARLETOptions:
-    return SCARLETOptions(beta=fields.number(config, 'scarlet.beta', 0.0, lo_open=True),
-                          cache=protocol.cache_options(config, spec, default_on=True))
 
   def aggregate(self, probs, mask):
     mean, count = aggregate.uploader_mean(probs, mask)

@@ -22,42 +22,33 @@ reads only its participants' rows.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_kd import fields
+from fedjax_kd import options
 from fedjax_kd.algorithms import protocol
 from fedjax_kd.ops import aggregate, density
 
 
 @dataclasses.dataclass(frozen=True)
 class SelectiveFDOptions:
-  tau_client: float
-  tau_server: float
-  sigma: float
-  lambda_exponent: float
-  cache: protocol.CacheOptions
+  """``selective_fd.*``."""
+  group: ClassVar[str] = 'selective_fd'
+  tau_client: float = options.option(0.0625, 'KuLSIF quantile threshold of the client-side '
+                                     'selector', ge=0, le=1)
+  tau_server: float = options.option(2.0, 'L1 threshold of the server-side selector (2.0 '
+                                     'keeps all)', gt=0)
+  sigma: float = options.option(5.0, 'Gaussian kernel width', gt=0)
+  lambda_exponent: float = options.option(0.5, 'lambda = n_private ** exponent', ge=0)
+  cache: protocol.CacheOptions = options.nested(protocol.CacheOptions)
 
 
 class SelectiveFD(protocol.Protocol):
   name = 'selective_fd'
-  config_groups = {'selective_fd': {
-      'tau_client': 0.0625,                   # KuLSIF quantile threshold
-      'tau_server': 2.0,                      # L1 server selector (2.0 keeps all)
-      'sigma': 5.0,                           # Gaussian kernel width
-      'lambda_exponent': 0.5,                 # lambda = n_private ** exponent
-  }}
+  options_class = SelectiveFDOptions
   paper_rules = 'scarlet'
-
-  @classmethod
-  def options_from_config(cls, config, spec) -> SelectiveFDOptions:
-    return SelectiveFDOptions(
-        tau_client=fields.number(config, 'selective_fd.tau_client', 0.0, hi=1.0),
-        tau_server=fields.number(config, 'selective_fd.tau_server', 0.0, lo_open=True),
-        sigma=fields.number(config, 'selective_fd.sigma', 0.0, lo_open=True),
-        lambda_exponent=fields.number(config, 'selective_fd.lambda_exponent', 0.0),
-        cache=protocol.cache_options(config, spec, default_on=False))
 
   def upload_masks(self):
     """``[K, N_pub]`` client-side selectors: which public samples each client calls inliers."""
