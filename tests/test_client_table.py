@@ -26,7 +26,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import experiment
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import federation
-from tests.test_main import tiny
+from tests.conftest import tiny_config
 
 
 def weighted_ce(logits, batch, aux):
@@ -91,7 +91,7 @@ def registered(monkeypatch):
 
 
 def _build(name, store):
-  c = tiny('single', rounds=3)
+  c = tiny_config('single', rounds=3)
   c.algorithm = name
   c.clients.num_clients = 8
   c.clients.participation = 0.5

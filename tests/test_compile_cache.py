@@ -26,10 +26,11 @@ from fedjax_kd import main as main_lib
 from fedjax_kd import runner, sweep
 from fedjax_kd.core import compiles
 from fedjax_kd.errors import ConfigError
-from tests.test_main import REPO, read_rows, tiny
+from tests.conftest import tiny_config
+from tests.test_main import REPO, read_rows
 
-SMALLEST = ('from tests.test_main import tiny\n\ndef get_config():\n'
-            "  c = tiny('single', rounds=1)\n  c.clients.models = ['mlp@0.25']\n  return c\n")
+SMALLEST = ('from tests.conftest import tiny_config\n\ndef get_config():\n'
+            "  c = tiny_config('single', rounds=1)\n  c.clients.models = ['mlp@0.25']\n  return c\n")
 
 
 @pytest.fixture
@@ -164,7 +165,7 @@ def test_the_sweep_hands_its_choice_to_the_workers(tmp_path, monkeypatch):
       return 0
 
   monkeypatch.setattr(sweep.workers, '_Worker', FakeWorker)
-  runs = sweep.plan(tiny('single', rounds=1), [sweep.Variant('single', 'single')], [0], {},
+  runs = sweep.plan(tiny_config('single', rounds=1), [sweep.Variant('single', 'single')], [0], {},
                     str(tmp_path / 'out'))
   for value in (str(tmp_path / 'c'), '', 'none', None):
     assert [r.status for r in sweep.execute(runs, compilation_cache=value, log=None)] == [
@@ -318,7 +319,7 @@ def test_compile_progress_prints_whole_lines_at_most_every_interval():
 
 def test_the_runner_logs_the_compile_and_writes_compile_s(tmp_path):
   lines = []
-  runner.run(config_lib.validate(tiny('single', rounds=2)), str(tmp_path), log=lines.append)
+  runner.run(config_lib.validate(tiny_config('single', rounds=2)), str(tmp_path), log=lines.append)
   assert lines[0].startswith('fedjax_kd ') and ' | single | 4 clients ' in lines[0], lines[0]
   assert lines[1].startswith('round 1: compiling (persistent cache ')
   assert sum(s.startswith('round 1: compiled ') for s in lines) <= 1   # none if nothing new

@@ -54,7 +54,7 @@ def test_counter_sees_persistent_cache_hits():
 
 
 # ------------------------------------------------------------ every algorithm
-def tiny_config(name: str, hetero: bool, participation: float, store: str = 'device'):
+def compile_case_config(name: str, hetero: bool, participation: float, store: str = 'device'):
   c = presets.digits(name)
   c.seed = 0
   c.clients.num_clients = K
@@ -143,7 +143,7 @@ def cases():
 @pytest.mark.parametrize('name,hetero,participation,store', list(cases()))
 @pytest.mark.slow
 def test_no_recompilation_after_first_round(name, hetero, participation, store):
-  spec = config_lib.validate(tiny_config(name, hetero, participation, store))
+  spec = config_lib.validate(compile_case_config(name, hetero, participation, store))
   exp = experiment.build(spec)
   algo, selector = exp.algorithm, exp.ctx.selector
   masks = HETERO_MASKS if hetero and participation < 1 else None

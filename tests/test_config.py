@@ -4,19 +4,16 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets
+from fedjax_kd import experiment
 from fedjax_kd.errors import ConfigError, DataError
+from tests.conftest import tiny_config
 
 
 def tiny(**overrides):
-  c = presets.digits('dsfl')
-  c.data.source = 'synthetic:400'
-  c.data.num_public = 100
-  c.distill.public_per_round = 100
-  c.clients.num_clients = 4
-  c.clients.models = ['mlp@0.25']
-  c.server.model = 'mlp@0.25'
-  return config_lib.override(c, overrides)
+  """The shared tiny experiment with one model everywhere and any field overridden
+  (``algorithm`` included)."""
+  return config_lib.override(tiny_config(**{'data.num_public': 100, 'clients.models': ['mlp@0.25'],
+                                           'server.model': 'mlp@0.25'}), overrides)
 
 
 @pytest.mark.parametrize('field,value,message', [

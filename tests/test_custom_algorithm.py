@@ -135,9 +135,9 @@ def test_a_group_another_algorithm_declares_otherwise_is_refused(guide):
 
 
 def test_registered_algorithm_runs_with_bytes_counted(guide, tmp_path):
-  from tests.test_main import tiny
+  from tests.conftest import tiny_config
   assert algorithms.ALGORITHMS['median_distill'] is guide['MedianDistill']
-  c = tiny(rounds=2)
+  c = tiny_config(rounds=2)
   c.algorithm = 'median_distill'
   spec = config_lib.validate(c)
   runner.run(spec, str(tmp_path / 'run'), progress=False)

@@ -440,6 +440,10 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
      '--markdown=docs/configs.md'): Elsewhere(
         'tests/test_config_costs.py::test_the_docs_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/configs.md: the table equals the committed one'),
+    'python -m fedjax_kd.config --option_tables=docs/configs.md': Elsewhere(
+        'tests/test_options.py::test_the_committed_option_tables_are_generated_from_the_'
+        'declarations', 'config.write_option_tables on a copy of docs/configs.md: the tables '
+        'equal the committed ones'),
     'python benchmarks/warm_start.py --repeats=5': Elsewhere(
         'tests/test_warm_start.py::test_warm_run_is_ready_before_it_ends',
         "warm_start.main(['--repeats=1', '--out=...'])"),
@@ -1190,7 +1194,7 @@ def test_design_md_weighted_example(monkeypatch):
   from fedjax_kd import algorithms, experiment  # pylint: disable=g-import-not-at-top
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
-  from tests.test_main import tiny  # pylint: disable=g-import-not-at-top
+  from tests.conftest import tiny_config  # pylint: disable=g-import-not-at-top
   key = 'docs/design.md: @flax.struct.dataclass'
   _entry(key, PYTHON_BLOCKS)
   module = types.ModuleType('design_md_example')   # dataclasses look their module up
@@ -1215,7 +1219,7 @@ def test_design_md_weighted_example(monkeypatch):
   monkeypatch.setitem(algorithms.ALGORITHMS, 'forgetful', Forgetful)
 
   def build(name, store):   # tests/test_client_table.py's setting: its programs are cached
-    c = tiny('single', rounds=3)
+    c = tiny_config('single', rounds=3)
     c.algorithm, c.clients.num_clients, c.clients.participation = name, 8, 0.5
     c.clients.store = store
     return experiment.build(config_lib.validate(c))

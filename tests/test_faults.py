@@ -23,7 +23,8 @@ from fedjax_kd import runner
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError, DeviceMemoryError, DiskFullError
 from fedjax_kd.sweep import workers
-from tests.test_main import REPO, tiny
+from tests.conftest import tiny_config
+from tests.test_main import REPO
 
 # The multi-process rows of docs/workdir.md's table, checked by tests/test_faults_multiprocess.py.
 MULTIPROCESS_ROWS = ('process lost in a multi-process run',
@@ -33,7 +34,7 @@ ROUNDS = 6
 
 
 def _config(rounds=ROUNDS):
-  c = tiny(rounds=rounds)
+  c = tiny_config(rounds=rounds)
   c.checkpoint.every = 2     # checkpoints after rounds 2, 4, 6; the newest two are kept
   return c
 
@@ -379,7 +380,7 @@ def test_the_faults_table_says_what_the_code_says(tmp_path, monkeypatch):
     workdir_lib.read_round_rows(str(path))
   assert _matches(table['metrics edited by hand'], f'error: {e.value}')
   # Device memory: refused before compiling, and out of memory mid-run.
-  c = tiny(rounds=2)
+  c = tiny_config(rounds=2)
   c.clients.num_clients, c.train.batch_size = 8, 5     # fewer clients would halve its steps
   exp = experiment_lib.build(config_lib.validate(c))
   plan = memory_lib.plan(exp)

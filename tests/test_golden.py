@@ -46,6 +46,7 @@ from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
 from fedjax_kd import results
 from fedjax_kd import runner
+from tests.conftest import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = pathlib.Path(__file__).with_name('golden_metrics.json')
@@ -165,26 +166,19 @@ def shrunk_config(case: str, data_dir: pathlib.Path, store: str):
   return c
 
 
-def tiny_config(algorithm: str):
+def golden_tiny_config(algorithm: str):
   """Two rounds of ``algorithm`` on 300 synthetic images: four clients and the server all one
   small MLP, so every tiny case runs on the same compiled kernels."""
-  from tests.test_main import tiny  # pylint: disable=g-import-not-at-top
-  c = tiny(algorithm, rounds=2)
-  c.data.source = 'synthetic:300'
-  c.data.num_public = 60
-  c.clients.models = ['mlp@0.25']
-  c.server.model = 'mlp@0.25'
-  c.distill.public_per_round = 50
-  c.distill.batch_size = 25
-  c.eval.every = 1
-  c.checkpoint.every = 0
-  return c
+  return tiny_config(algorithm, rounds=2, **{
+      'data.source': 'synthetic:300', 'data.num_public': 60, 'clients.models': ['mlp@0.25'],
+      'server.model': 'mlp@0.25', 'distill.public_per_round': 50, 'distill.batch_size': 25,
+      'eval.every': 1, 'checkpoint.every': 0})
 
 
 def case_config(key: str, tmp: pathlib.Path):
   """The config of a recorded case: ``tiny/<algorithm>`` or ``<case>/<store>``."""
   case, store = key.split('/')
-  return tiny_config(store) if case == 'tiny' else shrunk_config(case, tmp, store)
+  return golden_tiny_config(store) if case == 'tiny' else shrunk_config(case, tmp, store)
 
 
 def metrics(key: str, tmp: pathlib.Path) -> list[dict]:

@@ -9,23 +9,10 @@ import sys
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import presets, runner
+from fedjax_kd import runner
+from tests.conftest import tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny(algorithm='dsfl', rounds=3):
-  c = presets.digits(algorithm)
-  c.rounds = rounds
-  c.data.source = 'synthetic:600'
-  c.data.num_public = 150
-  c.clients.num_clients = 4
-  c.clients.models = ['mlp@0.25'] if algorithm == 'fedavg' else ['mlp@0.25', 'mlp@0.5']
-  c.server.model = 'mlp@0.5'
-  c.train.epochs = 1
-  c.distill.epochs = 1
-  c.distill.public_per_round = 100
-  return c
 
 
 def read_rows(workdir):
@@ -35,7 +22,7 @@ def read_rows(workdir):
 
 def test_cli_writes_config_metrics_and_summary(tmp_path):
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text('from tests.test_main import tiny\n\ndef get_config():\n  return tiny()\n')
+  cfg.write_text('from tests.conftest import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
   workdir = tmp_path / 'run'
   env = dict(os.environ, PYTHONPATH=REPO)
   r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
@@ -72,7 +59,7 @@ def test_cli_writes_config_metrics_and_summary(tmp_path):
 
 def test_cli_bad_input_exits_with_message(tmp_path):
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text('from tests.test_main import tiny\n\ndef get_config():\n  return tiny()\n')
+  cfg.write_text('from tests.conftest import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
   env = dict(os.environ, PYTHONPATH=REPO)
   r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
                       f'--workdir={tmp_path / "w"}', '--config.data.alpha=-1'],
@@ -84,10 +71,10 @@ def test_cli_bad_input_exits_with_message(tmp_path):
 
 @pytest.mark.slow
 def test_resume_loses_no_round_and_matches_uninterrupted(tmp_path):
-  full = tiny(rounds=4)
+  full = tiny_config(rounds=4)
   full.checkpoint.every = 2
   runner.run(config_lib.validate(full), str(tmp_path / 'a'), progress=False)
-  first = tiny(rounds=2)
+  first = tiny_config(rounds=2)
   first.checkpoint.every = 2
   runner.run(config_lib.validate(first), str(tmp_path / 'b'), progress=False)
   summary = runner.run(config_lib.validate(full), str(tmp_path / 'b'), progress=False)
@@ -102,7 +89,7 @@ def test_resume_loses_no_round_and_matches_uninterrupted(tmp_path):
 def test_until_stops_after_a_round_with_the_whole_runs_schedules(tmp_path):
   # ACE-pFL's schedules read spec.rounds: a run cut at round 1 still sees all 3 rounds, so
   # its first row is the whole run's (how an archived run's start is replayed).
-  full = tiny('acepfl', rounds=3)
+  full = tiny_config('acepfl', rounds=3)
   runner.run(config_lib.validate(full), str(tmp_path / 'a'), progress=False)
   runner.run(config_lib.validate(full), str(tmp_path / 'b'), progress=False, until=1)
   a, b = read_rows(tmp_path / 'a'), read_rows(tmp_path / 'b')
@@ -112,7 +99,7 @@ def test_until_stops_after_a_round_with_the_whole_runs_schedules(tmp_path):
 
 
 def test_resume_refuses_a_different_config(tmp_path):
-  c = tiny(rounds=1)
+  c = tiny_config(rounds=1)
   c.checkpoint.every = 1
   runner.run(config_lib.validate(c), str(tmp_path), progress=False)
   c.dsfl.temperature = 0.5
@@ -123,7 +110,7 @@ def test_resume_refuses_a_different_config(tmp_path):
 def test_resume_takes_a_field_the_old_config_lacks_at_its_default(tmp_path):
   """A run made before a field existed resumes (the field counts at its default), and a
   lacking field whose default differs from the new value is still a different config."""
-  c = tiny(rounds=1)
+  c = tiny_config(rounds=1)
   c.checkpoint.every = 1
   runner.run(config_lib.validate(c), str(tmp_path), progress=False)
   path = tmp_path / 'config.json'
@@ -141,7 +128,7 @@ def test_resume_takes_a_field_the_old_config_lacks_at_its_default(tmp_path):
 @pytest.mark.parametrize('algorithm', ['fedavg', 'fd', 'single'])
 @pytest.mark.slow
 def test_baselines_run_end_to_end(tmp_path, algorithm):
-  summary = runner.run(config_lib.validate(tiny(algorithm, rounds=2)), str(tmp_path),
+  summary = runner.run(config_lib.validate(tiny_config(algorithm, rounds=2)), str(tmp_path),
                        progress=False)
   rows = read_rows(tmp_path)
   assert len(rows) == 2 and 0.0 <= summary['final_acc'] <= 1.0
@@ -204,8 +191,8 @@ def test_config_names_resolve_to_the_shipped_configs(tmp_path, monkeypatch):
   with pytest.raises(ConfigError, match=r"--config='nosuch'.*shipped config name: .*default"):
     main_lib.parse(['prog', '--config=nosuch'])
   # A path is a path: ./default.py is the local file, 'default' the shipped config.
-  (tmp_path / 'default.py').write_text('from tests.test_main import tiny\n\n'
-                                       'def get_config():\n  return tiny(algorithm="fd")\n')
+  (tmp_path / 'default.py').write_text('from tests.conftest import tiny_config\n\n'
+                                       'def get_config():\n  return tiny_config(algorithm="fd")\n')
   monkeypatch.syspath_prepend(REPO)
   assert main_lib.parse(['prog', '--config=default.py']).config.algorithm == 'fd'
   assert main_lib.parse(['prog', '--config=default']).config.algorithm == 'dsfl'

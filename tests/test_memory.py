@@ -17,11 +17,11 @@ from fedjax_kd.algorithms import base
 from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.errors import DeviceMemoryError
 from fedjax_kd.models import registry
-from tests.test_main import tiny
+from tests.conftest import tiny_config
 
 
 def _build(algorithm='dsfl', **fields):
-  c = tiny(algorithm)
+  c = tiny_config(algorithm)
   if algorithm == 'acepfl':
     c.data.val_fraction = 0.2      # its best-model choice needs a validation split
   for k, v in fields.items():
@@ -75,7 +75,7 @@ def test_a_client_store_keeps_only_a_rounds_rows_on_the_device():
 
 
 def test_a_run_that_does_not_fit_is_refused_in_one_line_naming_what_fits(tmp_path, monkeypatch):
-  spec = config_lib.validate(tiny(rounds=2))
+  spec = config_lib.validate(tiny_config(rounds=2))
   exp = experiment_lib.build(spec)
   plan = memory.plan(exp)
   need = plan.total
@@ -104,7 +104,7 @@ def test_a_run_that_does_not_fit_is_refused_in_one_line_naming_what_fits(tmp_pat
 
 @pytest.mark.slow
 def test_without_the_check_the_run_goes_ahead(tmp_path, monkeypatch):
-  spec = config_lib.validate(tiny(rounds=2))
+  spec = config_lib.validate(tiny_config(rounds=2))
   monkeypatch.setattr(memory, 'device_memory', lambda: (1 << 20, 'host memory available'))
   with pytest.raises(DeviceMemoryError):
     runner.run(spec, str(tmp_path / 'run'), progress=False)
@@ -115,7 +115,7 @@ def test_without_the_check_the_run_goes_ahead(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_out_of_memory_mid_run_is_one_line_and_the_same_command_resumes(tmp_path, monkeypatch):
-  c = tiny(rounds=4)
+  c = tiny_config(rounds=4)
   c.checkpoint.every = 2
   c.clients.num_clients, c.train.batch_size = 8, 5     # fewer clients would halve its steps
   spec = config_lib.validate(c)

@@ -27,7 +27,7 @@ from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.core.local import LocalRule
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
-from tests.test_main import tiny
+from tests.conftest import tiny_config
 
 SHAPE = (16, 16, 1)
 
@@ -103,7 +103,7 @@ def test_bf16_single_model_and_default_is_exact_float32():
 def test_dsfl_run_bf16_accuracy_close_to_float32(tmp_path):
   accs = {}
   for dtype in ('float32', 'bfloat16'):
-    c = tiny('dsfl', rounds=3)
+    c = tiny_config('dsfl', rounds=3)
     c.train.compute_dtype = dtype
     c.checkpoint.every = 0
     c.log.tensorboard = False
@@ -113,7 +113,7 @@ def test_dsfl_run_bf16_accuracy_close_to_float32(tmp_path):
 
 
 def test_bad_compute_dtype_is_a_config_error():
-  c = tiny('dsfl')
+  c = tiny_config('dsfl')
   c.train.compute_dtype = 'float16'
   with pytest.raises(ConfigError, match='train.compute_dtype') as e:
     config_lib.validate(c)

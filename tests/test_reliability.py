@@ -21,7 +21,8 @@ from fedjax_kd import results, runner
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
-from tests.test_main import REPO, tiny
+from tests.conftest import tiny_config
+from tests.test_main import REPO
 
 
 def _run(c, workdir, **kw):
@@ -62,7 +63,7 @@ ROUNDS = 14
 
 
 def _kill_config():
-  c = tiny(rounds=ROUNDS)
+  c = tiny_config(rounds=ROUNDS)
   c.checkpoint.every = 2
   return c
 
@@ -112,7 +113,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_finishes_the_round_checkpoints_and_stops(tmp_path):
-  c = tiny(rounds=5)
+  c = tiny_config(rounds=5)
   c.checkpoint.every = 0 + 3     # the stop saves round 2 although 2 is not a multiple
 
   def log(line):
@@ -132,7 +133,7 @@ def test_sigterm_finishes_the_round_checkpoints_and_stops(tmp_path):
 @pytest.mark.slow
 def test_checkpoint_holds_the_whole_state_bit_for_bit(tmp_path):
   from fedjax_kd import checkpoint, experiment
-  c = tiny('scarlet', rounds=2)
+  c = tiny_config('scarlet', rounds=2)
   c.train.momentum = 0.9   # a non-empty optimizer state
   spec = config_lib.validate(c)
   algo = experiment.build(spec).algorithm
@@ -152,16 +153,16 @@ def test_checkpoint_holds_the_whole_state_bit_for_bit(tmp_path):
 
 
 def test_checkpoint_of_another_experiment_is_a_clear_error(tmp_path):
-  c = tiny(rounds=1)
+  c = tiny_config(rounds=1)
   c.checkpoint.every = 1
   _run(c, tmp_path)
   with pytest.raises(ConfigError, match='--workdir'):
-    c2 = tiny(rounds=1)
+    c2 = tiny_config(rounds=1)
     c2.clients.models = ['mlp@1.0']
     _run(c2, tmp_path)
   # With config.json gone, what the checkpoints belong to is unknown: refused.
   os.remove(tmp_path / 'config.json')
-  c2 = tiny(rounds=1)
+  c2 = tiny_config(rounds=1)
   c2.clients.models = ['mlp@1.0']
   with pytest.raises(ConfigError, match='has checkpoints but no config.json'):
     _run(c2, tmp_path)
@@ -191,7 +192,7 @@ def _poison_round(monkeypatch, at: int):
 @pytest.mark.slow
 def test_nan_round_stops_names_round_cohort_and_array_and_keeps_checkpoint(
     tmp_path, monkeypatch):
-  c = tiny(rounds=4)
+  c = tiny_config(rounds=4)
   c.checkpoint.every = 1
   _poison_round(monkeypatch, at=3)
   with pytest.raises(DivergenceError) as e:
@@ -212,7 +213,7 @@ def test_nan_round_stops_names_round_cohort_and_array_and_keeps_checkpoint(
 
 @pytest.mark.slow
 def test_a_diverging_learning_rate_is_caught_in_round_one(tmp_path):
-  c = tiny(rounds=3)
+  c = tiny_config(rounds=3)
   c.train.learning_rate = 1e30
   with pytest.raises(DivergenceError, match='round 1 produced NaN or Inf') as e:
     _run(c, tmp_path)
@@ -286,7 +287,7 @@ def _events(logdir):
 
 
 def test_tensorboard_scalars_equal_the_metrics(tmp_path):
-  c = tiny(rounds=2)
+  c = tiny_config(rounds=2)
   c.checkpoint.every = 0
   summary = _run(c, tmp_path)
   events = _events(tmp_path / 'tensorboard')
@@ -299,7 +300,7 @@ def test_tensorboard_scalars_equal_the_metrics(tmp_path):
 
 
 def test_clients_and_partition_files(tmp_path):
-  c = tiny(rounds=1)
+  c = tiny_config(rounds=1)
   _run(c, tmp_path)
   part = json.loads((tmp_path / 'partition.json').read_text())
   clients = json.loads((tmp_path / 'clients.json').read_text())
@@ -365,7 +366,7 @@ def _wrong(value):
 
 
 def _valid_tiny(algorithm):
-  c = tiny(algorithm, rounds=1)
+  c = tiny_config(algorithm, rounds=1)
   if algorithm in ('fedprox', 'scaffold', 'fednova'):
     c.clients.models = ['mlp@0.25']   # parameter averaging: one architecture
   return c
@@ -395,7 +396,7 @@ def test_every_field_of_every_algorithm_is_type_checked(algorithm):
 
 
 def test_a_misspelt_field_is_named_with_a_suggestion():
-  c = tiny()
+  c = tiny_config()
   with c.unlocked():
     c.train.learing_rate = 0.1
   with pytest.raises(ConfigError) as e:
@@ -432,7 +433,7 @@ def test_algorithm_ranges_and_cross_field_rules(algorithm, field, value, allowed
 
 @pytest.mark.slow
 def test_noresume_starts_over_and_forgets_the_old_checkpoints(tmp_path):
-  c = tiny(rounds=4)
+  c = tiny_config(rounds=4)
   c.checkpoint.every = 2
   _run(c, tmp_path)
   assert _steps(tmp_path) == [2, 4]
@@ -460,7 +461,7 @@ def test_noresume_starts_over_and_forgets_the_old_checkpoints(tmp_path):
 def test_noresume_cut_short_leaves_no_old_summary(tmp_path):
   """A run started over and killed in round 1 must not leave the old run's summary to be
   read as its result."""
-  c = tiny(rounds=3)
+  c = tiny_config(rounds=3)
   c.checkpoint.every = 0
   c.eval.clients = True
   _run(c, tmp_path)
@@ -493,14 +494,14 @@ def test_a_second_run_on_a_locked_workdir_is_refused_before_any_work(tmp_path):
   holder = _holder(work)
   try:
     with pytest.raises(DataError) as e:
-      _run(tiny(rounds=1), work)
+      _run(tiny_config(rounds=1), work)
     msg = str(e.value)
     assert msg.startswith(f'--workdir: {work} is in use by another fedjax_kd run (pid '
                           f'{holder.pid} on ') and '\n' not in msg
     assert sorted(os.listdir(work)) == [workdir_lib.LOCK]    # nothing written
     # The CLI: exit 2, one line, before any compute.
     cfg = tmp_path / 'cfg.py'
-    cfg.write_text('from tests.test_main import tiny\n\ndef get_config():\n  return tiny()\n')
+    cfg.write_text('from tests.conftest import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
     r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
                         f'--workdir={work}'], cwd=REPO, capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'), timeout=300)
@@ -510,15 +511,15 @@ def test_a_second_run_on_a_locked_workdir_is_refused_before_any_work(tmp_path):
     holder.kill()        # SIGKILL: the holder has no chance to clean up
     holder.wait()
   # A killed holder's lock is gone with it: the next run goes ahead.
-  assert _run(tiny(rounds=1), work)['rounds'] == 1
+  assert _run(tiny_config(rounds=1), work)['rounds'] == 1
   # And a finished run released it: a third run resumes the same workdir.
-  assert _run(tiny(rounds=2), work)['rounds_run_this_call'] == 1
+  assert _run(tiny_config(rounds=2), work)['rounds_run_this_call'] == 1
 
 
 def test_the_disk_client_store_is_locked_too(tmp_path):
   store = tmp_path / 'shared_store'
   store.mkdir()
-  c = tiny(rounds=1)
+  c = tiny_config(rounds=1)
   c.clients.store = 'disk'
   c.clients.store_dir = str(store)
   with workdir_lib.DirLock(str(store), 'clients.store_dir'):

@@ -17,7 +17,8 @@ from fedjax_kd.core.federation import SingleModel
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm
 from tests.conftest import shipped_config
-from tests.test_main import read_rows, tiny
+from tests.conftest import tiny_config
+from tests.test_main import read_rows
 
 C = 10      # synthetic data has 10 classes
 K = 4
@@ -25,7 +26,7 @@ N = 100     # public samples per round
 
 
 def scarlet_tiny(algorithm='scarlet', rounds=4, **overrides):
-  c = tiny(algorithm if algorithm != 'scarlet' else 'dsfl', rounds)
+  c = tiny_config(algorithm if algorithm != 'scarlet' else 'dsfl', rounds)
   c.algorithm = algorithm
   c.comm.rules = 'scarlet'
   c.cache.duration = 1
