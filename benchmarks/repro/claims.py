@@ -268,6 +268,36 @@ EXPLANATIONS: dict[str, Explanation] = {
         'CPUs.',
         related=(('scarlet_keeps_accuracy', 'scarlet_mnist'),
                  ('scarlet_keeps_accuracy', 'scarlet_digits'))),
+    'scarlet_comm_50pct': Explanation(
+        'at this scale',
+        'The saving grows with the rounds. A label enters the cache when its sample is drawn '
+        'and is reused for D rounds, so the share of a round\'s samples served from the cache '
+        '(the hit ratio in the SCARLET tables) starts at 0 and rises over the first rounds. '
+        'Over whole runs SCARLET sends 40-45% fewer bytes than DS-FL in fedjax_kd (the '
+        'total-bytes checks), near the paper\'s "over 50%" over 2,000 rounds, and the '
+        'authors\' code over its 10 rounds saves less (its total-bytes check above), as the '
+        'filling cache predicts. The threshold checks count the bytes spent until the first '
+        'round at 0.7 accuracy, which comes within the first few rounds, before the cache has '
+        'filled, while the cached labels lag the models that change fastest then (see '
+        'scarlet_keeps_accuracy): there SCARLET saves little, and on MNIST, where DS-FL '
+        'reaches 0.7 in its first rounds, it needs a round more and sends more. CFD and '
+        'Selective-FD upload hard labels or fewer samples and reach 0.7 as early, so they '
+        'spend fewer bytes to it at this scale. The paper\'s regime, thousands of rounds on '
+        'CIFAR-10 with ResNet-20, is out of reach on these CPUs.',
+        related=(('scarlet_comm_50pct', 'scarlet_digits'), ('scarlet_comm_50pct', 'scarlet_mnist'),
+                 ('scarlet_cache_duration', 'scarlet_duration_digits'))),
+    'scarlet_server_acc_a005': Explanation(
+        'at this scale',
+        'The same lag as for scarlet_keeps_accuracy: in the first tens of rounds the cached '
+        'labels are up to D rounds older than the clients\' models, and the sharpened '
+        '(Enhanced ERA) labels the server distils on are those of older models. DS-FL, with '
+        'fresh labels every round, is ahead by about a point on MNIST at round 30 in '
+        'fedjax_kd, and the authors\' code and the PyTorch reference show SCARLET behind '
+        'DS-FL at their 10 rounds too (their checks under scarlet_keeps_accuracy). The paper '
+        'measures after 2,000 rounds, when the cache has long been full and the models '
+        'change slowly; that length is out of reach here.',
+        related=(('scarlet_keeps_accuracy', 'scarlet_mnist'),
+                 ('scarlet_server_acc_a005', 'scarlet_digits'))),
     'ace_components': Explanation(
         'at this scale',
         'The paper measures its ablations on CIFAR-10 with heterogeneous large models '

@@ -12,8 +12,9 @@ A run *stands* when something ties its numbers to today's code. The ties, tried 
   gives the recorded round-1 metrics (integers exactly, accuracies to one test sample and
   at least :data:`REPLAY_ACC`, other floats to :data:`REPLAY_REL` relative). One replay
   stands for its group: the runs of one sweep variant (and grid cell) that record the same
-  commit (uncommitted changes included) and were archived by the same commit, that is,
-  runs made by one invocation of the same code.
+  commit (uncommitted changes included) and device platform and were archived by the same
+  commit, that is, runs made by one invocation of the same code on the same kind of device.
+  A run made on a GPU is replayed on one (a CPU's float kernels are not a GPU's).
 
 A tie is made against a fingerprint of today's code: the sha256 of the family's golden
 entries (fedjax_kd runs) or of the reference's source files. ``standing.json`` in the
@@ -86,8 +87,10 @@ class ArchivedRun:
     module: the PyTorch reference's module (``benchmarks/torch_ref/<module>.py``).
     algorithm: the algorithm it ran.
     commit: the commit its summary records (``+dirty`` kept), '' if none.
-    group: the sweep, variant, grid cell and recorded commit; runs of one group archived by
-      the same commit were made by the same code (one replay decides them all).
+    platform: where it ran (``'cpu'``, ``'gpu'``), from its summary (``'cpu'`` if unrecorded).
+    group: the sweep, variant, grid cell, recorded commit and platform; runs of one group
+      archived by the same commit were made by the same code on the same kind of device (one
+      replay decides them all).
   """
   path: str
   sweep: str
@@ -97,6 +100,7 @@ class ArchivedRun:
   algorithm: str
   commit: str
   group: str
+  platform: str = 'cpu'
 
 
 def _sha(parts: Mapping[str, Any]) -> str:
@@ -178,9 +182,11 @@ def iter_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]]) -> Itera
         summary = json.load(f)
       commit = summary.get('git_commit') or ''
       cell = json.dumps(e.get('cell', []))
+      platform = (summary.get('device') or {}).get('platform') or 'cpu'
       yield ArchivedRun(path=path, sweep=name, section=section, engine=engine, module=module,
                         algorithm=e.get('algorithm') or summary.get('algorithm', ''),
-                        commit=commit, group=f'{name}|{e["variant"]}|{cell}|{commit}')
+                        commit=commit, platform=platform,
+                        group=f'{name}|{e["variant"]}|{cell}|{commit}|{platform}')
 
 
 def load(archive: str) -> dict[str, Any]:
@@ -383,7 +389,12 @@ def tie(archive: str, sweeps: Mapping[str, tuple[str, str, str]], replay: bool,
       arch = archived_by(archive, first.path)
       if arch and fingerprint(first, read_at(arch)) == now:
         how, detail = 'source', arch
-    if how is None and replay:
+    if how is None and replay and first.platform != 'cpu':
+      # A GPU's float kernels are not a CPU's: its runs replay on a GPU (or tie by record).
+      log(f'{first.path}: made on a {first.platform}; its replay needs one')
+      doc.setdefault('unmatched', {})[first.path] = {
+          'replay': [f'made on a {first.platform}: replay it on one', None]}
+    elif how is None and replay:
       where = os.path.join(archive, first.path)
       diff = None
       for isa in ISAS:
