@@ -418,6 +418,10 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
                   'the state this command leaves the archive in (the runs it could not tie '
                   'are named by the report and counted nowhere); the replay rule is tested on '
                   'known rows there too'),
+    'python benchmarks/reproduction.py compact --runs=docs/reproduction_runs': Elsewhere(
+        'tests/test_repro_archive.py::test_compact_converts_in_place_and_reads_back_every_byte',
+        'on a folder holding one sweep of the archive: the tar and manifest it writes extract '
+        'to the same files, byte for byte'),
     'python benchmarks/speed.py --workload blazefl --rounds 1': Elsewhere(
         'tests/test_speed_benchmark.py::test_speed_benchmark_tiny_blazefl_writes_the_json',
         '--workload=blazefl --rounds=1 with --small --num_clients=2 --clients_per_round=1'),

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from benchmarks.repro import archive as archive_lib
 from benchmarks.repro import checks as checks_lib
 from benchmarks.repro import headline as headline_lib
 from benchmarks.repro import plan as plan_lib
@@ -244,7 +245,10 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   arch = tmp_path / 'archive'
   r = _script('archive', f'--runs={runs}', f'--out={arch}')
   assert r.returncode == 0 and 'archived' in r.stdout, r.stderr[-2000:]
-  assert not list(arch.rglob('checkpoints')) and list(arch.rglob('metrics.jsonl'))
+  assert (arch / archive_lib.MANIFEST).exists() and (arch / 'dsfl_digits.tar.gz').exists()
+  with archive_lib.open_runs(str(arch)) as tree:
+    tree = pathlib.Path(tree)
+    assert not list(tree.rglob('checkpoints')) and list(tree.rglob('metrics.jsonl'))
   out2 = tmp_path / 'docs2' / 'reproduction.md'
   r = _script('report', f'--runs={arch}', f'--out={out2}', '--tiny')
   assert r.returncode == 0, r.stderr[-2000:]
@@ -289,8 +293,11 @@ ADDED_SINCE_ARCHIVE = {'data.dominant_fraction': 0.9}   # only read by data.part
 def test_readme_example_output_is_the_archived_default_run():
   """The README's closing table of configs/default.py is seed 0 of the archived DS-FL ERA run,
   marked as one machine's digits, and the mean ± std beside it is that of the archived seeds."""
-  import json
-  run = REPO / 'docs' / 'reproduction_runs' / 'dsfl_digits' / 'runs' / 'ds-fl-era' / 'seed0'
+  with archive_lib.open_runs(str(REPO / archive_lib.ARCHIVE_DEFAULT)) as tree:
+    _readme_example_is(pathlib.Path(tree) / 'dsfl_digits' / 'runs' / 'ds-fl-era' / 'seed0')
+
+
+def _readme_example_is(run: pathlib.Path) -> None:
   spec = importlib.util.spec_from_file_location('default_config_under_test',
                                                 REPO / 'configs' / 'default.py')
   module = importlib.util.module_from_spec(spec)

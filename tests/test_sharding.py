@@ -143,8 +143,10 @@ def test_a_full_default_run_on_four_devices_is_within_the_documented_tolerance(t
   if os.environ.get('FEDJAX_KD_GOLDEN') != 'all':
     pytest.skip('outside the CI subset; FEDJAX_KD_GOLDEN=all runs it')
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  ref_dir = os.path.join(repo, 'docs', 'reproduction_runs', 'dsfl_digits', 'runs', 'ds-fl-era',
-                         'seed0')
+  from benchmarks.repro import archive as archive_lib   # pylint: disable=g-import-not-at-top
+  with archive_lib.open_runs(os.path.join(repo, archive_lib.ARCHIVE_DEFAULT)) as tree:
+    ref = [json.loads(x) for x in open(os.path.join(tree, 'dsfl_digits', 'runs', 'ds-fl-era',
+                                                    'seed0', 'metrics.jsonl'))]
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4',
              JAX_PLATFORMS='cpu', PYTHONPATH=repo)
   r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', '--config=configs/default.py',
@@ -152,7 +154,7 @@ def test_a_full_default_run_on_four_devices_is_within_the_documented_tolerance(t
                      capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]
   read = lambda d: [json.loads(x) for x in open(os.path.join(d, 'metrics.jsonl'))]
-  ref, got = read(ref_dir), read(str(tmp_path))
+  got = read(str(tmp_path))
   assert len(got) == len(ref) == 30
   assert [g['cum_bytes'] for g in got] == [x['cum_bytes'] for x in ref]
   for key in ('train_loss', 'distill_loss', 'test_loss'):

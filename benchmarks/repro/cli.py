@@ -7,6 +7,7 @@ r"""The reproduction report: fixed multi-seed sweeps per paper and a report from
   python benchmarks/reproduction.py report --runs=docs/reproduction_runs \
       --out=docs/reproduction.md [--readme=README.md] [--only=...] [--tiny]
   python benchmarks/reproduction.py standing --runs=docs/reproduction_runs [--replay]
+  python benchmarks/reproduction.py compact --runs=docs/reproduction_runs
 
 ``run`` plans every sweep of the chosen sections
 (:data:`benchmarks.repro.sections.SECTIONS`), validates every run's config before
@@ -28,8 +29,10 @@ measured number in it is typed by hand: they all come from the runs' files.
 
 ``archive`` copies what ``report`` reads (each sweep's plan, each finished run's
 config, summary and metrics; no checkpoints) to a directory small enough to
-commit: the report is rebuilt from it, and a copy of it given to ``run`` skips
-the finished runs and starts the rest.
+commit, one ``<sweep>.tar.gz`` per sweep with a ``MANIFEST.sha256``
+(:mod:`benchmarks.repro.archive`): the report is rebuilt from it, and a copy of it
+given to ``run`` is unpacked in place, skips the finished runs and starts the rest.
+``compact`` converts an archive of plain sweep folders to that form in place.
 
 ``--tiny`` shrinks every sweep to a smoke test (2 rounds, 4 clients, a small
 MLP on the ``synthetic`` source, one seed, fewer variants and grid values, no
@@ -53,6 +56,7 @@ import sys
 from typing import Sequence
 
 from benchmarks.repro import standing as standing_lib
+from benchmarks.repro import archive as archive_lib
 from benchmarks.repro.archive import ARCHIVE_DEFAULT, ARCHIVE_MARKER, archive
 from benchmarks.repro.plan import commit
 from benchmarks.repro.report import cmd_report
@@ -60,6 +64,7 @@ from benchmarks.repro.run import cmd_run
 from benchmarks.repro.sections import SECTIONS, sweep_engines
 from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.errors import DataError
 
 
 def cmd_standing(args: argparse.Namespace) -> int:
@@ -71,9 +76,13 @@ def cmd_standing(args: argparse.Namespace) -> int:
     return 2
   if args.replay:
     sweep.quiet_logs()
-  counts = standing_lib.tie(args.runs, sweeps, args.replay,
-                            only=lambda r: not only or r.sweep in only)
-  stale = standing_lib.stale_runs(args.runs, sweeps)
+  try:
+    counts = standing_lib.tie(args.runs, sweeps, args.replay,
+                              only=lambda r: not only or r.sweep in only)
+    stale = standing_lib.stale_runs(args.runs, sweeps)
+  except DataError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   print(f'standing: tied {counts}; {len(stale)} run(s) stale')
   for path, why in sorted(stale.items()):
     print(f'  {path}: {why}')
@@ -85,12 +94,48 @@ def cmd_archive(args: argparse.Namespace) -> int:
   if not os.path.isdir(args.runs):
     print(f'error: --runs: {args.runs} is not a directory', file=sys.stderr)
     return 2
-  n_sweeps, n_runs = archive(args.runs, args.out)
+  try:
+    n_sweeps, n_runs = archive(args.runs, args.out)
+  except DataError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   workdir_lib.write_json(os.path.join(args.out, ARCHIVE_MARKER),
                          {'from': args.runs, 'runs': n_runs, 'sweeps': n_sweeps,
                           'commit': commit(), 'date': datetime.date.today().isoformat()},
                          indent=2)
   print(f'archived {n_runs} finished runs of {n_sweeps} sweeps to {args.out}')
+  return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+  """Converts a plain archive to one tar per sweep and a manifest, in place."""
+  if not os.path.isdir(args.runs):
+    print(f'error: --runs: {args.runs} is not a directory', file=sys.stderr)
+    return 2
+  try:
+    names = archive_lib.compact(args.runs)
+  except DataError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  print(f'compacted {len(names)} sweep folder(s) of {args.runs} into '
+        f'<sweep>{archive_lib.SUFFIX} and {archive_lib.MANIFEST}')
+  return 0
+
+
+def unpack_runs(runs: str) -> int:
+  """A copy of a compact archive given to ``run`` becomes a runs folder (in place)."""
+  if not archive_lib.is_compact(runs):
+    return 0
+  if os.path.realpath(runs) == os.path.realpath(os.path.join(standing_lib.REPO, ARCHIVE_DEFAULT)):
+    print(f'error: --runs={runs} is the committed archive: runs go to a copy of it '
+          f'(cp -r {ARCHIVE_DEFAULT} runs/repro) and are archived after', file=sys.stderr)
+    return 2
+  try:
+    names = archive_lib.unpack(runs)
+  except DataError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  print(f'unpacked {len(names)} sweep(s) of the archive copy {runs}', flush=True)
   return 0
 
 
@@ -145,14 +190,19 @@ def main(argv: Sequence[str] | None = None) -> int:
   t.add_argument('--replay', action='store_true',
                  help='replay the first round of runs no record ties (one per group)')
   t.add_argument('--sweeps', default='', help='comma-separated sweep names (default: all)')
+  c = sub.add_parser('compact', help='convert an archive of plain sweep folders to one '
+                     '<sweep>.tar.gz per sweep and MANIFEST.sha256, in place')
+  c.add_argument('--runs', default=ARCHIVE_DEFAULT)
   args = p.parse_args(argv)
   if args.command == 'archive':
     return cmd_archive(args)
+  if args.command == 'compact':
+    return cmd_compact(args)
   if args.command == 'standing':
     return cmd_standing(args)
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   sweep.quiet_logs()
   if args.command == 'run':
-    return cmd_run(args, argv)
+    return unpack_runs(args.runs) or cmd_run(args, argv)
   return cmd_report(args, argv)

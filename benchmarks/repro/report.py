@@ -12,7 +12,7 @@ import sys
 from typing import Any, Sequence
 
 from benchmarks.repro import standing as standing_lib
-from benchmarks.repro.archive import ARCHIVE_MARKER
+from benchmarks.repro.archive import ARCHIVE_MARKER, open_runs
 from benchmarks.repro.defs import SKIPPED
 from benchmarks.repro.headline import (ChecksOf, Row, agreement_table, checks_table, decide,
                                        headline_sections, summary_table)
@@ -54,12 +54,25 @@ def _rel(path: str, start: str) -> str:
 
 
 def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
-  """Writes the markdown report from the sweeps' outputs."""
+  """Writes the markdown report from the sweeps' outputs (a runs folder, or an archive:
+  :func:`benchmarks.repro.archive.open_runs`)."""
   try:
     sections = select(args.only)
   except ConfigError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
+  try:
+    with open_runs(args.runs) as tree:
+      return _report(args, argv, sections, tree)
+  except DataError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+
+
+def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[Any],
+            tree: str) -> int:
+  """The report of ``sections`` from the sweeps under ``tree`` (``args.runs`` opened): every
+  path it prints names ``args.runs``."""
   out_md = args.out
   out_dir = os.path.dirname(os.path.abspath(out_md))
   fig_dir = os.path.join(out_dir, 'figures', 'reproduction')
@@ -71,7 +84,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
   # Runs no longer tied to today's code are left out, where the runs' folder records the
   # ties (the committed archive does; a test holds it to that).
   checked = os.path.exists(os.path.join(args.runs, standing_lib.STANDING_FILE))
-  stale = standing_lib.stale_runs(args.runs, sweep_engines(sections)) if checked else {}
+  stale = standing_lib.stale_runs(args.runs, sweep_engines(sections), tree) if checked else {}
   # An archive is rebuilt from, never run into: runs go to runs/repro and are archived after.
   run_dir = 'runs/repro' if archived else args.runs
   run_cmd = ('python benchmarks/reproduction.py run --runs=' + shlex.quote(run_dir)
@@ -84,18 +97,19 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
              f'`{command_line(argv)}`.', '']
     tables: dict[str, Table] = {}
     for d in section.sweeps:
-      out = os.path.join(args.runs, d.name)
+      out = os.path.join(args.runs, d.name)   # named in the report
+      src = os.path.join(tree, d.name)        # read
       body += [f'### {d.title}', '']
-      if not os.path.exists(os.path.join(out, sweep.PLAN_FILE)):
-        skipped = workdir_lib.read_json(out, SKIPPED)
+      if not os.path.exists(os.path.join(src, sweep.PLAN_FILE)):
+        skipped = workdir_lib.read_json(src, SKIPPED)
         why = skipped['reason'] if isinstance(skipped, dict) else 'not run yet'
         body += [f'*Not run: {why}.*', '']
         continue
-      plan_doc = sweep.load_plan(out)
+      plan_doc = sweep.load_plan(src)
       meta = plan_doc.get('meta') or {}
       metas.append(meta)
       metrics = tuple(dict.fromkeys(tuple(plan_doc.get('metrics') or ()) + d.metrics))
-      cells = sweep.aggregate(out, metrics=metrics, exclude={
+      cells = sweep.aggregate(src, metrics=metrics, exclude={
           p.split('/', 1)[1] for p in stale if p.split('/', 1)[0] == d.name})
       # Another sweep's variants read beside this one's (its curve and seed tables, checks).
       near = [c for name, labels in d.beside if name in tables
@@ -107,7 +121,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       if bool(meta.get('tiny')) != bool(args.tiny):
         body += [f'*These outputs were made {"with" if meta.get("tiny") else "without"} '
                  '--tiny, this report ' + ('with' if args.tiny else 'without') + ' it.*', '']
-      setting = setting_line(cells, out)
+      setting = setting_line(cells, src)
       seeds = ', '.join(map(str, plan_doc.get('seeds', [])))
       body += [f'Base: `{plan_doc.get("config")}`. {setting} Seeds {seeds}; '
                f'{done} of {planned} runs finished (n per row). Outputs: `{out}`.', '']
@@ -121,7 +135,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
       elif p_cmd := sweep_command(plan_doc, os.path.join(run_dir, d.name)):
         body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
       body += [sweep_table(d, cells), '']
-      if machines := machines_line(out, plan_doc):
+      if machines := machines_line(src, plan_doc):
         body += [machines, '']
       diverged = sweep.diverged_lines(cells)
       if diverged:
@@ -158,7 +172,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if made:
           figs['pairs'] = made
       else:
-        figs = copy_figures(out, os.path.join(fig_dir, f'{d.name}_'), cells,
+        figs = copy_figures(src, os.path.join(fig_dir, f'{d.name}_'), cells,
                         title=f'{section.paper}: {d.name}')
       for metric, path in figs.items():
         body.append(f'![{d.name}: {metric}]({_rel(path, out_dir)})')

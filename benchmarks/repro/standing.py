@@ -7,14 +7,15 @@ A run *stands* when something ties its numbers to today's code. The ties, tried 
   within the golden test's own tolerances, on every case of the run's paper family and the
   tiny case of its algorithm.
 * **source** (a PyTorch reference or the driver of the SCARLET authors' code): the
-  reference's source files at the commit that archived the run are today's, byte for byte.
+  reference's source files at the clean commit the run was made at (:func:`made_at`) are
+  today's, byte for byte.
 * **replay**: today's code, given the run's own config, replays the run's first round and
   gives the recorded round-1 metrics (integers exactly, accuracies to one test sample and
   at least :data:`REPLAY_ACC`, other floats to :data:`REPLAY_REL` relative). One replay
-  stands for its group: the runs of one sweep variant (and grid cell) that record the same
-  commit (uncommitted changes included) and device platform and were archived by the same
-  commit, that is, runs made by one invocation of the same code on the same kind of device.
-  A run made on a GPU is replayed on one (a CPU's float kernels are not a GPU's).
+  stands for its group (:func:`same_code`): the runs of one sweep variant (and grid cell)
+  made at the same clean commit on the same kind of device. A run made with uncommitted
+  changes is its own group. A run made on a GPU is replayed on one (a CPU's float kernels
+  are not a GPU's).
 
 A tie is made against a fingerprint of today's code: the sha256 of the family's golden
 entries (fedjax_kd runs) or of the reference's source files. ``standing.json`` in the
@@ -36,6 +37,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Iterator, Mapping
 
+from benchmarks.repro import archive as archive_lib
 from fedjax_kd import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
@@ -88,9 +90,9 @@ class ArchivedRun:
     algorithm: the algorithm it ran.
     commit: the commit its summary records (``+dirty`` kept), '' if none.
     platform: where it ran (``'cpu'``, ``'gpu'``), from its summary (``'cpu'`` if unrecorded).
-    group: the sweep, variant, grid cell, recorded commit and platform; runs of one group
-      archived by the same commit were made by the same code on the same kind of device (one
-      replay decides them all).
+    group: the sweep, variant, grid cell, recorded commit and platform.
+    plan_commit: the commit its sweep's plan records (the last ``run`` of the sweep), ''
+      if none: the commit of a run whose summary records none (a reference's run).
   """
   path: str
   sweep: str
@@ -101,6 +103,7 @@ class ArchivedRun:
   commit: str
   group: str
   platform: str = 'cpu'
+  plan_commit: str = ''
 
 
 def _sha(parts: Mapping[str, Any]) -> str:
@@ -152,18 +155,32 @@ def read_at(commit: str) -> Callable[[str], str | None]:
   return lambda path: _git('show', f'{commit}:{path}')
 
 
-def archived_by(archive: str, path: str) -> str:
-  """The commit that last wrote a run's summary into the repository: when the run now there
-  was archived ('' if not committed yet)."""
-  rel = os.path.relpath(os.path.join(archive, path, 'summary.json'), REPO)
-  return (_git('log', '-1', '--format=%h', '--', rel) or '').strip()
+def _clean(commit: str) -> bool:
+  return bool(commit) and not commit.endswith('+dirty')
+
+
+def made_at(run: ArchivedRun) -> str:
+  """The clean commit whose code made ``run``: the one its summary records, or for a run
+  whose summary records none (a reference's run) its sweep plan's; '' when that commit had
+  uncommitted changes or none is recorded."""
+  commit = run.commit or run.plan_commit
+  return commit if _clean(commit) else ''
+
+
+def same_code(run: ArchivedRun) -> str:
+  """The runs that share this key were made by the same code, so one replay decides them
+  all: the same sweep, variant and grid cell at the same clean commit (:func:`made_at`).
+  A run made with uncommitted changes, or at no recorded commit, is alone in its group."""
+  commit = made_at(run)
+  return f'{run.group}|{commit}' if commit else f'{run.group}|{run.path}'
 
 
 def iter_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]]) -> Iterator[ArchivedRun]:
-  """Every finished run of the archive's sweeps.
+  """Every finished run of the sweeps in a directory tree.
 
   Args:
-    archive: the archive (``docs/reproduction_runs``) or a runs directory.
+    archive: a tree of sweep folders: a runs directory, or a compact archive's extracted
+      tree (:func:`benchmarks.repro.archive.open_runs`).
     sweeps: ``{sweep: (section, engine, torch module)}``.
   """
   for name in sorted(sweeps):
@@ -173,6 +190,7 @@ def iter_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]]) -> Itera
     with open(plan_path, encoding='utf-8') as f:
       plan = json.load(f)
     section, engine, module = sweeps[name]
+    plan_commit = (plan.get('meta') or {}).get('commit') or ''
     for e in plan.get('runs', []):
       path = os.path.join(name, e['workdir'])
       summary_path = os.path.join(archive, path, 'summary.json')
@@ -186,7 +204,8 @@ def iter_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]]) -> Itera
       yield ArchivedRun(path=path, sweep=name, section=section, engine=engine, module=module,
                         algorithm=e.get('algorithm') or summary.get('algorithm', ''),
                         commit=commit, platform=platform,
-                        group=f'{name}|{e["variant"]}|{cell}|{commit}|{platform}')
+                        group=f'{name}|{e["variant"]}|{cell}|{commit}|{platform}',
+                        plan_commit=plan_commit)
 
 
 def load(archive: str) -> dict[str, Any]:
@@ -197,12 +216,20 @@ def load(archive: str) -> dict[str, Any]:
     return json.load(f)
 
 
-def stale_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]]) -> dict[str, str]:
-  """``{run path: why}`` for every finished run of the archive that does not stand today."""
+def stale_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]],
+               tree: str | None = None) -> dict[str, str]:
+  """``{run path: why}`` for every finished run of the archive that does not stand today.
+
+  ``standing.json`` is read from ``archive``; the runs from ``tree`` when given (the
+  archive already opened with :func:`benchmarks.repro.archive.open_runs`), else from the
+  archive, opened here."""
+  if tree is None:
+    with archive_lib.open_runs(archive) as opened:
+      return stale_runs(archive, sweeps, opened)
   ties = load(archive).get('runs', {})
   today: dict[tuple, str | None] = {}
   out = {}
-  for run in iter_runs(archive, sweeps):
+  for run in iter_runs(tree, sweeps):
     key = (run.engine, run.section, run.algorithm, run.module)
     if key not in today:
       today[key] = fingerprint(run, read_today)
@@ -363,15 +390,21 @@ def tie(archive: str, sweeps: Mapping[str, tuple[str, str, str]], replay: bool,
         only: Callable[[ArchivedRun], bool] = lambda r: True,
         log: Callable[[str], None] = print) -> dict[str, int]:
   """Ties every run of the archive that :func:`stale_runs` finds stale, and rewrites
-  ``standing.json`` after each group. Returns counts by outcome."""
+  ``standing.json`` (in ``archive`` itself) after each group. Returns counts by outcome."""
+  with archive_lib.open_runs(archive) as tree:
+    return _tie(archive, tree, sweeps, replay, only, log)
+
+
+def _tie(archive: str, tree: str, sweeps: Mapping[str, tuple[str, str, str]], replay: bool,
+         only: Callable[[ArchivedRun], bool], log: Callable[[str], None]) -> dict[str, int]:
   doc = load(archive)
   ties = doc.setdefault('runs', {})
   golden_today = json.loads(read_today(GOLDEN))
-  stale = stale_runs(archive, sweeps)
-  runs = [r for r in iter_runs(archive, sweeps) if r.path in stale and only(r)]
-  groups: dict[tuple[str, str], list[ArchivedRun]] = {}
-  for r in runs:   # made by the same code: the same recorded commit, archived together
-    groups.setdefault((r.group, archived_by(archive, r.path)), []).append(r)
+  stale = stale_runs(archive, sweeps, tree)
+  runs = [r for r in iter_runs(tree, sweeps) if r.path in stale and only(r)]
+  groups: dict[str, list[ArchivedRun]] = {}
+  for r in runs:   # made by the same code
+    groups.setdefault(same_code(r), []).append(r)
   counts = {'record': 0, 'source': 0, 'replay': 0, 'unmatched': 0, 'untied': 0}
   head = (_git('rev-parse', '--short', 'HEAD') or '?').strip()
   for members in groups.values():
@@ -386,16 +419,16 @@ def tie(archive: str, sweeps: Mapping[str, tuple[str, str, str]], replay: bool,
       if golden_agrees(json.loads(old), golden_today, keys):
         how, detail = 'record', first.commit
     if how is None and first.engine != 'fedjax_kd':
-      arch = archived_by(archive, first.path)
-      if arch and fingerprint(first, read_at(arch)) == now:
-        how, detail = 'source', arch
+      made = made_at(first)
+      if made and fingerprint(first, read_at(made)) == now:
+        how, detail = 'source', made
     if how is None and replay and first.platform != 'cpu':
       # A GPU's float kernels are not a CPU's: its runs replay on a GPU (or tie by record).
       log(f'{first.path}: made on a {first.platform}; its replay needs one')
       doc.setdefault('unmatched', {})[first.path] = {
           'replay': [f'made on a {first.platform}: replay it on one', None]}
     elif how is None and replay:
-      where = os.path.join(archive, first.path)
+      where = os.path.join(tree, first.path)
       diff = None
       for isa in ISAS:
         try:
