@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_kd.core.federation import _bucket  # the engine's slot buckets
+from fedjax_kd.core.federation import bucket  # the engine's slot buckets
 from fedjax_kd.errors import DeviceMemoryError
 
 # Primitives whose outputs a backward pass keeps (elementwise ops fuse into them) ...
@@ -91,7 +91,7 @@ def activation_bytes(kernels: Any, params: Any, batch_stats: Any, input_shape: t
   inference pass holds at once (a layer's input and output).
 
   Args:
-    kernels: a :class:`~fedjax_kd.core.kernels.CohortKernels` (its ``_apply`` casts to the
+    kernels: a :class:`~fedjax_kd.core.kernels.CohortKernels` (its ``apply_model`` casts to the
       compute dtype, so bfloat16 activations count 2 bytes).
     params, batch_stats: one model's variables, arrays or ``ShapeDtypeStruct``.
     input_shape, input_dtype: one sample's model input.
@@ -100,8 +100,8 @@ def activation_bytes(kernels: Any, params: Any, batch_stats: Any, input_shape: t
   def fwd(p, s, x):
     kw = {'rngs': {'dropout': jax.random.PRNGKey(0)}} if train else {}
     if train and s:
-      return kernels._apply(p, s, x, train=True, mutable=['batch_stats'], **kw)[0]  # pylint: disable=protected-access
-    return kernels._apply(p, s, x, train=train, **kw)  # pylint: disable=protected-access
+      return kernels.apply_model(p, s, x, train=True, mutable=['batch_stats'], **kw)[0]
+    return kernels.apply_model(p, s, x, train=train, **kw)
 
   x = jax.ShapeDtypeStruct((2,) + tuple(input_shape), jnp.dtype(input_dtype))
   jaxpr = jax.make_jaxpr(fwd)(params, batch_stats, x).jaxpr
@@ -234,7 +234,7 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
   for c in parts.cohorts:
     size = max(1, round(c.size * scale))
     rows += size * c.row
-    slots = _bucket(min(size, per_round), size, multiple)
+    slots = bucket(min(size, per_round), size, multiple)
     read = size if parts.visits_all else slots    # the slots of a prediction/evaluation pass
     if store == 'device':
       state += -(-size // multiple) * c.row

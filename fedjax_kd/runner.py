@@ -76,7 +76,7 @@ def _defaults() -> dict:
   return json.loads(config_lib.default_config().to_json_best_effort())
 
 
-def _resumable(cfg: dict) -> dict:
+def resumable(cfg: dict) -> dict:
   """The part of a config that must match to resume (rounds may be extended).
 
   A field that a run's ``config.json`` lacks was added to fedjax_kd after the run was made;
@@ -547,7 +547,7 @@ def _check_resumable(workdir: str, cfg_path: str, cfg_json: str, latest: int,
     except ValueError:
       raise ConfigError('--workdir', workdir, f'a readable {cfg_path} (it is not valid JSON)'
                         ) from None
-  if _resumable(old) != _resumable(json.loads(cfg_json)):
+  if resumable(old) != resumable(json.loads(cfg_json)):
     raise ConfigError('--workdir', workdir,
                       'a fresh directory, or the same config as the checkpoint in it')
   if rounds < latest:

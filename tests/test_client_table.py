@@ -62,7 +62,7 @@ class Weighted(base.Algorithm):
                               shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx,
                               n=d.client_n, aux={'w': weight}, loss_fn=weighted_ce,
                               active=r.active)
-    return state.replace(clients=clients), base._nanmean(loss)
+    return state.replace(clients=clients), base.nanmean(loss)
 
 
 @flax.struct.dataclass

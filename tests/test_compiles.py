@@ -87,7 +87,7 @@ def compile_case_config(name: str, hetero: bool, participation: float, store: st
 # Heterogeneous cohorts under partial participation: every round 2 of the 3 even
 # clients and 1 of the 3 odd ones take part, different ones each round. A
 # cohort's active clients are padded to the next power of two (federation
-# `_bucket`), so a cohort whose active count changed bucket would compile that
+# `bucket`), so a cohort whose active count changed bucket would compile that
 # bucket's kernels once (inherent and bounded by log2 of the cohort size). Fixing
 # the per-cohort counts keeps the bucket set of round 1, so any compile is a bug.
 HETERO_MASKS = ([0, 2, 1], [2, 4, 3], [4, 0, 5], [0, 4, 1], [2, 0, 3], [4, 2, 5])

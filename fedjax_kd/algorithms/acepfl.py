@@ -456,7 +456,7 @@ class ACEPFL(base.Algorithm):
         shared=shared, idx=jnp.arange(self.m, dtype=jnp.int32),
         n=np.full(k, self.m, np.int32), aux=aux, loss_fn=self.loss_fn, active=active)
     state = state.replace(clients=clients)
-    metrics['distill_loss'] = base._nanmean(dloss)
+    metrics['distill_loss'] = base.nanmean(dloss)
     if o.gd_mode == 'literal' or o.weights[3] > 0:
       used = fresh & (hist_count > 0)
       # Evaluated every round, round 1 (no history yet) included, so its ops compile

@@ -232,7 +232,7 @@ class Algorithm:
     clients, loss = r.fed.train_private(state.clients, self.ctx.root, r.t,
                                         rule or self.train_rule(), local or self.local_inputs(r),
                                         active=r.active)
-    return state.replace(clients=clients), _nanmean(loss)
+    return state.replace(clients=clients), nanmean(loss)
 
   def selection_losses(self, state: AlgState, candidates: np.ndarray) -> np.ndarray:
     """``[K]`` local training loss of each candidate's model (Power-of-Choice).
@@ -258,7 +258,7 @@ class Algorithm:
     clients, loss = r.fed.distill(state.clients, self.ctx.root, r.t, x, targets,
                                   self.distill_rule(), active=r.active, count=count,
                                   weights=weights)
-    return state.replace(clients=clients), _nanmean(loss)
+    return state.replace(clients=clients), nanmean(loss)
 
   def distill_server(self, state: AlgState, t: int, x: Array, targets: Array,
                      count: int | None = None):
@@ -301,7 +301,7 @@ class Algorithm:
     return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
 
 
-def _nanmean(x) -> float:
+def nanmean(x) -> float:
   x = np.asarray(x, np.float64)
   return float(np.nanmean(x)) if np.isfinite(x).any() else float('nan')
 

@@ -222,7 +222,7 @@ class FedCache2(base.Algorithm):
           state.clients, self.ctx.root, t, self.train_rule(), self.local_inputs(r),
           x_pool=self._pool(cache), y_pool=self._y_pool, extra_idx=extra_idx, extra_n=down_n,
           active=active)
-      state, metrics['train_loss'] = state.replace(clients=clients), base._nanmean(loss)
+      state, metrics['train_loss'] = state.replace(clients=clients), base.nanmean(loss)
     else:
       state, metrics['train_loss'] = self.train_clients(state, r)
 
@@ -241,7 +241,7 @@ class FedCache2(base.Algorithm):
         shared=(self.y_b, d.x_private, d.y_private), options=opts,
         fill=(x0, jnp.full((k_all,), jnp.nan, jnp.float32), jnp.zeros((k_all,), jnp.int32)))
     dd_loss, skipped = np.asarray(dd_loss), np.asarray(skipped)
-    metrics['dd_loss'] = base._nanmean(dd_loss)
+    metrics['dd_loss'] = base.nanmean(dd_loss)
     metrics['dd_skipped_steps'] = int(np.sum(skipped))
 
     # 4. Upload: the new set replaces the client's slot (eq. 13).

@@ -208,7 +208,7 @@ class Cohort:
     return int(self.client_ids.shape[0])
 
 
-def _bucket(count: int, size: int, multiple: int) -> int:
+def bucket(count: int, size: int, multiple: int) -> int:
   """Slot count for ``count`` active clients of a cohort of ``size``.
 
   The full cohort uses exactly ``size`` (rounded up to the device multiple);
@@ -315,7 +315,7 @@ class Federation:
       rows = np.flatnonzero(active[cohort.client_ids])
       if not len(rows):
         continue
-      s = _bucket(len(rows), cohort.size, self.multiple)
+      s = bucket(len(rows), cohort.size, self.multiple)
       rest = np.flatnonzero(~active[cohort.client_ids])[:s - len(rows)]
       pad = np.full(s - len(rows) - len(rest), rows[-1])
       cohort_rows.append((c, np.concatenate([rows, rest, pad]).astype(np.int32)))
@@ -357,7 +357,7 @@ class Federation:
       padding slots have an out-of-range row and global id ``K``.
     """
     rows = np.flatnonzero(active[cohort.client_ids]).astype(np.int32)
-    s = _bucket(len(rows), cohort.size, self.multiple)
+    s = bucket(len(rows), cohort.size, self.multiple)
     slots = np.full(s, cohort.size, np.int32)
     slots[:len(rows)] = rows
     valid = np.zeros(s, bool)
@@ -426,7 +426,7 @@ class Federation:
       yield state, jnp.asarray(slots), valid, gids
       return
     rows = slots[valid]
-    e = min(_bucket(len(rows), cohort.size, self.multiple),
+    e = min(bucket(len(rows), cohort.size, self.multiple),
             -(-self.store.chunk // self.multiple) * self.multiple)
     for lo in range(0, len(rows), e):
       part = rows[lo:lo + e]

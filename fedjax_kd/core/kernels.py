@@ -194,7 +194,7 @@ class CohortKernels:
     """Float32 model inputs of gathered stored inputs ``x`` (inside a compiled step)."""
     return self.normalize(x)
 
-  def _apply(self, params: Any, batch_stats: Any, x: Array, **kwargs) -> Any:
+  def apply_model(self, params: Any, batch_stats: Any, x: Array, **kwargs) -> Any:
     """``module.apply`` in the compute dtype; float32 logits (and batch stats).
 
     With float32 this is exactly ``module.apply(variables, x, **kwargs)``. With
@@ -260,11 +260,11 @@ class CohortKernels:
 
       def loss(params):
         if st.batch_stats:
-          logits, upd = self._apply(params, st.batch_stats, batch['x'], train=True, mask=valid,
+          logits, upd = self.apply_model(params, st.batch_stats, batch['x'], train=True, mask=valid,
                                     mutable=['batch_stats'], rngs={'dropout': k_drop})
           stats = upd['batch_stats']
         else:
-          logits = self._apply(params, st.batch_stats, batch['x'], train=True, mask=valid,
+          logits = self.apply_model(params, st.batch_stats, batch['x'], train=True, mask=valid,
                                rngs={'dropout': k_drop})
           stats = st.batch_stats
         value = masked_mean(loss_fn(logits, batch, aux), valid)
@@ -354,7 +354,7 @@ class CohortKernels:
 
       def one_slot(st, key):
         xin = xf if augment is None else augment(jax.random.fold_in(key, i), xf)
-        return self._apply(st.params, st.batch_stats, xin, train=False)
+        return self.apply_model(st.params, st.batch_stats, xin, train=False)
 
       slot_keys = keys if keys is not None else jnp.zeros((sub_size(sub), 2), jnp.uint32)
       return jax.vmap(one_slot)(sub, slot_keys)
@@ -394,7 +394,7 @@ class CohortKernels:
     def one_client(st, cidx, cn, x, y):
       def body(carry, p):
         rows = cidx[p]
-        logits = self._apply(st.params, st.batch_stats, self.inputs(x[rows]), train=False)
+        logits = self.apply_model(st.params, st.batch_stats, self.inputs(x[rows]), train=False)
         ok = (p < cn).astype(jnp.float32)
         correct = jnp.sum((jnp.argmax(logits, -1) == y[rows]) * ok)
         _, top = jax.lax.top_k(logits, min(5, logits.shape[-1]))
@@ -436,7 +436,7 @@ class CohortKernels:
     def one_client(st, cidx, cn, x, y):
       def body(carry, p):
         rows = cidx[p]
-        probs = jax.nn.softmax(self._apply(st.params, st.batch_stats, self.inputs(x[rows]),
+        probs = jax.nn.softmax(self.apply_model(st.params, st.batch_stats, self.inputs(x[rows]),
                                            train=False), -1)
         onehot = jax.nn.one_hot(y[rows], num_classes) * (p < cn)[:, None]
         return (carry[0] + onehot.T @ probs, carry[1] + onehot.sum(0)), None

@@ -89,7 +89,7 @@ def run_state(run: Run) -> tuple[str, str]:
   old = _read_json(os.path.join(run.workdir, 'config.json'))
   if old is not None:
     new = json.loads(_config_json(run.config))
-    a, b = runner._resumable(old), runner._resumable(new)  # pylint: disable=protected-access
+    a, b = runner.resumable(old), runner.resumable(new)
     if a != b:
       diff = _first_difference(a, b)
       return 'stale', (f'{run.workdir} holds a run of a different config ({diff}); delete it '
