@@ -205,6 +205,14 @@ def test_a_run_made_with_avx2_kernels_is_tied_by_an_avx2_replay(tmp_path, monkey
   assert counts['replay'] == len(runs) == len(ties) and tried[:2] == ['native', 'avx2']
   assert all(t['by'].endswith('with AVX2 kernels') for t in ties.values())
   assert not standing.stale_runs(str(tmp_path), engines)
+  # A tie to code whose results have changed since (another fingerprint) is made again.
+  doc = standing.load(str(tmp_path))
+  victim = sorted(doc['runs'])[0]
+  doc['runs'][victim]['fingerprint'] = 'results that have changed since'
+  (tmp_path / standing.STANDING_FILE).write_text(json.dumps(doc))
+  assert list(standing.stale_runs(str(tmp_path), engines)) == [victim]
+  standing.tie(str(tmp_path), engines, replay=True, log=lambda s: None)
+  assert not standing.stale_runs(str(tmp_path), engines)
   # Neither kernel gives the numbers: the run stays stale, the first replay's columns kept.
   (tmp_path / standing.STANDING_FILE).unlink()
   monkeypatch.setattr(standing, 'replay_run', lambda run, w, isa='native': {

@@ -262,10 +262,10 @@ EXPLANATIONS: dict[str, Explanation] = {
         'that overlap. So it is not fedjax_kd\'s defect. What the three share is the scale: '
         'a label served from the cache can be up to D = 20 rounds old, and in the first rounds '
         'the clients change fastest, so the reused labels lag the models; with '
-        '|P^t|/|P| = 0.1 the cache has barely filled by round 10. The longer runs of the same '
-        'setting (30 rounds, fedjax_kd\'s default initialisation, below) no longer show a gap '
-        'beyond the margin. The paper\'s 2,000 rounds on CIFAR-10 are out of reach on these '
-        'CPUs.',
+        '|P^t|/|P| = 0.1 the cache has barely filled by round 10. In the longer runs of the '
+        'same setting (30 rounds, fedjax_kd\'s default initialisation, below) the gap shrinks '
+        'to about the margin, where it is no longer significant. The paper\'s 2,000 rounds on '
+        'CIFAR-10 are out of reach on these CPUs.',
         related=(('scarlet_keeps_accuracy', 'scarlet_mnist'),
                  ('scarlet_keeps_accuracy', 'scarlet_digits'))),
     'scarlet_comm_50pct': Explanation(
@@ -279,11 +279,10 @@ EXPLANATIONS: dict[str, Explanation] = {
         'filling cache predicts. The threshold checks count the bytes spent until the first '
         'round at 0.7 accuracy, which comes within the first few rounds, before the cache has '
         'filled, while the cached labels lag the models that change fastest then (see '
-        'scarlet_keeps_accuracy): there SCARLET saves little, and on MNIST, where DS-FL '
-        'reaches 0.7 in its first rounds, it needs a round more and sends more. CFD and '
+        'scarlet_keeps_accuracy): there SCARLET spends about what DS-FL spends. CFD and '
         'Selective-FD upload hard labels or fewer samples and reach 0.7 as early, so they '
-        'spend fewer bytes to it at this scale. The paper\'s regime, thousands of rounds on '
-        'CIFAR-10 with ResNet-20, is out of reach on these CPUs.',
+        'spend as few bytes to it or fewer at this scale. The paper\'s regime, thousands of '
+        'rounds on CIFAR-10 with ResNet-20, is out of reach on these CPUs.',
         related=(('scarlet_comm_50pct', 'scarlet_digits'), ('scarlet_comm_50pct', 'scarlet_mnist'),
                  ('scarlet_cache_duration', 'scarlet_duration_digits'))),
     'scarlet_server_acc_a005': Explanation(

@@ -409,9 +409,10 @@ def _tie(archive: str, tree: str, sweeps: Mapping[str, tuple[str, str, str]], re
   head = (_git('rev-parse', '--short', 'HEAD') or '?').strip()
   for members in groups.values():
     first = members[0]
-    if first.path in load(archive).get('runs', {}):   # tied meanwhile by another process
-      continue
     now = fingerprint(first, read_today)
+    held = load(archive).get('runs', {}).get(first.path)
+    if held is not None and held.get('fingerprint') == now:   # tied meanwhile elsewhere
+      continue
     how, detail = None, ''
     if first.engine == 'fedjax_kd' and first.commit and not first.commit.endswith('+dirty'):
       old = (read_at(first.commit)(GOLDEN) or '{}')
