@@ -131,7 +131,8 @@ def _value_check(hint: Any, value: Any, field: str, meta: Any) -> Any:
   if hint is int:
     return fields.integer(node, field, None if lo is None else int(lo) + bool(lo_open), hi)
   if hint is float:
-    return fields.number(node, field, lo, lo_open=lo_open, hi=hi)
+    return fields.number(node, field, None if lo is None else float(lo), lo_open=lo_open,
+                         hi=None if hi is None else float(hi))
   if hint is str and not isinstance(value, str):
     raise ConfigError(field, value, 'a string')
   return value
