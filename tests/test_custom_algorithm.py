@@ -69,10 +69,11 @@ def test_the_options_come_from_the_command_line_and_a_typo_is_refused(guide, tmp
   from fedjax_kd import main as main_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top
   cfg = tmp_path / 'my_median.py'
-  algorithm, config_block = guide_blocks()
-  small = ('  c.rounds, c.checkpoint.every, c.train.epochs, c.distill.epochs = 1, 0, 1, 1\n'
-           '  c.clients.num_clients, c.distill.public_per_round = 4, 50\n  return c')
-  cfg.write_text(algorithm + '\n\n' + config_block.replace('  return c', small))
+  # The guide's algorithm with the tests' tiny experiment (its programs are compiled already).
+  cfg.write_text(guide_blocks()[0] + '\n\nfrom tests.conftest import tiny_config\n\n\n'
+                 'def get_config():\n'
+                 "  c = tiny_config(rounds=1, **{'checkpoint.every': 0})\n"
+                 "  c.algorithm = 'median_distill'\n  return c\n")
   # The group is part of the default config once the class is registered.
   assert dict(config_lib.default_config().median_distill) == {'quantile': 0.5,
                                                                'temperature': 1.0}
