@@ -138,6 +138,7 @@ def test_one_cluster_has_no_clustering_traffic(tmp_path):
   assert summary['setup_bytes'] == 0
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_history_is_mean_of_aggregates_and_best_model_is_tracked(tmp_path, monkeypatch):
   seen, accs = [], []
   orig_agg = acepfl.ACEPFL._aggregate

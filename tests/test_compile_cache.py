@@ -317,6 +317,7 @@ def test_compile_progress_prints_whole_lines_at_most_every_interval():
   assert not any('\r' in s or '\n' in s for s in lines)
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_the_runner_logs_the_compile_and_writes_compile_s(tmp_path):
   lines = []
   runner.run(config_lib.validate(tiny_config('single', rounds=2)), str(tmp_path), log=lines.append)

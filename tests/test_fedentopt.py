@@ -173,6 +173,7 @@ def test_everybody_dropped_leaves_the_model_unchanged(tmp_path):
   assert len({r['test_acc'] for r in rows}) == 1 and rows[-1]['cum_bytes'] == rows[0]['cum_bytes']
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_fedprox_zero_mu_is_fedavg_and_positive_mu_stays_closer(tmp_path):
   avg, _ = run(tmp_path, fe_tiny('fedavg', rounds=2), 'avg')
   prox0, _ = run(tmp_path, fe_tiny('fedprox', rounds=2, **{'fedprox.mu': 0.0}), 'p0')

@@ -74,6 +74,7 @@ def test_the_memory_side_of_the_roofline():
                            'round_gbytes': 1.0}, 'cpu')['fedjax_hbm_fraction'] is None
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_rows_from_logs_read_the_batched_pytorch_sides(tmp_path, capsys):
   """vs_torch's vmapped sides log 'pytorch vmap' and 'pytorch vmap+compile' lines: each is
   its own column (the loop's 'pytorch' stays the loop's), and the table grows two columns."""

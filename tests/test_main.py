@@ -86,6 +86,7 @@ def test_resume_loses_no_round_and_matches_uninterrupted(tmp_path):
     assert ra['cum_bytes'] == rb['cum_bytes']
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_until_stops_after_a_round_with_the_whole_runs_schedules(tmp_path):
   # ACE-pFL's schedules read spec.rounds: a run cut at round 1 still sees all 3 rounds, so
   # its first row is the whole run's (how an archived run's start is replayed).

@@ -152,6 +152,7 @@ def test_checkpoint_holds_the_whole_state_bit_for_bit(tmp_path):
   assert len(jax.tree.leaves(state.clients[0].opt_state)) > 0
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_checkpoint_of_another_experiment_is_a_clear_error(tmp_path):
   c = tiny_config(rounds=1)
   c.checkpoint.every = 1
