@@ -177,6 +177,7 @@ def test_hue_shift_matches_colorsys(shift):
   np.testing.assert_allclose(out, ref, atol=1e-5)
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_flip_and_grayscale_per_sample():
   # 1 channel, values in [0.3, 0.6]: brightness and contrast are increasing affine maps
   # without clipping, so every output is an increasing map of x or of its mirror.

@@ -165,6 +165,7 @@ def test_fedentopt_run_logs_coverage_and_counts_the_label_upload(tmp_path):
   assert rows[0]['up_bytes'] == 5 * elements * 4 and rows[0]['down_bytes'] == elements * 4
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_everybody_dropped_leaves_the_model_unchanged(tmp_path):
   c = fe_tiny(selection='uniform', rounds=3, **{'clients.participation': 0.05,
                                                 'selection.dropout': 0.9})

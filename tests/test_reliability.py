@@ -489,6 +489,7 @@ def _holder(directory):
   return proc
 
 
+@pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_a_second_run_on_a_locked_workdir_is_refused_before_any_work(tmp_path):
   work = tmp_path / 'run'
   work.mkdir()
