@@ -21,7 +21,7 @@ from fedjax_kd import workdir as workdir_lib
 from tests.test_main import REPO
 
 DEFAULT = os.path.join(REPO, 'configs', 'default.py')
-TINY = 'from tests.conftest import tiny_config\n\ndef get_config():\n  return tiny_config()\n'
+TINY = 'from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n'
 
 
 def _npz(path, *, n=200, classes=10, y_train=None, y_test=None, x_train=None, x_test=None,
@@ -211,7 +211,7 @@ def test_every_bad_input_is_one_line_and_exit_2(tmp_path, capsys, no_compute):
 def _finished(tmp_path, rounds=3):
   """A real finished tiny run (checkpoints at every round) to resume from."""
   from fedjax_kd import config as config_lib
-  from tests.conftest import tiny_config
+  from tests.shared import tiny_config
   c = tiny_config(rounds=rounds)
   c.checkpoint.every = 1
   work = tmp_path / 'done'

@@ -59,7 +59,7 @@ def writers_data(num_writers=5, seed=0):
 
 def small_config(source, num_clients, model='two_layer@1'):
   """tests.test_main's tiny DS-FL run on ``source`` with the natural partition."""
-  from tests.conftest import tiny_config
+  from tests.shared import tiny_config
   c = tiny_config(rounds=2)
   c.data.source = source
   c.data.partition = 'natural'

@@ -26,7 +26,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import experiment
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import federation
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 
 
 def weighted_ce(logits, batch, aux):

@@ -26,10 +26,10 @@ from fedjax_kd import main as main_lib
 from fedjax_kd import runner, sweep
 from fedjax_kd.core import compiles
 from fedjax_kd.errors import ConfigError
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 from tests.test_main import REPO, read_rows
 
-SMALLEST = ('from tests.conftest import tiny_config\n\ndef get_config():\n'
+SMALLEST = ('from tests.shared import tiny_config\n\ndef get_config():\n'
             "  c = tiny_config('single', rounds=1)\n  c.clients.models = ['mlp@0.25']\n  return c\n")
 
 

@@ -6,7 +6,7 @@ import pytest
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment
 from fedjax_kd.errors import ConfigError, DataError
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 
 
 def tiny(**overrides):

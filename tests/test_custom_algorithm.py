@@ -70,7 +70,7 @@ def test_the_options_come_from_the_command_line_and_a_typo_is_refused(guide, tmp
   from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top
   cfg = tmp_path / 'my_median.py'
   # The guide's algorithm with the tests' tiny experiment (its programs are compiled already).
-  cfg.write_text(guide_blocks()[0] + '\n\nfrom tests.conftest import tiny_config\n\n\n'
+  cfg.write_text(guide_blocks()[0] + '\n\nfrom tests.shared import tiny_config\n\n\n'
                  'def get_config():\n'
                  "  c = tiny_config(rounds=1, **{'checkpoint.every': 0})\n"
                  "  c.algorithm = 'median_distill'\n  return c\n")
@@ -136,7 +136,7 @@ def test_a_group_another_algorithm_declares_otherwise_is_refused(guide):
 
 
 def test_registered_algorithm_runs_with_bytes_counted(guide, tmp_path):
-  from tests.conftest import tiny_config
+  from tests.shared import tiny_config
   assert algorithms.ALGORITHMS['median_distill'] is guide['MedianDistill']
   c = tiny_config(rounds=2)
   c.algorithm = 'median_distill'

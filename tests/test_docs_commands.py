@@ -1198,7 +1198,7 @@ def test_design_md_weighted_example(monkeypatch):
   from fedjax_kd import algorithms, experiment  # pylint: disable=g-import-not-at-top
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
-  from tests.conftest import tiny_config  # pylint: disable=g-import-not-at-top
+  from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top
   key = 'docs/design.md: @flax.struct.dataclass'
   _entry(key, PYTHON_BLOCKS)
   module = types.ModuleType('design_md_example')   # dataclasses look their module up

@@ -23,7 +23,7 @@ from fedjax_kd import runner
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError, DeviceMemoryError, DiskFullError
 from fedjax_kd.sweep import workers
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 from tests.test_main import REPO
 
 # The multi-process rows of docs/workdir.md's table, checked by tests/test_faults_multiprocess.py.

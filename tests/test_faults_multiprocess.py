@@ -25,7 +25,7 @@ from fedjax_kd import distributed
 from tests import test_faults
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = ('from tests.conftest import tiny_config\n\ndef get_config():\n  c = tiny_config(rounds=8)\n'
+CONFIG = ('from tests.shared import tiny_config\n\ndef get_config():\n  c = tiny_config(rounds=8)\n'
           '  c.checkpoint.every = 2\n  return c\n')
 # From the kill to the survivor's exit: JAX's heartbeat timeout, plus slack for a loaded machine.
 BOUND_S = distributed.HEARTBEAT_TIMEOUT_S + 10

@@ -46,7 +46,7 @@ from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
 from fedjax_kd import results
 from fedjax_kd import runner
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = pathlib.Path(__file__).with_name('golden_metrics.json')

@@ -10,7 +10,7 @@ import pytest
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import runner
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,7 +22,7 @@ def read_rows(workdir):
 
 def test_cli_writes_config_metrics_and_summary(tmp_path):
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text('from tests.conftest import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
+  cfg.write_text('from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
   workdir = tmp_path / 'run'
   env = dict(os.environ, PYTHONPATH=REPO)
   r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
@@ -59,7 +59,7 @@ def test_cli_writes_config_metrics_and_summary(tmp_path):
 
 def test_cli_bad_input_exits_with_message(tmp_path):
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text('from tests.conftest import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
+  cfg.write_text('from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
   env = dict(os.environ, PYTHONPATH=REPO)
   r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
                       f'--workdir={tmp_path / "w"}', '--config.data.alpha=-1'],
@@ -192,7 +192,7 @@ def test_config_names_resolve_to_the_shipped_configs(tmp_path, monkeypatch):
   with pytest.raises(ConfigError, match=r"--config='nosuch'.*shipped config name: .*default"):
     main_lib.parse(['prog', '--config=nosuch'])
   # A path is a path: ./default.py is the local file, 'default' the shipped config.
-  (tmp_path / 'default.py').write_text('from tests.conftest import tiny_config\n\n'
+  (tmp_path / 'default.py').write_text('from tests.shared import tiny_config\n\n'
                                        'def get_config():\n  return tiny_config(algorithm="fd")\n')
   monkeypatch.syspath_prepend(REPO)
   assert main_lib.parse(['prog', '--config=default.py']).config.algorithm == 'fd'

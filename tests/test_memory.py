@@ -17,7 +17,7 @@ from fedjax_kd.algorithms import base
 from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.errors import DeviceMemoryError
 from fedjax_kd.models import registry
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 
 
 def _build(algorithm='dsfl', **fields):

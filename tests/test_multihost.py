@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = 'from tests.conftest import tiny_config\n\ndef get_config():\n  return tiny_config(rounds=2)\n'
+CONFIG = 'from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config(rounds=2)\n'
 # Compared columns: everything that is computed (accuracies, losses, bytes,
 # counts), never timings.
 SKIP = ('round_time_s', 'compile_s')   # timings

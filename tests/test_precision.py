@@ -27,7 +27,7 @@ from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.core.local import LocalRule
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 
 SHAPE = (16, 16, 1)
 

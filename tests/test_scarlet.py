@@ -17,7 +17,7 @@ from fedjax_kd.core.federation import SingleModel
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm
 from tests.conftest import shipped_config
-from tests.conftest import tiny_config
+from tests.shared import tiny_config
 from tests.test_main import read_rows
 
 C = 10      # synthetic data has 10 classes

@@ -1,0 +1,23 @@
+"""The tiny experiment the tests share, in a module without side effects: config files
+that tests write (and run in subprocesses) import it, which importing ``conftest`` (it sets
+up the session's compilation cache) must not do."""
+
+
+def tiny_config(algorithm: str = 'dsfl', rounds: int = 3, **overrides):
+  """The tiny experiment the tests share: ``algorithm`` on 600 synthetic images, four clients
+  of small MLPs (one width for FedAvg, two otherwise), one epoch each, 100 of 150 public
+  samples a round. ``overrides`` are dotted fields: ``tiny_config(**{'data.source': ...})``.
+  """
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  c = presets.digits(algorithm)
+  c.rounds = rounds
+  c.data.source = 'synthetic:600'
+  c.data.num_public = 150
+  c.clients.num_clients = 4
+  c.clients.models = ['mlp@0.25'] if algorithm == 'fedavg' else ['mlp@0.25', 'mlp@0.5']
+  c.server.model = 'mlp@0.5'
+  c.train.epochs = 1
+  c.distill.epochs = 1
+  c.distill.public_per_round = 100
+  return config_lib.override(c, overrides)
