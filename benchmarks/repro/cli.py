@@ -53,7 +53,7 @@ import argparse
 import datetime
 import os
 import sys
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from benchmarks.repro import standing as standing_lib
 from benchmarks.repro import archive as archive_lib
@@ -89,16 +89,25 @@ def cmd_standing(args: argparse.Namespace) -> int:
   return 0
 
 
-def cmd_archive(args: argparse.Namespace) -> int:
-  """Copies the finished runs' small files to ``--out`` and marks it an archive."""
+def _on_runs(args: argparse.Namespace, fn: Callable[[str], Any]) -> tuple[Any, int]:
+  """``(fn(args.runs), 0)``; ``(None, 2)`` after one error line when ``--runs`` is not a
+  folder or its files are refused."""
   if not os.path.isdir(args.runs):
     print(f'error: --runs: {args.runs} is not a directory', file=sys.stderr)
-    return 2
+    return None, 2
   try:
-    n_sweeps, n_runs = archive(args.runs, args.out)
+    return fn(args.runs), 0
   except DataError as e:
     print(f'error: {e}', file=sys.stderr)
-    return 2
+    return None, 2
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+  """Copies the finished runs' small files to ``--out`` and marks it an archive."""
+  counts, code = _on_runs(args, lambda runs: archive(runs, args.out))
+  if code:
+    return code
+  n_sweeps, n_runs = counts
   workdir_lib.write_json(os.path.join(args.out, ARCHIVE_MARKER),
                          {'from': args.runs, 'runs': n_runs, 'sweeps': n_sweeps,
                           'commit': commit(), 'date': datetime.date.today().isoformat()},
@@ -109,14 +118,9 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 def cmd_compact(args: argparse.Namespace) -> int:
   """Converts a plain archive to one tar per sweep and a manifest, in place."""
-  if not os.path.isdir(args.runs):
-    print(f'error: --runs: {args.runs} is not a directory', file=sys.stderr)
-    return 2
-  try:
-    names = archive_lib.compact(args.runs)
-  except DataError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 2
+  names, code = _on_runs(args, archive_lib.compact)
+  if code:
+    return code
   print(f'compacted {len(names)} sweep folder(s) of {args.runs} into '
         f'<sweep>{archive_lib.SUFFIX} and {archive_lib.MANIFEST}')
   return 0
