@@ -3,8 +3,8 @@
 Each reader takes an ``ml_collections.ConfigDict`` (or any nested mapping) and
 a dotted field name, and returns the value or raises
 :class:`~fedjax_kd.errors.ConfigError` naming the field, the value and what is
-allowed. ``config.validate`` reads the engine's groups with these and
-``fedjax_kd.options`` the algorithms' declared options; a leaf module.
+allowed. ``fedjax_kd.options`` checks every declared option with these; a leaf
+module.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ _MISSING = dataclasses.MISSING
 
 def option(default: Any, doc: str, *, choices: Sequence[Any] | None = None,
            ge: float | None = None, gt: float | None = None, le: float | None = None,
-           check: Callable[[Any, str], Any] | None = None) -> Any:
+           check: Callable[[Any, str], Any] | None = None, allowed: str | None = None) -> Any:
   """A config option: a dataclass field with its default, one-line doc and check.
 
   Args:
@@ -51,13 +51,17 @@ def option(default: Any, doc: str, *, choices: Sequence[Any] | None = None,
     doc: one line, shown in the option tables.
     choices: the allowed values (strings).
     ge, gt, le: bounds of a number (``gt`` excludes its bound).
-    check: ``check(value, field) -> value`` for anything else; raises ConfigError.
+    check: ``check(value, field) -> value`` for anything else (after the type and bounds);
+      raises ConfigError; what it returns is the option's value.
+    allowed: what the option accepts, in words, for the tables (default: from the type,
+      ``choices`` and bounds).
   """
   if isinstance(default, (list, dict, set)):
     raise TypeError(f'option: a default of {type(default).__name__} is mutable; use a tuple')
   return dataclasses.field(default=default, metadata={
       'doc': doc, 'choices': tuple(choices) if choices is not None else None,
-      'lo': gt if gt is not None else ge, 'lo_open': gt is not None, 'hi': le, 'check': check})
+      'lo': gt if gt is not None else ge, 'lo_open': gt is not None, 'hi': le, 'check': check,
+      'allowed': allowed})
 
 
 def derived(default: Any, doc: str) -> Any:
@@ -71,10 +75,16 @@ def nested(cls: type) -> Any:
 
 
 def _group(cls: type) -> str:
-  group = getattr(cls, 'group', '')
+  """The config group of ``cls``; '' for the top level (``seed``, ``rounds``)."""
+  group = getattr(cls, 'group', None)
   if not isinstance(group, str):
-    raise TypeError(f'{cls.__name__}.group must be a string')
+    raise TypeError(f'{cls.__name__}.group must be a string naming its config group')
   return group
+
+
+def _path(cls: type, name: str) -> str:
+  group = _group(cls)
+  return f'{group}.{name}' if group else name
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,8 +122,6 @@ def groups(cls: type | None) -> dict[str, dict[str, Any]]:
     out.update(groups(sub))
   own = {f.name: f.default for f in _own(cls)}
   if own:
-    if not _group(cls):
-      raise TypeError(f'{cls.__name__} declares options but no group')
     out[_group(cls)] = own
   return out
 
@@ -121,8 +129,12 @@ def groups(cls: type | None) -> dict[str, dict[str, Any]]:
 def _value_check(hint: Any, value: Any, field: str, meta: Any) -> Any:
   """One field's value, checked by its declared type and bounds (``fedjax_kd.fields``'
   readers, so the messages are the engine's own)."""
-  group, name = field.split('.', 1)
-  node = {group: {name: value}}
+  node: dict[str, Any] = {}
+  *path, last = field.split('.')
+  leaf = node
+  for part in path:
+    leaf = leaf.setdefault(part, {})
+  leaf[last] = value
   lo, lo_open, hi = meta['lo'], meta['lo_open'], meta['hi']
   if meta['choices'] is not None:
     return fields.choice(node, field, meta['choices'])
@@ -147,21 +159,23 @@ def _range(lo: float | None, lo_open: bool, hi: float | None) -> str:
 
 
 def read(cls: type, config: ml_collections.ConfigDict, spec: Any = None,
-         algorithm: Any = None) -> Any:
+         algorithm: Any = None, *, check_rules: bool = True) -> Any:
   """The options ``cls`` declares, read from ``config`` and checked.
 
   A field the config lacks (a run's ``config.json`` from before the field existed) takes
-  its default. After the fields, ``cls.validate(spec, algorithm)`` (if defined) checks the
-  rules across fields and may return the options with their derived fields set.
+  its default. After the fields, each nested group's ``validate`` runs, in field order, and
+  then ``cls.validate(spec, algorithm)`` (if defined): the rules across fields and groups. A
+  ``validate`` may return the options with their derived fields set. A nested group is
+  validated against ``spec``, or, reading the top of the spec (``spec`` None), against the
+  spec being read, holding the groups before it already validated.
 
   Raises:
     ConfigError: naming ``group.field``, the value and what is allowed.
   """
-  group = _group(cls)
   hints = _hints(cls)
   values = {}
   for f in _own(cls):
-    name = f'{group}.{f.name}'
+    name = _path(cls, f.name)
     try:
       value = fields.get(config, name)
     except ConfigError:
@@ -172,13 +186,20 @@ def read(cls: type, config: ml_collections.ConfigDict, spec: Any = None,
     if f.metadata['check'] is not None:
       value = f.metadata['check'](value, name)
     values[f.name] = value
-  for f, sub in _nested(cls):
-    values[f.name] = read(sub, config, spec, algorithm)
+  subs = list(_nested(cls))
+  for f, sub in subs:
+    values[f.name] = read(sub, config, spec, algorithm, check_rules=False)
   out = cls(**values)
-  validate = getattr(out, 'validate', None)
-  if validate is not None:
-    out = validate(spec, algorithm) or out
-  return out
+  for f, _ in subs:
+    checked = _rules(getattr(out, f.name), out if spec is None else spec, algorithm)
+    out = dataclasses.replace(out, **{f.name: checked})
+  return _rules(out, spec, algorithm) if check_rules else out
+
+
+def _rules(value: Any, spec: Any, algorithm: Any) -> Any:
+  """``value.validate(spec, algorithm)``, or ``value`` where it returns None or has none."""
+  validate = getattr(value, 'validate', None)
+  return value if validate is None else (validate(spec, algorithm) or value)
 
 
 def _cell(v: Any) -> str:
@@ -193,6 +214,8 @@ def allowed(cls: type, name: str) -> str:
   """What a field of ``cls`` accepts, in words."""
   f = next(f for f in dataclasses.fields(cls) if f.name == name)
   meta, hint = f.metadata, _hints(cls)[name]
+  if meta.get('allowed'):
+    return meta['allowed']
   if meta.get('choices') is not None:
     return ', '.join(_cell(c) for c in meta['choices'])
   kind = {bool: 'True or False', int: 'an integer', float: 'a number', str: 'a string'}.get(
@@ -202,14 +225,14 @@ def allowed(cls: type, name: str) -> str:
   return kind
 
 
-def table(cls: type) -> list[str]:
-  """Markdown rows ``| field | default | allowed | what |`` of ``cls`` and the classes it
-  nests, each field by its config path."""
+def table(cls: type, with_nested: bool = True) -> list[str]:
+  """Markdown rows ``| field | default | allowed | what |`` of ``cls`` and (``with_nested``) the
+  classes it nests, each field by its config path."""
   rows = []
   for f in _own(cls):
-    rows.append(f'| `{_group(cls)}.{f.name}` | {_cell(f.default)} | {allowed(cls, f.name)} | '
+    rows.append(f'| `{_path(cls, f.name)}` | {_cell(f.default)} | {allowed(cls, f.name)} | '
                 f'{f.metadata["doc"]} |')
-  for _, sub in _nested(cls):
+  for _, sub in (_nested(cls) if with_nested else ()):
     rows += table(sub)
   return rows
 

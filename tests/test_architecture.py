@@ -16,8 +16,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'fedjax_kd'
 
 # Lowest first. A module may import its own layer and the layers below it, never above.
 LAYERS = (
-    ('errors', 'spec', 'ops'),                                  # leaves
-    ('fields', 'options', 'core', 'data', 'models', 'compile_cache'),   # readers, engine, ...
+    ('errors', 'fields', 'options', 'ops'),                     # leaves
+    ('spec', 'core', 'data', 'models', 'compile_cache'),        # the spec, engine, ...
     ('algorithms', 'selection'),                                # the papers
     ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed',
      'results', 'memory'),

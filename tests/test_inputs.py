@@ -27,6 +27,7 @@ from fedjax_kd.data import sources
 from fedjax_kd.data.inputs import Normalize, as_float, pixel_stats, stored_inputs
 from fedjax_kd.models import registry
 from tests.conftest import mnist_path
+from tests.shared import tiny_config
 
 
 def _images(n: int, shape=(8, 8, 1), seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -157,26 +158,13 @@ def _pair(tmp_path, n=400, shape=(8, 8, 1)):
 
 
 def _config(source: str, **fields):
-  c = config_lib.default_config()
-  c.rounds = 2
-  c.data.source = f'npz:{source}'
-  c.data.num_public = 100
-  c.data.partition = 'iid'
-  c.clients.num_clients = 4
-  c.clients.models = ('cnn@0.25',)
-  c.server.model = 'mlp@0.25'
-  c.train.epochs = 1
-  c.train.batch_size = 20
-  c.distill.epochs = 1
-  c.distill.batch_size = 25
-  c.distill.public_per_round = 50
-  c.eval.every = 1
-  c.checkpoint.every = 0
-  c.log.tensorboard = False
-  for k, v in fields.items():
-    group, name = k.split('__')
-    setattr(c[group], name, v)
-  return c
+  """The shared tiny experiment on an npz source, CNN clients on its images; ``fields`` as
+  ``group__name=value``."""
+  return tiny_config(rounds=2, **{
+      'data.source': f'npz:{source}', 'data.num_public': 100, 'data.partition': 'iid',
+      'clients.models': ('cnn@0.25',), 'train.batch_size': 20, 'distill.batch_size': 25,
+      'distill.public_per_round': 50, 'checkpoint.every': 0, 'log.tensorboard': False,
+      **{k.replace('__', '.'): v for k, v in fields.items()}})
 
 
 def test_device_arrays_are_uint8(tmp_path):

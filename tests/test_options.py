@@ -80,3 +80,35 @@ def test_the_committed_option_tables_are_generated_from_the_declarations(tmp_pat
   config_lib.write_option_tables(str(page))
   assert page.read_text() == committed, (
       'docs/configs.md: python -m fedjax_kd.config --option_tables=docs/configs.md')
+
+
+def test_the_engine_groups_are_declared_once_and_the_defaults_come_from_them():
+  from fedjax_kd import spec as spec_lib  # pylint: disable=g-import-not-at-top
+  groups = options.groups(spec_lib.ExperimentSpec)
+  assert set(groups.pop('')) == {'algorithm', 'seed', 'rounds'}
+  c = config_lib.default_config()
+  assert len(groups) == 11
+  for f in dataclasses.fields(spec_lib.ExperimentSpec):
+    if f.metadata.get('nested'):
+      assert options.is_options(f.default_factory), f.name
+      assert f.default_factory.group == f.name
+      assert c[f.name].to_dict() == groups[f.name]
+  # One declaration: a changed default moves default_config and the table row with it.
+  assert c.train.learning_rate == 0.1 and c.selection.buffer == 0.5
+  assert '| `train.learning_rate` | `0.1` | a number > 0 | learning rate |' in (
+      config_lib.option_tables())
+
+
+def test_a_group_sees_the_groups_before_it_checked():
+  """``selection`` (after ``clients`` and ``train``) resolves M, Q and the candidates from
+  them; ``server`` takes the first listed client model; ``clients`` hands the models out."""
+  from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top
+  s = config_lib.validate(tiny_config(**{
+      'clients.num_clients': 8, 'clients.participation': 0.25, 'selection.buffer': 0.3,
+      'clients.models': ('mlp@0.50', 'mlp@1.0'), 'clients.assignment': 'blocks',
+      'server.model': ''}))
+  assert (s.selection.m, s.selection.q, s.selection.candidates) == (2, 2, 4)
+  assert s.clients.models == ('mlp@0.5',) * 4 + ('mlp@1',) * 4
+  assert s.clients.listed == ('mlp@0.5', 'mlp@1') and s.server.model == 'mlp@0.5'
+  with pytest.raises(ConfigError, match='selection.straggler_min_epochs'):
+    config_lib.validate(tiny_config(**{'selection.straggler_min_epochs': 2}))

@@ -112,7 +112,8 @@ def prepare(spec: DataSpec, *, num_clients: int, seed: int) -> PreparedData:
                         f'{public.x_train.shape[-1]} channels, but the private source '
                         f'{spec.source!r} has {dataset.x_train.shape[-1]}')
       public = norm(public)
-  split = splits.fd_split(dataset, num_public=spec.num_public, num_private=spec.num_private,
+  split = splits.fd_split(dataset, num_public=spec.num_public,
+                          num_private=None if spec.num_private < 0 else spec.num_private,
                           seed=seed, public=public)
   # The split holds its own rows now; the loaded training arrays go before anything is placed
   # on the device, so at most two copies of the private images ever coexist (briefly).
