@@ -20,7 +20,7 @@ LAYERS = (
     ('fields', 'options', 'core', 'data', 'models', 'compile_cache'),   # readers, engine, ...
     ('algorithms', 'selection'),                                # the papers
     ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed',
-     'results', 'memory'),
+     'watchdog', 'results', 'memory'),
     ('runner', 'sweep', 'main'),                                # the faces
 )
 
