@@ -240,17 +240,17 @@ def cli(argv: Sequence[str]) -> int:
 def _settle(error: BaseException) -> None:
   """In a multi-process run, before ``error`` is reported: when another process was lost (a
   failed collective is usually where that shows first), this ends the process with one line
-  naming it and exit code 4 (:func:`fedjax_kd.distributed.settle`); else it returns."""
-  distributed = sys.modules.get('fedjax_kd.distributed')
-  if distributed is not None:
-    distributed.settle(error)
+  naming it and exit code 4 (:func:`fedjax_kd.watchdog.settle`); else it returns."""
+  watchdog = sys.modules.get('fedjax_kd.watchdog')   # loaded by the runner, distributed
+  if watchdog is not None:
+    watchdog.settle(error)
 
 
 def _exiting(code: int) -> None:
   """Tells the other processes of a multi-process run that this one ends with ``code``."""
-  distributed = sys.modules.get('fedjax_kd.distributed')
-  if distributed is not None:
-    distributed.exiting(code)
+  watchdog = sys.modules.get('fedjax_kd.watchdog')
+  if watchdog is not None:
+    watchdog.exiting(code)
 
 
 def _absl_flags(argv: list[str]) -> list[str]:

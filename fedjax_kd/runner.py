@@ -49,10 +49,10 @@ import numpy as np
 from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
-from fedjax_kd import distributed
 from fedjax_kd import experiment as experiment_lib
 from fedjax_kd import memory as memory_lib
 from fedjax_kd import results
+from fedjax_kd import watchdog
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
 from fedjax_kd.core import compiles
@@ -343,7 +343,7 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
       with session.out_of_memory():
         last = spec.rounds if until is None else min(until, spec.rounds)
         for t in range(session.start, last + 1):
-          distributed.note_round(t, session.last_saved)   # named if a process is lost
+          watchdog.note_round(t, session.last_saved)   # named if a process is lost
           session.record(session.play(t))
           if session.checkpoint(t, stop.signum):
             break

@@ -20,7 +20,7 @@ LAYERS = (
     ('spec', 'core', 'data', 'models', 'compile_cache'),        # the spec, engine, ...
     ('algorithms', 'selection'),                                # the papers
     ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed',
-     'results', 'memory'),
+     'watchdog', 'results', 'memory'),
     ('runner', 'sweep', 'main'),                                # the faces
 )
 

@@ -21,14 +21,14 @@ import time
 
 import pytest
 
-from fedjax_kd import distributed
+from fedjax_kd import watchdog as watchdog_lib
 from tests import test_faults
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = ('from tests.shared import tiny_config\n\ndef get_config():\n  c = tiny_config(rounds=8)\n'
           '  c.checkpoint.every = 2\n  return c\n')
 # From the kill to the survivor's exit: JAX's heartbeat timeout, plus slack for a loaded machine.
-BOUND_S = distributed.HEARTBEAT_TIMEOUT_S + 10
+BOUND_S = watchdog_lib.HEARTBEAT_TIMEOUT_S + 10
 START_S = 300     # the most a launch may take to reach a round (compiling on a busy machine)
 RERUN = (r'rerun the same command on every process to resume from the newest checkpoint '
          r'\(round (\d+)\)')
@@ -148,7 +148,7 @@ def test_a_lost_process_stops_the_others_and_every_process_reruns_to_resume(tmp_
     jobs[-1].wait_for_round(run, 3)
     rc, elapsed = jobs[-1].kill_and_time(victim=1)
     err = jobs[-1].stderr(0)
-    assert rc == distributed.EXIT_LOST, err
+    assert rc == watchdog_lib.EXIT_LOST, err
     assert elapsed < BOUND_S, (elapsed, err)
     assert len(err.splitlines()) == 1, err   # one line: no traceback, no C++ log
     m = re.fullmatch(r'error: process 1 of 2 stopped responding at round (\d+); ' + RERUN + '\n',
@@ -164,7 +164,7 @@ def test_a_lost_process_stops_the_others_and_every_process_reruns_to_resume(tmp_
     resumed = jobs[-1].stderr(0)
     assert f'after round {newest}' in resumed and 'resumed from' in resumed, resumed
     err = jobs[-1].stderr(1)
-    assert rc == distributed.EXIT_LOST, err
+    assert rc == watchdog_lib.EXIT_LOST, err
     assert elapsed < BOUND_S, (elapsed, err)
     assert len(err.splitlines()) == 1, err
     m = re.fullmatch(r'error: process 0 of 2 \(the coordinator, 127\.0\.0\.1:' + str(port)
@@ -215,17 +215,18 @@ class _Exit(BaseException):
 def watchdog(monkeypatch):
   """A watchdog of process 1 of 3 on a :class:`_Store`, beating every 10 ms; ``os._exit``
   raises :class:`_Exit` (its code in ``args[0]``) and the lines written are kept."""
-  monkeypatch.setattr(distributed, 'BEAT_S', 0.01)
+  monkeypatch.setattr(watchdog_lib, 'BEAT_S', 0.01)
   lines = []
-  monkeypatch.setattr(distributed, '_write_line', lines.append)
+  monkeypatch.setattr(watchdog_lib, '_write_line', lines.append)
 
   def fake_exit(code):
     raise _Exit(code)
 
-  monkeypatch.setattr(distributed.os, '_exit', fake_exit)
+  monkeypatch.setattr(watchdog_lib.os, '_exit', fake_exit)
   store = _Store()
   # The coordinator's address: a port nothing listens on (closed at once), for the probe.
-  w = distributed._Watchdog(store, 1, 3, f'127.0.0.1:{_free_port()}', timeout=1)
+  w = watchdog_lib._Watchdog(  # pylint: disable=protected-access
+      store, 1, 3, f'127.0.0.1:{_free_port()}', timeout=1)
   w.store, w.lines = store, lines
   return w
 
@@ -256,7 +257,7 @@ def test_an_unreachable_coordinator_is_named(watchdog):
   _beat(w, p0=1, p2=1)
   with pytest.raises(_Exit) as e:
     w.end(force=True)    # the runtime aborts this process: nothing listens at process 0
-  assert e.value.args == (distributed.EXIT_LOST,)
+  assert e.value.args == (watchdog_lib.EXIT_LOST,)
   assert w.lines == [f'error: process 0 of 3 (the coordinator, {w.coordinator}) stopped '
                      'responding at round 3; rerun the same command on every process to start '
                      'over (no checkpoint was saved)']
@@ -305,7 +306,7 @@ def test_settle_ends_the_process_naming_a_peer_that_exited_with_an_error(watchdo
   _beat(w, p0=2)
   with pytest.raises(_Exit) as e:
     w.settle(own_error=False)   # a failed collective, because process 2 exited
-  assert e.value.args == (distributed.EXIT_LOST,)
+  assert e.value.args == (watchdog_lib.EXIT_LOST,)
   assert w.lines == ['error: process 2 of 3 exited with code 2 at round 4 (its own output says '
                      'why); rerun the same command on every process to resume from the newest '
                      'checkpoint (round 2)']
@@ -328,12 +329,12 @@ def test_settle_ends_the_process_naming_a_peer_that_stopped(watchdog):
 
 def test_an_abort_while_joining_says_who_waited_where(watchdog, monkeypatch):
   del watchdog   # for its stand-ins of os._exit and the line
-  monkeypatch.setattr(distributed, '_joining', ('10.0.0.1:1234', 4, 3))
+  monkeypatch.setattr(watchdog_lib, '_joining', ('10.0.0.1:1234', 4, 3))
   lines = []
-  monkeypatch.setattr(distributed, '_write_line', lines.append)
+  monkeypatch.setattr(watchdog_lib, '_write_line', lines.append)
   with pytest.raises(_Exit):
-    distributed._on_abort(signal.SIGABRT)
-  assert lines[0] == (f'error: process 3 of 4 gave up after {distributed.JOIN_TIMEOUT_S} s '
+    watchdog_lib._on_abort(signal.SIGABRT)  # pylint: disable=protected-access
+  assert lines[0] == (f'error: process 3 of 4 gave up after {watchdog_lib.JOIN_TIMEOUT_S} s '
                       'waiting for every process to join at 10.0.0.1:1234; start the same '
                       'command on every process, each with its own --process_id, within that '
                       'time')
@@ -341,20 +342,21 @@ def test_an_abort_while_joining_says_who_waited_where(watchdog, monkeypatch):
 
 def test_heartbeat_timeout_from_the_environment(monkeypatch):
   from fedjax_kd.errors import ConfigError
-  monkeypatch.delenv(distributed.HEARTBEAT_ENV, raising=False)
-  assert distributed.heartbeat_timeout() == distributed.HEARTBEAT_TIMEOUT_S
-  monkeypatch.setenv(distributed.HEARTBEAT_ENV, '30')
-  assert distributed.heartbeat_timeout() == 30
+  monkeypatch.delenv(watchdog_lib.HEARTBEAT_ENV, raising=False)
+  assert watchdog_lib.heartbeat_timeout() == watchdog_lib.HEARTBEAT_TIMEOUT_S
+  monkeypatch.setenv(watchdog_lib.HEARTBEAT_ENV, '30')
+  assert watchdog_lib.heartbeat_timeout() == 30
   for bad in ('1', 'ten'):
-    monkeypatch.setenv(distributed.HEARTBEAT_ENV, bad)
-    with pytest.raises(ConfigError, match=distributed.HEARTBEAT_ENV):
-      distributed.heartbeat_timeout()
+    monkeypatch.setenv(watchdog_lib.HEARTBEAT_ENV, bad)
+    with pytest.raises(ConfigError, match=watchdog_lib.HEARTBEAT_ENV):
+      watchdog_lib.heartbeat_timeout()
 
 
 def test_single_process_run_settles_at_once():
-  assert distributed._watchdog is None   # nothing started outside jax.distributed
+  # Nothing started outside jax.distributed.
+  assert watchdog_lib._watchdog is None  # pylint: disable=protected-access
   t0 = time.monotonic()
-  distributed.settle(RuntimeError('a bug'))
-  distributed.exiting(1)
-  distributed.note_round(3, 2)
+  watchdog_lib.settle(RuntimeError('a bug'))
+  watchdog_lib.exiting(1)
+  watchdog_lib.note_round(3, 2)
   assert time.monotonic() - t0 < 0.1
