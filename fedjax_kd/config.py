@@ -80,8 +80,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.server = ml_collections.ConfigDict()
   c.server.model = ''                    # '' = the first client model spec
 
-  # Options of every model (clients and server). init: 'auto' (each model's own choice, see
-  # fedjax_kd.models.registry.MODEL_INIT) | 'torch' | 'keras' | 'flax' | 'he' | 'module'.
+  # Options of every model (clients and server). init: 'auto' (each model's own choice, the
+  # init= it is registered with: fedjax_kd.models.entry(name).init) | 'torch' | 'keras' |
+  # 'flax' | 'he' | 'module'.
   # bn_momentum (flax convention: running = m * running + (1 - m) * batch; PyTorch's 0.1 is
   # 0.9) and bn_epsilon for every BatchNorm; -1 keeps each model's own (0.9 and 1e-5).
   c.model = ml_collections.ConfigDict()
