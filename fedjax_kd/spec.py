@@ -213,8 +213,9 @@ class ServerSpec:
 class ModelOptions:
   """``model.*``: the options of every model (clients and server)."""
   group: ClassVar[str] = 'model'
-  init: str = option('auto', "initializer family: 'auto' is each model's own choice (see "
-                     'fedjax_kd.models.registry)', choices=registry.INIT_CHOICES)
+  init: str = option('auto', "initializer family: 'auto' is each model's own, the init= it "
+                     'is registered with (fedjax_kd.models.entry(name).init)',
+                     choices=registry.INIT_CHOICES)
   bn_momentum: float | None = option(
       -1.0, "every BatchNorm's momentum, flax's convention (running = m * running + (1 - m) "
       "* batch: PyTorch's 0.1 is 0.9); -1 keeps each model's own (0.9)", check=_own_or_unit,

@@ -13,6 +13,7 @@ from fedjax_kd import models
 from fedjax_kd import runner
 from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources
+from fedjax_kd.models import layers, registry
 from fedjax_kd.errors import ConfigError, DataError
 from fedjax_kd.ops.errors import ParamError
 
@@ -106,6 +107,77 @@ def test_a_builder_that_fails_is_one_config_error_naming_the_field():
       models.get_model('needs_mnist', num_classes=10, input_shape=(8, 8, 1), field='server.model')
   finally:
     models.unregister('needs_mnist')
+
+
+def test_builtin_and_registered_models_are_entries_of_one_registry(registered):
+  # A built-in model is registered with the same register() and read back the same way.
+  cnn = models.entry('cnn@0.5')
+  assert (cnn.name, cnn.init, cnn.batch_norm, cnn.inputs, cnn.min_side, cnn.lowering,
+          cnn.builtin) == ('cnn', 'module', False, 'image', 4, True, True)
+  dsfl = models.entry('dsfl_cnn')
+  assert (dsfl.init, dsfl.batch_norm, dsfl.min_side) == ('torch', True, 16)
+  assert (models.entry('mlp').inputs, models.entry('char_lstm').inputs) == ('any', 'tokens')
+  # A user model declared with register's defaults: no input check, the module's own init.
+  mine = models.entry('two_layer')
+  assert (mine.builder, mine.init, mine.batch_norm, mine.inputs, mine.min_side, mine.lowering,
+          mine.builtin) == (build_two_layer, 'module', False, 'any', 1, False, False)
+  # Built-ins stay: unregister leaves them, register refuses them even with replace=True.
+  models.unregister('cnn')
+  assert models.entry('cnn') == cnn and models.available()[:2] == ('mlp', 'cnn')
+  with pytest.raises(ValueError, match='built-in'):
+    models.register('cnn', build_two_layer, replace=True)
+
+
+def test_register_properties_are_honoured_like_a_builtin_models():
+  seen = {}
+
+  def build(num_classes, width, input_shape, lowering):
+    seen.update(input_shape=input_shape, lowering=lowering)
+    return TwoLayer(num_classes=num_classes, hidden=4)
+
+  def build_tokens(num_classes, width, input_shape, vocab_size):
+    seen.update(vocab_size=vocab_size)
+    return TwoLayer(num_classes=num_classes, hidden=4)
+
+  models.register('my_bn_cnn', build, init='torch', batch_norm=True, inputs='image',
+                  min_side=8, lowering=True)
+  models.register('my_lstm', build_tokens, inputs='tokens')
+  try:
+    e = models.entry('my_bn_cnn')
+    assert (e.init, e.batch_norm, e.inputs, e.min_side, e.lowering) == ('torch', True, 'image',
+                                                                         8, True)
+    assert models.available()[-2:] == ('my_bn_cnn', 'my_lstm')
+    # init='torch' is the model's 'auto' family, as init='torch' of dsfl_cnn is: it comes
+    # wrapped with PyTorch's initializers.
+    assert registry.init_family('my_bn_cnn@2') == registry.init_family('dsfl_cnn') == 'torch'
+    m = models.get_model('my_bn_cnn', num_classes=3, input_shape=(8, 8, 1), lowering='xla')
+    assert isinstance(m, layers.WithOptions) and m.init_family == 'torch'
+    assert isinstance(m.model, TwoLayer) and seen == {'input_shape': (8, 8, 1), 'lowering': 'xla'}
+    assert not isinstance(models.get_model('my_bn_cnn', num_classes=3, input_shape=(8, 8),
+                                           init='module'), layers.WithOptions)
+    # The image checks of the built-in image models, with their messages.
+    with pytest.raises(ParamError, match=r"^spec=.*images of at least 8x8 pixels for 'my_bn_cnn'"):
+      models.get_model('my_bn_cnn', num_classes=3, input_shape=(8, 7, 1))
+    with pytest.raises(ParamError, match=r"\(H, W\) or \(H, W, C\) for 'my_bn_cnn'"):
+      models.get_model('my_bn_cnn', num_classes=3, input_shape=(64,))
+    with pytest.raises(ParamError, match=r"\(H, W\) or \(H, W, C\) for 'lenet5'"):
+      models.get_model('lenet5', num_classes=3, input_shape=(64,))
+    # A token model is given the vocabulary, and refused without one like imdb_lstm.
+    models.get_model('my_lstm', num_classes=3, input_shape=(6,), vocab_size=9)
+    assert seen['vocab_size'] == 9
+    for name in ('my_lstm', 'imdb_lstm'):
+      with pytest.raises(ParamError, match=f"token ids.*for '{name}'.*without a vocabulary"):
+        models.get_model(name, num_classes=3, input_shape=(6,))
+    for bad, match in (({'init': 'glorot'}, 'init'), ({'inputs': 'text'}, 'inputs'),
+                       ({'min_side': 0, 'inputs': 'image'}, 'min_side'),
+                       ({'min_side': 4}, "inputs='image' only"), ({'batch_norm': 1}, 'batch_norm')):
+      with pytest.raises(ValueError, match=match):
+        models.register('my_bad', build, **bad)
+    assert 'my_bad' not in models.available()
+  finally:
+    models.unregister('my_bn_cnn')
+    models.unregister('my_lstm')
+  assert 'my_bn_cnn' not in models.available()
 
 
 def test_natural_partition_gives_one_client_per_id_in_id_order():

@@ -340,16 +340,39 @@ def test_lowerings_agree(spec, shape):
 
 # ------------------------------------------------------------------------------ registry
 
+def _builtin():
+  """The names of the built-in models."""
+  return {n for n in registry.available() if registry.entry(n).builtin}
+
+
 def test_parse_spec():
   assert registry.parse_spec('cnn', 'f') == ('cnn', 1.0)
   assert registry.parse_spec('resnet20@0.5', 'f') == ('resnet20', 0.5)
   assert registry.parse_spec(' LeNet5@2 ', 'f') == ('lenet5', 2.0)
   assert registry.parse_spec('ResNet_T@0.5', 'f') == ('resnet_t', 0.5)
-  assert set(registry.MODELS) == {'mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20',
+  assert _builtin() == {'mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20',
                                   'resnet32', 'lenet5', 'resnet_t', 'resnet_s', 'resnet_m',
                                   'resnet_l', 'fcn', 'googlenet', 'vgg16', 'resnet34',
                                   'resnet50', 'vgg11', 'blazefl_cnn', 'imdb_lstm', 'text_dnn',
                                   'char_lstm', 'leaf_cnn'}
+
+
+def test_builtin_entries_declare_what_their_modules_are():
+  # Each built-in's declared properties hold of the module its builder makes: BatchNorm
+  # statistics exactly for batch_norm=True, and the smallest side it accepts.
+  for name in sorted(_builtin()):
+    e = registry.entry(name)
+    if e.inputs == 'tokens':
+      shape, dtype, vocab = (6,), jnp.int32, 9
+    else:
+      shape, dtype, vocab = (max(8, e.min_side),) * 2 + (1,), jnp.float32, None
+    module = get_model(f'{name}@0.125', num_classes=3, input_shape=shape, vocab_size=vocab)
+    v = jax.eval_shape(lambda k: init_variables(module, k, shape, dtype), jax.random.PRNGKey(0))
+    assert ('batch_stats' in v) == e.batch_norm, name
+    if e.inputs == 'image' and e.min_side > 1:
+      small = (e.min_side - 1, e.min_side, 1)
+      with pytest.raises(ParamError, match=f'at least {e.min_side}x{e.min_side} pixels'):
+        get_model(name, num_classes=3, input_shape=small)
 
 
 @pytest.mark.parametrize('spec', ['vgg13', 'cnn@0', 'cnn@abc', 'cnn@-1', 'cnn@nan', 'cnn@',
@@ -386,7 +409,7 @@ def test_cnn_on_small_inputs():
   v = init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
   assert jax.jit(model.apply)(v, jnp.ones((2, 8, 8, 1))).shape == (2, 10)
   assert jax.jit(model.apply)(v, jnp.ones((2, 8, 8))).shape == (2, 10)  # [B, H, W] input
-  # DS-FL's CNN comes wrapped with its PyTorch-default init (registry.MODEL_INIT).
+  # DS-FL's CNN comes wrapped with its PyTorch-default init (its entry declares init='torch').
   m = get_model('dsfl_cnn', num_classes=3, input_shape=(28, 28, 1))
   assert isinstance(m, layers.WithOptions) and m.init_family == 'torch'
   assert isinstance(m.model, DSFLCNN)
@@ -440,7 +463,7 @@ PAPER_MODELS = {'googlenet', 'vgg16', 'resnet34', 'resnet50', 'imdb_lstm', 'char
 
 def test_embed_cases_cover_registry():
   covered = {registry.parse_spec(spec)[0] for spec, _, _ in EMBED_CASES} | PAPER_MODELS
-  assert covered == set(registry.MODELS)
+  assert covered == _builtin()
 
 
 @pytest.mark.parametrize('spec,shape,dim', EMBED_CASES)

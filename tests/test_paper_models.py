@@ -170,7 +170,7 @@ def test_forward_embed_and_mask(name, shape):
 # ------------------------------------------------------------------------------ registry
 
 def test_registry():
-  assert set(PAPER_MODELS) <= set(registry.MODELS)
+  assert set(PAPER_MODELS) <= set(registry.available())
   assert registry.parse_spec('VGG16@0.25') == ('vgg16', 0.25)
   assert registry.parse_spec(' GoogLeNet ') == ('googlenet', 1.0)
   for spec, cls in [('vgg16@0.25', VGG), ('googlenet@0.5', GoogLeNet), ('resnet34@0.25', ResNet),
@@ -214,7 +214,7 @@ def test_vgg11_param_counts_and_structure():
 
 
 def test_vgg11_registry_and_small_inputs():
-  assert 'vgg11' in registry.MODELS and registry.parse_spec('VGG11@0.5') == ('vgg11', 0.5)
+  assert 'vgg11' in registry.available() and registry.parse_spec('VGG11@0.5') == ('vgg11', 0.5)
   for shape in [(32, 32, 3), (28, 28), (8, 8, 1), (1, 1, 3)]:
     model, v = _shapes('vgg11@0.125', num_classes=20, input_shape=shape)
     assert isinstance(model, VGG) and model.width == 0.125

@@ -11,7 +11,7 @@
   2021), reconstructed from the parameter counts the paper reports: 583,242 trainable /
   584,458 total and 2,760,228 trainable / 2,762,272 total. BatchNorm with PyTorch's defaults
   (momentum 0.1, i.e. 0.9 in flax's convention; epsilon 1e-5); the registry draws their
-  Dense/Conv layers with PyTorch's default init (`registry.MODEL_INIT`). Keras' defaults
+  Dense/Conv layers with PyTorch's default init (they are registered with `init='torch'`). Keras' defaults
   (BatchNorm momentum 0.99, epsilon 1e-3, Glorot init), the other reading of the paper, are
   `model.bn_momentum=0.99, model.bn_epsilon=1e-3, model.init='keras'`: they leave the
   inference-mode model predicting one class for the first few hundred steps (the running

@@ -7,7 +7,14 @@ it); models with dropout ('fcn', 'vgg11') apply it only with `train=True`, drawi
 'dropout' rng. With `embed=True` every model returns instead its penultimate representation
 [B, d]: the exact input of its final Dense layer (after that layer's activation, pooling and
 dropout), so that `logits == embed_output @ W + b` with the final Dense parameters (FedCache
-2.0's feature extractor). See the model modules for the papers behind each architecture:
+2.0's feature extractor).
+
+Every model, built-in or a user's, is one `ModelEntry` added with `register`: the built-in ones
+at the end of this module, each declaring its initializer family for `init='auto'`, whether it
+has BatchNorm, what inputs it takes ('image' with a smallest side, 'tokens' or 'any') and
+whether its builder takes the convolution lowering. `parse_spec`, `init_family` and `get_model`
+read the entry; `entry(name)` returns it and `available()` lists the names. See the model
+modules for the papers behind each architecture:
 
 | name | module | paper |
 |---|---|---|
@@ -58,6 +65,7 @@ architecture as we understand BlazeFL's quickstart `models.cnn.CNN` (benchmarks/
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Callable, Mapping
@@ -70,25 +78,61 @@ from fedjax_kd.ops.errors import ParamError
 from fedjax_kd.models import (cnn, fcn, googlenet, layers, lenet, mlp, resnet,
                               resnet_imagenet, text, vgg)
 
-MODELS: tuple[str, ...] = ('mlp', 'cnn', 'dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
-                           'lenet5', 'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l', 'fcn',
-                           'googlenet', 'vgg16', 'resnet34', 'resnet50', 'vgg11',
-                           'blazefl_cnn', 'imdb_lstm', 'text_dnn', 'char_lstm', 'leaf_cnn')
-
-# Models that flatten their input and accept any input shape.
-_FLAT_MODELS: tuple[str, ...] = ('mlp', 'fcn', 'text_dnn')
-# Models of token ids: they need the source's vocabulary size for their embedding table.
-TOKEN_MODELS: tuple[str, ...] = ('imdb_lstm', 'char_lstm')
-
 # A builder makes a module from the spec's width and the data: it is called as
-# ``builder(num_classes=..., width=..., input_shape=...)``.
+# ``builder(num_classes=..., width=..., input_shape=...)``, plus ``lowering=...`` and
+# ``vocab_size=...`` when its entry declares them (see `ModelEntry`).
 Builder = Callable[..., nn.Module]
-_REGISTERED: dict[str, Builder] = {}
+
+# What a model takes (`ModelEntry.inputs`): 'any' (it flattens whatever it gets, or checks the
+# shape itself), 'image' ([H, W] or [H, W, C] with sides >= `ModelEntry.min_side`) or 'tokens'
+# (token ids [L] of a text source; the builder is given the vocabulary size).
+INPUTS: tuple[str, ...] = ('any', 'image', 'tokens')
+INIT_CHOICES: tuple[str, ...] = ('auto',) + tuple(f for f in layers.INIT_FAMILIES)
+
 _NAME_CHARS = frozenset('abcdefghijklmnopqrstuvwxyz0123456789_')
 
 
-def register(name: str, builder: Builder | None = None, *, replace: bool = False):
-  """Adds a model of your own under ``name``, usable in every model field of a config.
+@dataclasses.dataclass(frozen=True)
+class ModelEntry:
+  """One model of the registry: its builder and what it declares about itself.
+
+  Built-in models and models added with :func:`register` are entries alike; every lookup
+  (:func:`parse_spec`, :func:`init_family`, :func:`get_model`) reads the entry.
+
+  Attributes:
+    name: the name a spec uses ('cnn' in 'cnn@0.5').
+    builder: makes the module, called as ``builder(num_classes=C, width=w, input_shape=shape)``
+      plus ``lowering=`` when `lowering` and ``vocab_size=`` when `inputs` is 'tokens'.
+    init: the initializer family `model.init='auto'` draws the model from (one of
+      `layers.INIT_FAMILIES`; 'module': the module's own initializers).
+    batch_norm: the model has BatchNorm layers (`model.bn_momentum` and `model.bn_epsilon`
+      act on them; they take the ``mask`` of valid rows).
+    inputs: what the model takes, one of `INPUTS`: 'any', 'image' or 'tokens'.
+    min_side: the smallest image height and width the model accepts (``inputs='image'``).
+    lowering: the builder takes ``lowering=``, the convolution lowering of :func:`get_model`
+      ('auto', 'im2col' or 'xla'), for its `layers.Conv` layers.
+    builtin: the model ships with fedjax_kd; it cannot be replaced or unregistered.
+  """
+  name: str
+  builder: Builder
+  init: str = 'module'
+  batch_norm: bool = False
+  inputs: str = 'any'
+  min_side: int = 1
+  lowering: bool = False
+  builtin: bool = False
+
+
+_ENTRIES: dict[str, ModelEntry] = {}
+
+
+def register(name: str, builder: Builder | None = None, *, replace: bool = False,
+             init: str = 'module', batch_norm: bool = False, inputs: str = 'any',
+             min_side: int = 1, lowering: bool = False):
+  """Adds a model under ``name``, usable in every model field of a config.
+
+  Every built-in model is added by this function too (at the end of this module), with the
+  properties it declares; a model of your own is looked up and built the same way.
 
   ``builder(num_classes=C, width=w, input_shape=shape)`` returns an unbound
   ``flax.linen.Module`` whose ``__call__(x, train=False, mask=None, embed=False)``
@@ -118,28 +162,52 @@ def register(name: str, builder: Builder | None = None, *, replace: bool = False
     replace: allow replacing another model registered earlier under ``name`` (the
       same builder defined again, as when a config file is executed twice, always
       replaces itself).
+    init: the initializer family `model.init='auto'` gives the model: 'module' (its
+      own initializers), 'torch', 'keras', 'flax' or 'he' (see `layers.reinit`).
+    batch_norm: the model has BatchNorm layers (reported by :func:`entry`).
+    inputs: 'any' (no check: the model flattens its input, or checks it itself),
+      'image' (``get_model`` requires an input of shape (H, W) or (H, W, C) with sides
+      >= ``min_side``) or 'tokens' (token ids [L] of a text source; the builder is
+      also given ``vocab_size=``, the number of token ids).
+    min_side: the smallest image side the model accepts, for ``inputs='image'``.
+    lowering: the builder also takes ``lowering=`` ('auto', 'im2col' or 'xla'), to
+      pass to its :class:`fedjax_kd.models.Conv` layers.
 
   Returns:
     ``builder`` (or the decorator).
 
   Raises:
     ValueError: a bad name, a built-in name, a name taken by another builder
-      (without ``replace``), or a builder that is not callable.
+      (without ``replace``), a builder that is not callable, or a bad property.
   """
   if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
     raise ValueError(f'models.register: name {name!r}: lower-case letters, digits and _ only')
-  if name in MODELS:
+  current = _ENTRIES.get(name)
+  if current is not None and current.builtin:
     raise ValueError(f'models.register: {name!r} is a built-in model; choose another name')
+  if init not in layers.INIT_FAMILIES:
+    raise ValueError(f'models.register: init={init!r} of {name!r}: one of '
+                     f'{layers.INIT_FAMILIES}')
+  if inputs not in INPUTS:
+    raise ValueError(f'models.register: inputs={inputs!r} of {name!r}: one of {INPUTS}')
+  if isinstance(min_side, bool) or not isinstance(min_side, int) or min_side < 1:
+    raise ValueError(f'models.register: min_side={min_side!r} of {name!r}: an int >= 1')
+  if min_side != 1 and inputs != 'image':
+    raise ValueError(f"models.register: min_side of {name!r} applies to inputs='image' only")
+  for what, v in (('batch_norm', batch_norm), ('lowering', lowering)):
+    if not isinstance(v, bool):
+      raise ValueError(f'models.register: {what}={v!r} of {name!r}: True or False')
 
   def add(fn: Builder) -> Builder:
     if not callable(fn):
       raise ValueError(f'models.register: the builder of {name!r} is not callable')
-    old = _REGISTERED.get(name)
+    prev = _ENTRIES.get(name)
     # The same builder defined again (a config file is executed more than once) replaces itself.
-    if old is not None and _qualname(old) != _qualname(fn) and not replace:
-      raise ValueError(f'models.register: {name!r} is already registered to {_qualname(old)} '
-                       '(pass replace=True)')
-    _REGISTERED[name] = fn
+    if prev is not None and _qualname(prev.builder) != _qualname(fn) and not replace:
+      raise ValueError(f'models.register: {name!r} is already registered to '
+                       f'{_qualname(prev.builder)} (pass replace=True)')
+    _ENTRIES[name] = ModelEntry(name=name, builder=fn, init=init, batch_norm=batch_norm,
+                                inputs=inputs, min_side=min_side, lowering=lowering)
     return fn
 
   return add if builder is None else add(builder)
@@ -150,35 +218,21 @@ def _qualname(fn: Any) -> str:
 
 
 def unregister(name: str) -> None:
-  """Removes a model added with :func:`register` (no-op when absent)."""
-  _REGISTERED.pop(name, None)
+  """Removes a model added with :func:`register` (no-op when absent or built-in)."""
+  e = _ENTRIES.get(name)
+  if e is not None and not e.builtin:
+    del _ENTRIES[name]
 
 
 def available() -> tuple[str, ...]:
   """Every model name a spec may use: the built-in ones, then the registered ones."""
-  return MODELS + tuple(sorted(_REGISTERED))
+  return (tuple(n for n, e in _ENTRIES.items() if e.builtin) +
+          tuple(sorted(n for n, e in _ENTRIES.items() if not e.builtin)))
 
 
 def _spec_help() -> str:
   return ("'name' or 'name@width' with name one of " + ', '.join(available()) +
           ' and width a number > 0')
-
-
-def _min_side(name: str) -> int:
-  """Smallest image height/width the model accepts (0: not an image model)."""
-  return {'mlp': 0, 'cnn': 4, 'dsfl_cnn': 16, 'dsfl_fmnist_cnn': 4, 'resnet20': 1,
-          'resnet32': 1, 'lenet5': 16, 'resnet_t': 1, 'resnet_s': 1, 'resnet_m': 1,
-          'resnet_l': 1, 'fcn': 0, 'googlenet': 1, 'vgg16': 1, 'resnet34': 1,
-          'resnet50': 1, 'vgg11': 1, 'blazefl_cnn': 16, 'leaf_cnn': 4}[name]
-
-
-def _spatial_ok(name: str, side: int) -> bool:
-  if name in ('dsfl_cnn', 'lenet5', 'blazefl_cnn'):
-    # conv5 VALID -> pool2 -> conv5 VALID -> pool2 must leave at least one pixel.
-    return side >= 5 and (side - 4) // 2 >= 5 and ((side - 4) // 2 - 4) // 2 >= 1
-  if name in ('cnn', 'dsfl_fmnist_cnn', 'leaf_cnn'):
-    return side // 2 // 2 >= 1
-  return side >= 1
 
 
 def parse_spec(spec: str, field: str = 'spec') -> tuple[str, float]:
@@ -198,7 +252,7 @@ def parse_spec(spec: str, field: str = 'spec') -> tuple[str, float]:
     raise ParamError(field, spec, _spec_help())
   name, sep, w = spec.strip().partition('@')
   name = name.strip().lower()
-  if name not in MODELS and name not in _REGISTERED:
+  if name not in _ENTRIES:
     raise ParamError(field, spec, _spec_help())
   width = 1.0
   if sep:
@@ -211,21 +265,13 @@ def parse_spec(spec: str, field: str = 'spec') -> tuple[str, float]:
   return name, width
 
 
-# `model.init='auto'`: the initializer family each model is drawn from. The DS-FL CNNs use
-# PyTorch's layer defaults: with Keras' Glorot init, BatchNorm momentum 0.99 and epsilon 1e-3
-# (the other reading of the paper), conv1's outputs have a variance of ~0.01 while the running
-# variance starts at 1 and decays as 0.99^n, so for the first few hundred steps every
-# inference-mode prediction is one class; DS-FL exchanges inference-mode predictions, and its
-# server model then stalls at 0.12-0.20 for the first rounds on MNIST where a PyTorch DS-FL
-# reaches ~0.78 by round 2. Every other model keeps the init its module draws ('module',
-# documented in its module).
-MODEL_INIT: dict[str, str] = {'dsfl_cnn': 'torch', 'dsfl_fmnist_cnn': 'torch'}
-INIT_CHOICES: tuple[str, ...] = ('auto',) + tuple(f for f in layers.INIT_FAMILIES)
+def entry(spec: str, field: str = 'spec') -> ModelEntry:
+  """The registry entry of the model a spec names ('cnn', 'cnn@0.5', a registered name).
 
-# Models with BatchNorm (model.bn_momentum / model.bn_epsilon apply to these).
-BATCHNORM_MODELS: tuple[str, ...] = ('dsfl_cnn', 'dsfl_fmnist_cnn', 'resnet20', 'resnet32',
-                                     'resnet_t', 'resnet_s', 'resnet_m', 'resnet_l',
-                                     'googlenet', 'vgg16', 'resnet34', 'resnet50', 'text_dnn')
+  Raises:
+    ParamError: as :func:`parse_spec`.
+  """
+  return _ENTRIES[parse_spec(spec, field)[0]]
 
 
 def init_family(spec: str, init: str = 'auto') -> str:
@@ -234,7 +280,24 @@ def init_family(spec: str, init: str = 'auto') -> str:
     raise ParamError('init', init, INIT_CHOICES)
   if init != 'auto':
     return init
-  return MODEL_INIT.get(parse_spec(spec)[0], 'module')
+  return entry(spec).init
+
+
+def _check_input(e: ModelEntry, shape: tuple[int, ...], field: str, spec: str,
+                 vocab_size: int | None) -> None:
+  """Raises ParamError when the model of ``e`` cannot take inputs of ``shape``."""
+  if e.inputs == 'tokens':
+    if vocab_size is None or len(shape) != 1:
+      raise ParamError(field, spec, f"token ids [L] from a text source for '{e.name}' (imdb:, "
+                        f'reuters:, shakespeare: or a tokenized npz); got input_shape={shape}'
+                        + ('' if vocab_size else ' without a vocabulary'))
+  elif e.inputs == 'image':
+    if len(shape) not in (2, 3):
+      raise ParamError(field, spec, f"an input of shape (H, W) or (H, W, C) for '{e.name}'; "
+                        f'got input_shape={shape}')
+    if min(shape[0], shape[1]) < e.min_side:
+      raise ParamError(field, spec, f'images of at least {e.min_side}x{e.min_side} '
+                        f"pixels for '{e.name}'; got input_shape={shape}")
 
 
 def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
@@ -242,6 +305,10 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
               bn_momentum: float | None = None,
               bn_epsilon: float | None = None, vocab_size: int | None = None) -> nn.Module:
   """Builds the model named by a spec.
+
+  Built-in and registered models go the same way: the input is checked against the model's
+  entry (`ModelEntry.inputs`, `ModelEntry.min_side`), its builder makes the module, and the
+  init/BatchNorm options wrap it.
 
   Args:
     spec: "name@width" (width: multiplier of every hidden channel/unit count, rounded, at
@@ -251,13 +318,13 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
       image models, anything for 'mlp' and 'fcn'.
     field: the config field the spec came from (named in errors).
     lowering: convolution lowering for the conv models ('auto', 'im2col', 'xla').
-    init: initializer family of the Dense/Conv layers: 'auto' (the model's own, see
-      `MODEL_INIT`), 'module', 'torch', 'keras', 'flax' or 'he' (see `layers.reinit`).
+    init: initializer family of the Dense/Conv layers: 'auto' (the model's own,
+      `ModelEntry.init`), 'module', 'torch', 'keras', 'flax' or 'he' (see `layers.reinit`).
     bn_momentum: running-average decay of every BatchNorm (flax convention, PyTorch's 0.1 is
       0.9); None keeps the model's (0.9 for every model here).
     bn_epsilon: epsilon of every BatchNorm; None keeps the model's (1e-5 for every model here).
-    vocab_size: the number of token ids of a text source (`TOKEN_MODELS` need it: it sizes
-      their embedding table); None for other inputs.
+    vocab_size: the number of token ids of a text source (models with ``inputs='tokens'``
+      need it: it sizes their embedding table); None for other inputs.
 
   Returns:
     An unbound flax module (wrapped in `layers.WithOptions` when an option differs from the
@@ -265,9 +332,11 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
     (`embed=True`: the input of the final Dense layer).
 
   Raises:
-    ParamError: bad spec, num_classes, input_shape, or an input the model cannot take.
+    ParamError: bad spec, num_classes, input_shape, an input the model cannot take, or a
+      builder that fails or returns something other than a flax module.
   """
   name, width = parse_spec(spec, field)
+  e = _ENTRIES[name]
   if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
     raise ParamError('num_classes', num_classes, 'an int >= 1')
   shape = tuple(input_shape) if isinstance(input_shape, (tuple, list)) else None
@@ -275,53 +344,22 @@ def get_model(spec: str, *, num_classes: int, input_shape: tuple[int, ...],
                           for d in shape):
     raise ParamError('input_shape', input_shape, 'a non-empty tuple of positive ints')
   layers.resolve_lowering(lowering)
-  if name in _REGISTERED:
-    return _build_registered(name, width, num_classes, shape, field, spec, init, bn_momentum,
-                             bn_epsilon)
-  if name in TOKEN_MODELS:
-    if vocab_size is None or len(shape) != 1:
-      raise ParamError(field, spec, f"token ids [L] from a text source for '{name}' (imdb:, "
-                        f'reuters:, shakespeare: or a tokenized npz); got input_shape={shape}'
-                        + ('' if vocab_size else ' without a vocabulary'))
-  elif name not in _FLAT_MODELS:
-    if len(shape) not in (2, 3):
-      raise ParamError(field, spec, f"an input of shape (H, W) or (H, W, C) for '{name}'; "
-                        f'got input_shape={shape}')
-    if not (_spatial_ok(name, shape[0]) and _spatial_ok(name, shape[1])):
-      raise ParamError(field, spec, f"images of at least {_min_side(name)}x{_min_side(name)} "
-                        f"pixels for '{name}'; got input_shape={shape}")
-  builders: dict[str, Callable[[], nn.Module]] = {
-      'mlp': lambda: mlp.MLP(num_classes=num_classes, width=width),
-      'cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering),
-      'dsfl_cnn': lambda: cnn.DSFLCNN(num_classes=num_classes, width=width,
-                                      lowering=lowering),
-      'dsfl_fmnist_cnn': lambda: cnn.DSFLFMNISTCNN(num_classes=num_classes, width=width,
-                                                   lowering=lowering),
-      'resnet20': lambda: resnet.resnet20(num_classes, width, lowering),
-      'resnet32': lambda: resnet.resnet32(num_classes, width, lowering),
-      'lenet5': lambda: lenet.LeNet5(num_classes=num_classes, width=width, lowering=lowering),
-      'resnet_t': lambda: resnet.resnet_t(num_classes, width, lowering),
-      'resnet_s': lambda: resnet.resnet_s(num_classes, width, lowering),
-      'resnet_m': lambda: resnet.resnet_m(num_classes, width, lowering),
-      'resnet_l': lambda: resnet.resnet_l(num_classes, width, lowering),
-      'fcn': lambda: fcn.FCN(num_classes=num_classes, width=width),
-      'googlenet': lambda: googlenet.googlenet(num_classes, width, lowering),
-      'vgg16': lambda: vgg.vgg16(num_classes, width, lowering),
-      'resnet34': lambda: resnet_imagenet.resnet34(num_classes, width, lowering),
-      'resnet50': lambda: resnet_imagenet.resnet50(num_classes, width, lowering),
-      'vgg11': lambda: vgg.vgg11(num_classes, width, lowering),
-      'blazefl_cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering,
-                                     features=(32, 64), hidden=512, padding='VALID'),
-      'imdb_lstm': lambda: text.LSTMClassifier(num_classes=num_classes, width=width,
-                                               vocab_size=int(vocab_size)),
-      'text_dnn': lambda: text.TextDNN(num_classes=num_classes, width=width),
-      'leaf_cnn': lambda: cnn.CNN(num_classes=num_classes, width=width, lowering=lowering,
-                                  features=(32, 64), hidden=2048, padding='SAME'),
-      'char_lstm': lambda: text.LSTMClassifier(num_classes=num_classes, width=width,
-                                               vocab_size=int(vocab_size), embed_dim=8,
-                                               hidden=256, layers=2),
-  }
-  return _with_options(builders[name](), init_family(spec, init), bn_momentum, bn_epsilon)
+  _check_input(e, shape, field, spec, vocab_size)
+  options: dict[str, Any] = {}
+  if e.lowering:
+    options['lowering'] = lowering
+  if e.inputs == 'tokens':
+    options['vocab_size'] = int(vocab_size)
+  try:
+    module = e.builder(num_classes=num_classes, width=width, input_shape=shape, **options)
+  except (ParamError, TypeError, ValueError) as err:
+    raise ParamError(field, spec, f"a model its builder can make for input_shape={shape} "
+                      f"and num_classes={num_classes} (the builder of '{name}' raised "
+                      f'{type(err).__name__}: {err})') from None
+  if not isinstance(module, nn.Module):
+    raise ParamError(field, spec, f"a builder returning a flax.linen.Module (the builder of "
+                      f"'{name}' returned {type(module).__name__})")
+  return _with_options(module, init_family(spec, init), bn_momentum, bn_epsilon)
 
 
 def _with_options(module: nn.Module, family: str, bn_momentum: float | None,
@@ -336,19 +374,62 @@ def _with_options(module: nn.Module, family: str, bn_momentum: float | None,
   return module
 
 
-def _build_registered(name, width, num_classes, shape, field, spec, init, bn_momentum,
-                      bn_epsilon) -> nn.Module:
-  """A registered model: its builder's module, with the same init/BatchNorm options."""
-  try:
-    module = _REGISTERED[name](num_classes=num_classes, width=width, input_shape=shape)
-  except (ParamError, TypeError, ValueError) as e:
-    raise ParamError(field, spec, f"a model its builder can make for input_shape={shape} "
-                      f"and num_classes={num_classes} (the builder of '{name}' raised "
-                      f'{type(e).__name__}: {e})') from None
-  if not isinstance(module, nn.Module):
-    raise ParamError(field, spec, f"a builder returning a flax.linen.Module (the builder of "
-                      f"'{name}' returned {type(module).__name__})")
-  return _with_options(module, init_family(spec, init), bn_momentum, bn_epsilon)
+# ------------------------------------------------------------------------------ built-ins
+
+def _builder(make: Callable[..., nn.Module], **fixed: Any) -> Builder:
+  """The builder ``make(num_classes=C, width=w, **options, **fixed)`` (input_shape unused)."""
+
+  def build(*, num_classes: int, width: float, input_shape: tuple[int, ...],
+            **options: Any) -> nn.Module:
+    del input_shape
+    return make(num_classes=num_classes, width=width, **options, **fixed)
+
+  return build
+
+
+# The built-in models, in the order `available` lists them. Image sides: a VALID conv5 ->
+# pool2 -> conv5 -> pool2 stack (dsfl_cnn, lenet5, blazefl_cnn) needs 16, two pool2s (cnn,
+# dsfl_fmnist_cnn, leaf_cnn) 4; the others pool globally and take any side.
+#
+# The DS-FL CNNs draw PyTorch's layer defaults (init='torch'): with Keras' Glorot init,
+# BatchNorm momentum 0.99 and epsilon 1e-3 (the other reading of the paper), conv1's outputs
+# have a variance of ~0.01 while the running variance starts at 1 and decays as 0.99^n, so for
+# the first few hundred steps every inference-mode prediction is one class; DS-FL exchanges
+# inference-mode predictions, and its server model then stalls at 0.12-0.20 for the first
+# rounds on MNIST where a PyTorch DS-FL reaches ~0.78 by round 2. Every other model keeps the
+# init its module draws ('module', documented in its module).
+register('mlp', _builder(mlp.MLP))
+register('cnn', _builder(cnn.CNN), inputs='image', min_side=4, lowering=True)
+register('dsfl_cnn', _builder(cnn.DSFLCNN), init='torch', batch_norm=True, inputs='image',
+         min_side=16, lowering=True)
+register('dsfl_fmnist_cnn', _builder(cnn.DSFLFMNISTCNN), init='torch', batch_norm=True,
+         inputs='image', min_side=4, lowering=True)
+register('resnet20', _builder(resnet.resnet20), batch_norm=True, inputs='image', lowering=True)
+register('resnet32', _builder(resnet.resnet32), batch_norm=True, inputs='image', lowering=True)
+register('lenet5', _builder(lenet.LeNet5), inputs='image', min_side=16, lowering=True)
+register('resnet_t', _builder(resnet.resnet_t), batch_norm=True, inputs='image', lowering=True)
+register('resnet_s', _builder(resnet.resnet_s), batch_norm=True, inputs='image', lowering=True)
+register('resnet_m', _builder(resnet.resnet_m), batch_norm=True, inputs='image', lowering=True)
+register('resnet_l', _builder(resnet.resnet_l), batch_norm=True, inputs='image', lowering=True)
+register('fcn', _builder(fcn.FCN))
+register('googlenet', _builder(googlenet.googlenet), batch_norm=True, inputs='image',
+         lowering=True)
+register('vgg16', _builder(vgg.vgg16), batch_norm=True, inputs='image', lowering=True)
+register('resnet34', _builder(resnet_imagenet.resnet34), batch_norm=True, inputs='image',
+         lowering=True)
+register('resnet50', _builder(resnet_imagenet.resnet50), batch_norm=True, inputs='image',
+         lowering=True)
+register('vgg11', _builder(vgg.vgg11), inputs='image', lowering=True)
+register('blazefl_cnn', _builder(cnn.CNN, features=(32, 64), hidden=512, padding='VALID'),
+         inputs='image', min_side=16, lowering=True)
+register('imdb_lstm', _builder(text.LSTMClassifier), inputs='tokens')
+register('text_dnn', _builder(text.TextDNN), batch_norm=True)
+register('char_lstm', _builder(text.LSTMClassifier, embed_dim=8, hidden=256, layers=2),
+         inputs='tokens')
+register('leaf_cnn', _builder(cnn.CNN, features=(32, 64), hidden=2048, padding='SAME'),
+         inputs='image', min_side=4, lowering=True)
+# Everything registered above ships with fedjax_kd: neither replaceable nor removable.
+_ENTRIES.update({n: dataclasses.replace(e, builtin=True) for n, e in _ENTRIES.items()})
 
 
 def init_variables(module: nn.Module, key: jax.Array, input_shape: tuple[int, ...],
