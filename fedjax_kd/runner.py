@@ -86,7 +86,7 @@ def resumable(cfg: dict) -> dict:
   return {k: v for k, v in cfg.items() if k not in ('rounds', 'checkpoint', 'eval', 'log')}
 
 
-def _config_json(spec: ExperimentSpec) -> str:
+def config_json(spec: ExperimentSpec) -> str:
   return spec.raw.to_json_best_effort(indent=2, sort_keys=True)
 
 
@@ -365,7 +365,7 @@ class _Session:
                log: Callable[[str], None], cleanup: contextlib.ExitStack,
                memory_check: bool = True):
     self.spec, self.workdir, self.progress, self.log = spec, workdir, progress, log
-    cfg_json = _config_json(spec)
+    cfg_json = config_json(spec)
     cfg_path = os.path.join(workdir, 'config.json')
     metrics = os.path.join(workdir, workdir_lib.METRICS)
     if resume and checkpoint_lib.has_steps(workdir) and os.path.exists(metrics):

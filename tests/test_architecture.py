@@ -192,3 +192,38 @@ def test_an_op_error_maps_to_the_config_field():
     temperature.validate_temperature(-1.0, 0.1, 0.1, 10)
   err = fields.field_error(e.value, {'t0': 'acepfl.t0'})
   assert str(err) == 'acepfl.t0=-1.0 is not allowed: expected a finite number > 0.'
+
+
+def private_uses(source: str, modules: set[str]) -> list[str]:
+  """The private names (``_x``, not ``__x__``) that ``source`` takes from other package
+  modules: ``from fedjax_kd.m import _x`` and ``alias._x`` where ``alias`` is a module of the
+  package that ``source`` imported."""
+  private = lambda n: n.startswith('_') and not n.endswith('__')
+  tree = ast.parse(source)
+  found, aliases = [], set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and (
+        node.module.split('.')[0] == 'fedjax_kd'):
+      for a in node.names:
+        if private(a.name):
+          found.append(f'{node.module}.{a.name}')
+        elif f'{node.module}.{a.name}' in modules:
+          aliases.add(a.asname or a.name)
+    elif isinstance(node, ast.Import):
+      aliases.update(a.asname for a in node.names if a.asname and a.name in modules)
+  for node in ast.walk(tree):
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id in aliases and private(node.attr)):
+      found.append(f'{node.value.id}.{node.attr}')
+  return found
+
+
+def test_no_module_takes_another_modules_private_names():
+  mods = _modules()
+  names = set(mods)
+  taken = {m: private_uses(p.read_text(), names) for m, p in mods.items()}
+  assert {m: t for m, t in taken.items() if t} == {}
+  # The check finds both forms.
+  assert private_uses('from fedjax_kd.core import kernels\nkernels._apply(1)\n'
+                      'from fedjax_kd.algorithms.base import _nanmean\n', names) == [
+                          'fedjax_kd.algorithms.base._nanmean', 'kernels._apply']

@@ -64,7 +64,7 @@ def _run_dir(out, name):
 def _progress(rundir):
   """``(finished, newest checkpoint round or 0)`` of a run directory, as it is now."""
   path = os.path.join(rundir, 'summary.json')
-  summary = planning._read_json(path)  # pylint: disable=protected-access
+  summary = planning.read_json(path)
   finished = (isinstance(summary, dict) and summary.get('rounds') == ROUNDS
               and not summary.get('stopped_by'))
   ckpts = os.path.join(rundir, 'checkpoints')
@@ -216,7 +216,7 @@ def _complete(run, acc=0.5):
   """Makes ``run``'s directory look finished (what :func:`sweep.run_state` reads)."""
   os.makedirs(run.workdir, exist_ok=True)
   workdir_lib.write_text(os.path.join(run.workdir, 'config.json'),
-                         planning._config_json(run.config))   # pylint: disable=protected-access
+                         planning.config_json(run.config))
   rows = [{'round': r, 'test_acc': acc, 'round_bytes': 10, 'cum_bytes': 10 * r,
            'round_time_s': 0.1} for r in range(1, run.rounds + 1)]
   workdir_lib.write_text(os.path.join(run.workdir, workdir_lib.METRICS),
@@ -413,7 +413,7 @@ def test_a_run_that_meets_a_full_disk_says_so_and_stops_new_runs(tmp_path, monke
   run = _tiny_runs(tmp_path / 'out')[0]
   os.makedirs(run.workdir, exist_ok=True)
   workdir_lib.write_json(os.path.join(run.workdir, planning.RUN_FILE),
-                         {'config': json.loads(planning._config_json(run.config))})  # pylint: disable=protected-access
+                         {'config': json.loads(planning.config_json(run.config))})
 
   def full(*_, **__):
     raise DiskFullError(os.path.join(run.workdir, 'metrics.jsonl'))

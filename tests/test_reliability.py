@@ -169,7 +169,7 @@ def test_checkpoint_of_another_experiment_is_a_clear_error(tmp_path):
     _run(c2, tmp_path)
   # A config.json that claims the new config: the shapes still do not fit, a DataError,
   # not a crash.
-  (tmp_path / 'config.json').write_text(runner._config_json(config_lib.validate(c2)))
+  (tmp_path / 'config.json').write_text(runner.config_json(config_lib.validate(c2)))
   with pytest.raises(DataError, match='checkpoint'):
     _run(c2, tmp_path)
 

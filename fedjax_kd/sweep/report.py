@@ -16,7 +16,7 @@ import numpy as np
 
 from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
-from fedjax_kd.sweep.planning import PLAN_FILE, _read_json, show_value
+from fedjax_kd.sweep.planning import PLAN_FILE, read_json, show_value
 from fedjax_kd.sweep.workers import diverged_lines
 from fedjax_kd.sweep.collect import BASE_STATS, METRIC_NAMES
 
@@ -302,7 +302,7 @@ def write_outputs(out_dir: str, cells: Sequence[dict[str, Any]],
   paths = {'csv': os.path.join(out_dir, 'compare.csv'),
            'md': os.path.join(out_dir, 'compare.md')}
   workdir_lib.write_text(paths['csv'], csv_text(cells, thresholds))
-  plan_doc = _read_json(os.path.join(out_dir, PLAN_FILE)) or {}
+  plan_doc = read_json(os.path.join(out_dir, PLAN_FILE)) or {}
   lines = [f'# {title or "Sweep"}', '']
   if plan_doc.get('config'):
     lines.append(f'Config: `{plan_doc["config"]}`' + (
