@@ -11,7 +11,7 @@ from typing import Callable as _Callable, Sequence as _Sequence
 __version__ = '0.1.0'
 
 
-def _lazy_submodules(package: str, names: _Sequence[str]) -> tuple[_Callable, _Callable]:
+def lazy_submodules(package: str, names: _Sequence[str]) -> tuple[_Callable, _Callable]:
   """Module-level ``__getattr__`` and ``__dir__`` that import ``names`` on first use."""
   def getattr_(name: str):
     if name in names:
@@ -26,4 +26,4 @@ def _lazy_submodules(package: str, names: _Sequence[str]) -> tuple[_Callable, _C
 
 _SUBMODULES = ('algorithms', 'checkpoint', 'config', 'core', 'data', 'errors', 'experiment',
                'models', 'ops', 'plot', 'presets', 'runner', 'selection', 'workdir')
-__getattr__, __dir__ = _lazy_submodules(__name__, _SUBMODULES)
+__getattr__, __dir__ = lazy_submodules(__name__, _SUBMODULES)

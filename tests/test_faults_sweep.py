@@ -27,7 +27,7 @@ from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DiskFullError
 from fedjax_kd.sweep import planning, workers
 from tests import test_faults
-from tests.test_sweep import REPO, TINY_SETS, _env
+from tests.test_sweep import REPO, TINY_SETS, sweep_env
 
 ROUNDS = 8
 SEEDS = (0, 1, 2)
@@ -48,7 +48,7 @@ def _argv(out):
 
 
 def _sweep(out):
-  return subprocess.run(_argv(out), cwd=REPO, env=_env(), capture_output=True, text=True,
+  return subprocess.run(_argv(out), cwd=REPO, env=sweep_env(), capture_output=True, text=True,
                         timeout=RUN_TIMEOUT_S)
 
 
@@ -64,7 +64,7 @@ def _run_dir(out, name):
 def _progress(rundir):
   """``(finished, newest checkpoint round or 0)`` of a run directory, as it is now."""
   path = os.path.join(rundir, 'summary.json')
-  summary = planning._read_json(path)  # pylint: disable=protected-access
+  summary = planning.read_json(path)
   finished = (isinstance(summary, dict) and summary.get('rounds') == ROUNDS
               and not summary.get('stopped_by'))
   ckpts = os.path.join(rundir, 'checkpoints')
@@ -126,7 +126,7 @@ def _start_and_catch(out, log_path):
   log = open(log_path, 'w')   # pylint: disable=consider-using-with
   # SIGINT at its default in the sweep even where the tests run as a background job (which
   # a shell starts with SIGINT ignored, a disposition every child would inherit).
-  proc = subprocess.Popen(_argv(out), cwd=REPO, env=_env(), stdout=log,
+  proc = subprocess.Popen(_argv(out), cwd=REPO, env=sweep_env(), stdout=log,
                           stderr=subprocess.STDOUT, text=True,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   log.close()
@@ -216,7 +216,7 @@ def _complete(run, acc=0.5):
   """Makes ``run``'s directory look finished (what :func:`sweep.run_state` reads)."""
   os.makedirs(run.workdir, exist_ok=True)
   workdir_lib.write_text(os.path.join(run.workdir, 'config.json'),
-                         planning._config_json(run.config))   # pylint: disable=protected-access
+                         planning.config_json(run.config))
   rows = [{'round': r, 'test_acc': acc, 'round_bytes': 10, 'cum_bytes': 10 * r,
            'round_time_s': 0.1} for r in range(1, run.rounds + 1)]
   workdir_lib.write_text(os.path.join(run.workdir, workdir_lib.METRICS),
@@ -413,7 +413,7 @@ def test_a_run_that_meets_a_full_disk_says_so_and_stops_new_runs(tmp_path, monke
   run = _tiny_runs(tmp_path / 'out')[0]
   os.makedirs(run.workdir, exist_ok=True)
   workdir_lib.write_json(os.path.join(run.workdir, planning.RUN_FILE),
-                         {'config': json.loads(planning._config_json(run.config))})  # pylint: disable=protected-access
+                         {'config': json.loads(planning.config_json(run.config))})
 
   def full(*_, **__):
     raise DiskFullError(os.path.join(run.workdir, 'metrics.jsonl'))

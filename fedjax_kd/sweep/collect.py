@@ -15,7 +15,7 @@ import numpy as np
 
 from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
-from fedjax_kd.sweep.planning import Run, _jsonable, _read_json, cell_label, cell_slug, load_plan
+from fedjax_kd.sweep.planning import Run, cell_label, cell_slug, jsonable, load_plan, read_json
 from fedjax_kd.sweep.workers import read_diverged
 
 # Statistics of a cell, in table order: (key, column header, kind).
@@ -150,7 +150,7 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
   cells: dict[tuple, dict[str, Any]] = {}
   per_seed: dict[tuple, dict[int, dict[str, Any]]] = {}
   for e in entries:
-    key = (e['variant'], json.dumps(e['cell'], default=_jsonable))
+    key = (e['variant'], json.dumps(e['cell'], default=jsonable))
     if key not in cells:
       cell = dict(e['cell'])
       label = e['variant'] + (f' ({cell_label(e["cell"])})' if cell else '')
@@ -168,7 +168,7 @@ def aggregate(source: str | Sequence[Run], thresholds: Sequence[float] | None = 
     if e['name'] in exclude:
       c['excluded'].append(e['seed'])
       continue
-    summary = _read_json(os.path.join(wd, 'summary.json'))
+    summary = read_json(os.path.join(wd, 'summary.json'))
     if not is_complete(summary, e['rounds']) or not os.path.exists(
         os.path.join(wd, workdir_lib.METRICS)):
       div = read_diverged(wd)

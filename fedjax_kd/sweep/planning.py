@@ -223,7 +223,7 @@ def run_file(run: Run) -> dict[str, Any]:
   file its worker executes first."""
   doc = {'label': run.variant.label, 'algorithm': run.variant.algorithm,
          'cell': [list(p) for p in run.cell], 'seed': run.seed,
-         'config': json.loads(_config_json(run.config))}
+         'config': json.loads(config_json(run.config))}
   if run.config_file:
     doc['config_file'] = run.config_file
   return doc
@@ -242,7 +242,7 @@ def config_of(doc: Mapping[str, Any]) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(doc['config'])
 
 
-def _config_json(config: ml_collections.ConfigDict) -> str:
+def config_json(config: ml_collections.ConfigDict) -> str:
   return config.to_json_best_effort(indent=2, sort_keys=True)
 
 
@@ -280,11 +280,11 @@ def write_plan(out: str, runs: Sequence[Run], **info: Any) -> str:
                    'workdir': os.path.relpath(r.workdir, out), 'rounds': r.rounds}
                   for r in runs]}
   path = os.path.join(out, PLAN_FILE)
-  workdir_lib.write_text(path, json.dumps(doc, indent=2, default=_jsonable) + '\n')
+  workdir_lib.write_text(path, json.dumps(doc, indent=2, default=jsonable) + '\n')
   return path
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
   if isinstance(v, np.generic):
     return v.item()
   if isinstance(v, (set, frozenset)):
@@ -292,7 +292,7 @@ def _jsonable(v: Any) -> Any:
   return str(v)
 
 
-def _read_json(path: str) -> Any:
+def read_json(path: str) -> Any:
   try:
     with open(path) as f:
       return json.load(f)
@@ -308,7 +308,7 @@ def load_run_config(rundir: str) -> ml_collections.ConfigDict:
     DataError: the file is missing or not valid JSON.
     ConfigError: its config file no longer loads.
   """
-  doc = _read_json(os.path.join(rundir, RUN_FILE))
+  doc = read_json(os.path.join(rundir, RUN_FILE))
   if not isinstance(doc, dict) or not isinstance(doc.get('config'), dict):
     raise DataError(f'{rundir} has no readable {RUN_FILE}: is it a sweep run directory?')
   return config_of(doc)
@@ -320,7 +320,7 @@ def load_plan(out: str) -> dict[str, Any]:
   Raises:
     DataError: it is missing or unreadable.
   """
-  doc = _read_json(os.path.join(out, PLAN_FILE))
+  doc = read_json(os.path.join(out, PLAN_FILE))
   if not isinstance(doc, dict):
     raise DataError(f'{out} has no readable {PLAN_FILE}: is it a sweep --out directory?')
   return doc

@@ -16,7 +16,7 @@ import numpy as np
 
 from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
-from fedjax_kd.sweep.planning import PLAN_FILE, _read_json, show_value
+from fedjax_kd.sweep.planning import PLAN_FILE, read_json, show_value
 from fedjax_kd.sweep.workers import diverged_lines
 from fedjax_kd.sweep.collect import BASE_STATS, METRIC_NAMES
 
@@ -99,7 +99,7 @@ def csv_text(cells: Sequence[dict[str, Any]], thresholds: Sequence[float]) -> st
 
 
 # ------------------------------------------------------------ figures
-def _band(curves: Sequence[dict[str, np.ndarray]]) -> tuple[np.ndarray, ...]:
+def seed_band(curves: Sequence[dict[str, np.ndarray]]) -> tuple[np.ndarray, ...]:
   """Rounds, mean cum bytes, mean and std of accuracy over the seeds logging each round."""
   rounds = sorted(set(int(r) for s in curves for r in s['round']))
   acc = np.full((len(curves), len(rounds)), np.nan)
@@ -163,7 +163,7 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   for i, c in enumerate(cells):
     curves = [cv[metric] for cv in c['curves'].values() if len(cv[metric]['round'])]
     if curves:
-      drawn.append((i, c, _band(curves)))
+      drawn.append((i, c, seed_band(curves)))
   if not drawn:
     return None
   many = len(drawn) > 6
@@ -302,7 +302,7 @@ def write_outputs(out_dir: str, cells: Sequence[dict[str, Any]],
   paths = {'csv': os.path.join(out_dir, 'compare.csv'),
            'md': os.path.join(out_dir, 'compare.md')}
   workdir_lib.write_text(paths['csv'], csv_text(cells, thresholds))
-  plan_doc = _read_json(os.path.join(out_dir, PLAN_FILE)) or {}
+  plan_doc = read_json(os.path.join(out_dir, PLAN_FILE)) or {}
   lines = [f'# {title or "Sweep"}', '']
   if plan_doc.get('config'):
     lines.append(f'Config: `{plan_doc["config"]}`' + (

@@ -25,8 +25,8 @@ from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError, DiskFullError, DivergenceError
 from fedjax_kd.sweep.planning import (
-    DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, _config_json, _jsonable, _read_json,
-    load_run_config, run_file)
+    DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, config_json, jsonable, load_run_config,
+    read_json, run_file)
 
 RUNS_PER_WORKER = 20              # a worker process is replaced after this many runs
 # A run whose directory another process still holds (e.g. a worker of a killed sweep finishing
@@ -62,7 +62,7 @@ class RunResult:
 # ------------------------------------------------------------ run state
 def read_diverged(workdir: str) -> dict[str, Any] | None:
   """The run's divergence record (``{'round', 'message'}``), or None if it has none."""
-  doc = _read_json(os.path.join(workdir, DIVERGED_FILE))
+  doc = read_json(os.path.join(workdir, DIVERGED_FILE))
   return doc if isinstance(doc, dict) else None
 
 
@@ -85,10 +85,10 @@ def run_state(run: Run) -> tuple[str, str]:
     and the note names a differing field).
   """
   from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
-  summary = _read_json(os.path.join(run.workdir, 'summary.json'))
-  old = _read_json(os.path.join(run.workdir, 'config.json'))
+  summary = read_json(os.path.join(run.workdir, 'summary.json'))
+  old = read_json(os.path.join(run.workdir, 'config.json'))
   if old is not None:
-    new = json.loads(_config_json(run.config))
+    new = json.loads(config_json(run.config))
     a, b = runner.resumable(old), runner.resumable(new)
     if a != b:
       diff = _first_difference(a, b)
@@ -118,7 +118,7 @@ def settled(run: Run, state: str, note: str) -> RunResult | None:
   """The result of a run that :func:`run_state` says not to run; None if it has to run."""
   if state == 'complete':
     return RunResult(run, 'skipped', 0.0, note,
-                     _read_json(os.path.join(run.workdir, 'summary.json')))
+                     read_json(os.path.join(run.workdir, 'summary.json')))
   if state == 'diverged':
     return RunResult(run, 'diverged', 0.0, note)
   if state == 'stale':
@@ -580,7 +580,7 @@ def _parent_death_signal(signum: int) -> bool:
 
 def _answer(fd: int, answer: dict[str, Any]) -> bool:
   """Writes one JSON line to the sweep; False when it is gone (the pipe is closed)."""
-  data = memoryview((json.dumps(answer, default=_jsonable) + '\n').encode())
+  data = memoryview((json.dumps(answer, default=jsonable) + '\n').encode())
   try:
     while data:
       data = data[os.write(fd, data):]
