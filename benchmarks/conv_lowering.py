@@ -76,12 +76,12 @@ from fedjax_kd.models import cnn, layers
 
 def _shift_conv(x, kernel, strides=1, padding='SAME'):
   """The calibration's lowering: shifted slices + concat + einsum, plain autodiff."""
-  st = layers._pair(strides, 'strides')  # pylint: disable=protected-access
+  st = layers.int_pair(strides, 'strides')
   kh, kw, c, o = kernel.shape
   (ph0, ph1), (pw0, pw1) = layers.resolve_padding(padding, x.shape[1:3], (kh, kw), st)
   xp = jnp.pad(x, ((0, 0), (ph0, ph1), (pw0, pw1), (0, 0)))
   oh, ow = layers.conv_output_hw(x.shape[1:3], (kh, kw), st, padding)
-  p = layers._patches(xp, kh, kw, oh, ow, *st)  # pylint: disable=protected-access
+  p = layers.im2col_patches(xp, kh, kw, oh, ow, *st)
   return jnp.einsum('bhwk,ko->bhwo', p, kernel.reshape(kh * kw * c, o))
 
 

@@ -444,6 +444,8 @@ class _Session:
       plan = self.selector.plan(t, lambda mask, st=self.state: algo.selection_losses(st, mask))
       active = plan.active
       if active.any():
+        # The output comes back read to the host: one transfer of every metric and payload
+        # count of the round (RoundOutput.to_host), so the bytes and the row are host numbers.
         self.state, out = play_round(
             algo, self.state, t, active,
             check=lambda st, fed, o: _check_finite(st, o, t, active, fed, self.ckpt,

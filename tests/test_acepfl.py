@@ -141,8 +141,8 @@ def test_one_cluster_has_no_clustering_traffic(tmp_path):
 @pytest.mark.slow   # over 6 s on one core (docs/testing.md)
 def test_history_is_mean_of_aggregates_and_best_model_is_tracked(tmp_path, monkeypatch):
   seen, accs = [], []
-  orig_agg = acepfl.ACEPFL._aggregate
-  orig_acc = acepfl.ACEPFL._selection_accuracy
+  orig_agg = acepfl.ACEPFL.aggregate_uploads
+  orig_acc = acepfl.ACEPFL.selection_accuracy
 
   def record_agg(self, up, *args):
     teachers, fresh = orig_agg(self, up, *args)
@@ -154,8 +154,8 @@ def test_history_is_mean_of_aggregates_and_best_model_is_tracked(tmp_path, monke
     accs.append(acc)
     return acc
 
-  monkeypatch.setattr(acepfl.ACEPFL, '_aggregate', record_agg)
-  monkeypatch.setattr(acepfl.ACEPFL, '_selection_accuracy', record_acc)
+  monkeypatch.setattr(acepfl.ACEPFL, 'aggregate_uploads', record_agg)
+  monkeypatch.setattr(acepfl.ACEPFL, 'selection_accuracy', record_acc)
   exp = build(ace_tiny(rounds=3))
   algo = exp.algorithm
   state = algo.init()
@@ -213,13 +213,13 @@ def test_per_cluster_teachers_and_fedmd_mean(tmp_path):
   rows = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(0), (K, M, C)))
   labels = np.asarray(algo.clustering.labels)
   sizes = np.asarray(exp.ctx.data.client_n)
-  teachers, fresh = algo._aggregate(rows, np.ones(K, bool), labels, sizes)
+  teachers, fresh = algo.aggregate_uploads(rows, np.ones(K, bool), labels, sizes)
   assert teachers.shape[0] == algo.num_clusters and bool(jnp.all(fresh))
   for v in range(algo.num_clusters):
     np.testing.assert_allclose(np.asarray(teachers[v]),
                                np.asarray(rows)[labels == v].mean(0), atol=1e-6)
   md = build(ace_tiny(rounds=1, algorithm='fedmd')).algorithm
-  teachers, _ = md._aggregate(rows, np.asarray([True, True, False, True]), labels, sizes)
+  teachers, _ = md.aggregate_uploads(rows, np.asarray([True, True, False, True]), labels, sizes)
   np.testing.assert_allclose(np.asarray(teachers[0]), np.asarray(rows)[[0, 1, 3]].mean(0),
                              atol=1e-6)
   assert md.k_top == C and md.options.curve == 'fixed'

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd.algorithms.fd import fd_teachers
-from fedjax_kd.algorithms.fedavg import _broadcast
+from fedjax_kd.algorithms.fedavg import broadcast
 from fedjax_kd.ops.param_aggregate import weighted_average
 from fedjax_kd.core.state import ModelState
 
@@ -47,7 +47,7 @@ def test_fedavg_weighted_average_and_broadcast():
                        batch_stats=weighted_average(cohort.batch_stats, w))
   np.testing.assert_allclose(out.params['w'], [[2.5, 5.0]])
   np.testing.assert_allclose(out.batch_stats['m'], [[3.0]])
-  b = _broadcast(cohort, out, jnp.asarray([True, False, True]))
+  b = broadcast(cohort, out, jnp.asarray([True, False, True]))
   np.testing.assert_allclose(b.params['w'], [[2.5, 5.0], [3.0, 6.0], [2.5, 5.0]])
   np.testing.assert_allclose(b.batch_stats['m'], [[3.0], [4.0], [3.0]])
 
@@ -72,7 +72,7 @@ def test_label_diagnostics_by_hand():
   probs = jnp.asarray([[[0, 1, 0], [1, 0, 0], [0, 0, 1]],     # right, right, right
                        [[1, 0, 0], [1, 0, 0], [0, 0, 0]]], jnp.float32)  # wrong, right, -
   mask = jnp.asarray([[True, True, True], [True, True, False]])
-  out = Protocol._label_diagnostics(owner, idx, zhat, use, probs, mask)
+  out = Protocol.label_diagnostics(owner, idx, zhat, use, probs, mask)
   assert np.isclose(out['label_acc'], 1 / 2)       # 1 right of the 2 labelled samples
   assert np.isclose(out['upload_acc'], 4 / 5)      # 4 right of the 5 uploads
 
@@ -80,6 +80,6 @@ def test_label_diagnostics_by_hand():
 def test_label_diagnostics_skip_foreign_public_set():
   from fedjax_kd.algorithms.protocol import Protocol
   owner = _diag_owner([0, 1], public_source='tfds:cifar100')   # another data set's classes
-  out = Protocol._label_diagnostics(owner, jnp.asarray([0]), jnp.ones((1, 2)),
-                                    jnp.ones(1, bool), jnp.ones((1, 1, 2)), jnp.ones((1, 1), bool))
+  out = Protocol.label_diagnostics(owner, jnp.asarray([0]), jnp.ones((1, 2)),
+                                   jnp.ones(1, bool), jnp.ones((1, 1, 2)), jnp.ones((1, 1), bool))
   assert out == {}

@@ -88,3 +88,47 @@ def test_ledger_counts_setup_and_rounds_by_hand():
   # What a checkpoint keeps restores the same ledger; the setup is not counted again.
   again = comm.Ledger.restored(ledger.rules, ledger.meta())
   assert again == ledger and again.opened(comm.open_data_broadcast(5, 64.0, 3)) == ledger
+
+
+# ------------------------------------------------- a round's output, read once
+def test_device_counts_are_read_in_one_place():
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  rows = jnp.sum(jnp.ones((3, 7), bool))                  # a device count: 21
+  p = comm.Payload('uploads', comm.UP, 'float', rows, jnp.int32(3), scale=10)
+  assert not p.is_read
+  read = p.read()
+  assert read == comm.Payload('uploads', comm.UP, 'float', 210, 3)   # 21 rows x 10 floats
+  assert type(read.elements) is int and type(read.copies) is int and read.is_read
+  assert read.read() == read
+  # Bytes of an unread payload are those of the read one (count_bytes reads it then).
+  assert comm.payload_bytes(p, DSFL) == comm.payload_bytes(read, DSFL) == 210 * 3 * 4
+  # A float byte sum rounds half to even, as Python's round does.
+  raw = comm.Payload('distilled_inputs', comm.UP, 'raw', jnp.float32(10.5),
+                     bytes_per_element=1.0)
+  assert raw.read().elements == 10 and comm.host_count(jnp.float32(11.5)) == 12
+
+
+def test_round_output_reads_metrics_and_payloads_at_once(monkeypatch):
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
+  calls = []
+  device_get = jax.device_get
+  monkeypatch.setattr(jax, 'device_get', lambda x: calls.append(1) or device_get(x))
+  metrics = {'loss': base.nanmean(jnp.asarray([1.0, jnp.nan, 2.0])),
+             'requested': jnp.sum(jnp.ones(4, bool)), 'host_float': 0.25, 'host_int': 3,
+             'numpy': np.float32(0.5), 'all_nan': base.nanmean(jnp.full(2, jnp.nan))}
+  out = base.RoundOutput(
+      metrics, [comm.Payload('request', comm.DOWN, 'index', jnp.int32(4), 2, multicast=True)])
+  host = out.to_host()
+  assert len(calls) == 1                                   # one transfer for everything
+  m = host.metrics
+  assert m['loss'] == 1.5 and type(m['loss']) is float
+  assert m['requested'] == 4 and type(m['requested']) is int
+  assert (m['host_float'], m['host_int']) == (0.25, 3) and type(m['host_int']) is int
+  assert type(m['numpy']) is float and np.isnan(m['all_nan'])
+  assert host.payloads == [comm.Payload('request', comm.DOWN, 'index', 4, 2, multicast=True)]
+  # Host values only (a custom algorithm's plain dict of floats) come through unchanged.
+  plain = base.RoundOutput({'train_loss': 0.5}, []).to_host()
+  assert plain.metrics == {'train_loss': 0.5}

@@ -27,7 +27,7 @@ from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DiskFullError
 from fedjax_kd.sweep import planning, workers
 from tests import test_faults
-from tests.test_sweep import REPO, TINY_SETS, _env
+from tests.test_sweep import REPO, TINY_SETS, sweep_env
 
 ROUNDS = 8
 SEEDS = (0, 1, 2)
@@ -48,7 +48,7 @@ def _argv(out):
 
 
 def _sweep(out):
-  return subprocess.run(_argv(out), cwd=REPO, env=_env(), capture_output=True, text=True,
+  return subprocess.run(_argv(out), cwd=REPO, env=sweep_env(), capture_output=True, text=True,
                         timeout=RUN_TIMEOUT_S)
 
 
@@ -126,7 +126,7 @@ def _start_and_catch(out, log_path):
   log = open(log_path, 'w')   # pylint: disable=consider-using-with
   # SIGINT at its default in the sweep even where the tests run as a background job (which
   # a shell starts with SIGINT ignored, a disposition every child would inherit).
-  proc = subprocess.Popen(_argv(out), cwd=REPO, env=_env(), stdout=log,
+  proc = subprocess.Popen(_argv(out), cwd=REPO, env=sweep_env(), stdout=log,
                           stderr=subprocess.STDOUT, text=True,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   log.close()

@@ -275,3 +275,19 @@ def test_power_of_choice_scores_the_global_model_on_each_candidate(tmp_path):
     assert abs(losses[k] - want) < 1e-5 * max(1.0, want)
   rows, _ = run(tmp_path, fe_tiny(selection='power_of_choice', rounds=2))
   assert all(r['participants'] == 5 for r in rows)
+
+
+@pytest.mark.parametrize('algo', ['fedavg', 'scaffold'])
+def test_fedavg_setup_payloads_need_no_init(algo):
+  """The initial broadcast is counted from the model's shapes, on an algorithm whose init
+  never ran, and equals the global model's size (SCAFFOLD's rounds double it, not setup)."""
+  exp = experiment.build(spec_of(fe_tiny(algo, selection='uniform', rounds=1)))
+  fresh = type(exp.algorithm)(exp.ctx)   # nothing but the constructor has run
+  (setup,) = fresh.setup_payloads()
+  server = fresh.init().server
+  elements = sum(x.size for x in jax.tree.leaves((server.params, server.batch_stats)))
+  assert (setup.name, setup.direction, setup.kind) == ('params', 'down', 'float')
+  assert setup.elements == elements and isinstance(setup.elements, int)
+  assert setup.copies == K and setup.multicast
+  up = [p for p in fresh.payloads(np.ones(K, bool)) if p.direction == 'up']
+  assert sum(p.elements * p.copies for p in up) == (2 if algo == 'scaffold' else 1) * K * elements

@@ -26,14 +26,14 @@ TINY_SETS = ['rounds=2', "clients.models=('mlp@0.25',)", 'server.model=mlp@0.25'
              'log.tensorboard=False']
 
 
-def _env():
+def sweep_env():
   env = dict(os.environ)
   env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') + ' ' + FAST_XLA).strip()
   return env
 
 
 def _cli(*args, timeout=300):
-  return subprocess.run([sys.executable, '-m', 'fedjax_kd.sweep', *args], cwd=REPO, env=_env(),
+  return subprocess.run([sys.executable, '-m', 'fedjax_kd.sweep', *args], cwd=REPO, env=sweep_env(),
                         capture_output=True, text=True, timeout=timeout)
 
 
@@ -420,7 +420,7 @@ def test_the_guides_sweep_of_a_registered_algorithm_finishes_every_run(tmp_path)
   proc = subprocess.run(
       [sys.executable, '-m', 'fedjax_kd.sweep', '--config=my_median.py', '--seeds=0,1',
        '--out=runs/median_sweep', '--set', 'rounds=1', '--set', 'median_distill.quantile=0.25'],
-      cwd=tmp_path, env=dict(_env(), PYTHONPATH=str(REPO)), capture_output=True, text=True,
+      cwd=tmp_path, env=dict(sweep_env(), PYTHONPATH=str(REPO)), capture_output=True, text=True,
       timeout=600)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert proc.stdout.count('] done ') == 2
@@ -440,7 +440,7 @@ def test_a_sweep_of_a_config_that_registers_a_model_and_a_source_finishes(tmp_pa
           '--set', 'distill.batch_size=30',
           '--set', 'log.tensorboard=False']
   proc = subprocess.run([sys.executable, '-m', 'fedjax_kd.sweep', *argv], cwd=tmp_path,
-                        env=dict(_env(), PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                        env=dict(sweep_env(), PYTHONPATH=str(REPO)), capture_output=True, text=True,
                         timeout=600)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert proc.stdout.count('] done ') == 2

@@ -20,8 +20,8 @@ from fedjax_kd.errors import ConfigError
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _npz(path: pathlib.Path, n_train: int = 1200, n_test: int = 300,
-         noise: float = 60.0) -> str:
+def write_npz(path: pathlib.Path, n_train: int = 1200, n_test: int = 300,
+              noise: float = 60.0) -> str:
   """A learnable 28x28 task in Keras' mnist.npz layout: noisy class prototypes (pixel noise
   of std ``noise``)."""
   rng = np.random.default_rng(0)
@@ -50,7 +50,7 @@ def _dsfl(path, seed=0, **fields):
 
 def test_setting_is_fixed_by_the_seed(tmp_path):
   """A pair of runs shares data, partition and open-set draws: all three follow the seed."""
-  path = _npz(tmp_path / 'm.npz')
+  path = write_npz(tmp_path / 'm.npz')
   a = common.export_setting(_dsfl(path, 0, **{'dsfl.aggregation': 'era'}), ('dsfl',))
   b = common.export_setting(_dsfl(path, 0, **{'dsfl.aggregation': 'sa'}), ('dsfl',))
   c = common.export_setting(_dsfl(path, 1), ('dsfl',))
@@ -131,7 +131,7 @@ def test_lockstep_reference_reproduces_fedjax_kd(tmp_path, algorithm):
   rounding (SCAFFOLD's second round reads the control variates of the first)."""
   pytest.importorskip('torch')
   from benchmarks.torch_ref import dsfl, fedentopt  # pylint: disable=g-import-not-at-top
-  path = _npz(tmp_path / 'm.npz')
+  path = write_npz(tmp_path / 'm.npz')
   if algorithm == 'dsfl':
     cfg, module = _dsfl(path), dsfl
     keys = ('test_acc', 'train_loss', 'distill_loss', 'server_distill_loss')
@@ -159,7 +159,7 @@ def test_tiny_reference_run_is_a_sweep(tmp_path):
   """Two rounds with 2 clients: a sweep directory that aggregate reads, and that a rerun
   skips."""
   pytest.importorskip('torch')
-  path = _npz(tmp_path / 'm.npz')
+  path = write_npz(tmp_path / 'm.npz')
   out = tmp_path / 'ref'
   argv = [f'--mnist={path}', '--seeds=0', '--variants=era', '--rounds=2', f'--out={out}',
           '--set', 'clients.num_clients=2', '--set', 'data.num_private=400', '--set',
@@ -182,7 +182,7 @@ def test_tiny_reference_run_is_a_sweep(tmp_path):
 def test_bad_flags_exit_2(tmp_path, capsys):
   assert cli.main([f'--mnist={tmp_path / "none.npz"}', f'--out={tmp_path}']) == 2
   assert 'none.npz' in capsys.readouterr().err
-  path = _npz(tmp_path / 'm.npz', 100, 20)
+  path = write_npz(tmp_path / 'm.npz', 100, 20)
   assert cli.main([f'--mnist={path}', '--algorithm=fedmd', f'--out={tmp_path}']) == 2
   assert '--algorithm' in capsys.readouterr().err
   assert cli.main([f'--mnist={path}', '--variants=ear', f'--out={tmp_path}']) == 2

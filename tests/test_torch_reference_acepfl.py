@@ -17,7 +17,7 @@ from benchmarks.torch_ref import acepfl  # pylint: disable=g-import-not-at-top
 from benchmarks.torch_ref import common  # pylint: disable=g-import-not-at-top
 from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
 from fedjax_kd import sweep  # pylint: disable=g-import-not-at-top
-from tests.test_torch_reference import _npz  # pylint: disable=g-import-not-at-top
+from tests.test_torch_reference import write_npz  # pylint: disable=g-import-not-at-top
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -110,7 +110,7 @@ def _tiny(path: str, algorithm: str = 'acepfl', **fields):
                 'acepfl.dynamic_temperature': False}),
     ('single', {})])
 def test_tiny_run(tmp_path, algorithm, fields):
-  path = _npz(tmp_path / 'm.npz')
+  path = write_npz(tmp_path / 'm.npz')
   cfg = _tiny(path, algorithm, **fields)
   setting = common.export_setting(cfg, acepfl.ALGORITHMS)
   out = common.run(acepfl, setting, common.RefOptions(), 0, str(tmp_path / 'run'),
@@ -132,7 +132,7 @@ def test_tiny_run(tmp_path, algorithm, fields):
 
 
 def test_unsupported_option_names_its_field(tmp_path):
-  path = _npz(tmp_path / 'm.npz')
+  path = write_npz(tmp_path / 'm.npz')
   setting = common.export_setting(_tiny(path, **{'acepfl.noise': 'gaussian',
                                                  'acepfl.noise_scale': 0.1}),
                                   acepfl.ALGORITHMS)

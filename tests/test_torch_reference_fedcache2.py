@@ -17,7 +17,7 @@ from benchmarks.torch_ref import common
 from benchmarks.torch_ref import fedcache2
 from fedjax_kd import config as config_lib
 from fedjax_kd import sweep
-from tests.test_torch_reference import _npz as shared_npz
+from tests.test_torch_reference import write_npz as shared_npz
 
 torch = pytest.importorskip('torch')
 torch.set_num_threads(1)
@@ -26,7 +26,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 # A less noisy task with a larger test split than the shared default.
-_npz = functools.partial(shared_npz, n_test=600, noise=40.0)
+write_npz = functools.partial(shared_npz, n_test=600, noise=40.0)
 
 
 def _config(path: str, algorithm: str = 'fedcache2', **fields):
@@ -123,7 +123,7 @@ def test_sampling_bernoulli_rate():
 
 
 def _run(tmp_path, algorithm):
-  path = _npz(tmp_path / 'm.npz')
+  path = write_npz(tmp_path / 'm.npz')
   setting = common.export_setting(_config(path, algorithm), fedcache2.ALGORITHMS)
   out = tmp_path / algorithm
   summary = common.run(fedcache2, setting, common.RefOptions(), 0, str(out), threads=1,
@@ -155,7 +155,7 @@ def test_two_rounds(tmp_path):
 
 
 def test_unsupported_option_is_named(tmp_path):
-  path = _npz(tmp_path / 'm.npz', n_train=600, n_test=200)
+  path = write_npz(tmp_path / 'm.npz', n_train=600, n_test=200)
   cfg = _config(path, **{'data.augment': 'flip_crop'})
   setting = common.export_setting(cfg, fedcache2.ALGORITHMS)
   with pytest.raises(ValueError, match='data.augment'):

@@ -9,7 +9,7 @@ from benchmarks.torch_ref import common
 from benchmarks.torch_ref import scarlet
 from fedjax_kd import presets
 from fedjax_kd import sweep
-from tests.test_torch_reference import _npz
+from tests.test_torch_reference import write_npz
 
 
 def test_enhanced_era_and_era_by_hand():
@@ -56,7 +56,7 @@ def test_reference_runs_and_its_hit_ratio_is_fedjax_kds(tmp_path, algorithm):
   served from the cache is exactly what fedjax_kd's cache computes from the same draws."""
   pytest.importorskip('torch')
   from fedjax_kd.ops import cache as cache_ops  # pylint: disable=g-import-not-at-top
-  path = _npz(tmp_path / 'm.npz')
+  path = write_npz(tmp_path / 'm.npz')
   setting = common.export_setting(_tiny(path, algorithm), scarlet.ALGORITHMS)
   summary = common.run(scarlet, setting, common.RefOptions(), 0, str(tmp_path / 'run'),
                        threads=1, log=lambda *_: None)
@@ -86,7 +86,7 @@ def test_a_run_in_use_is_refused_not_interleaved(tmp_path):
   pytest.importorskip('torch')
   from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.errors import DataError  # pylint: disable=g-import-not-at-top
-  path = _npz(tmp_path / 'm.npz')
+  path = write_npz(tmp_path / 'm.npz')
   setting = common.export_setting(_tiny(path, 'dsfl'), scarlet.ALGORITHMS)
   run_dir = tmp_path / 'run'
   with workdir_lib.DirLock(str(run_dir)):

@@ -230,7 +230,7 @@ def pair_figure(path: str, cells: Sequence[dict[str, Any]], pairs: Sequence[tupl
                 if seed in both and len(cv['test_acc']['round'])]
       if not curves:
         continue
-      rounds, _, mean, std = sweep.report._band(curves)  # pylint: disable=protected-access
+      rounds, _, mean, std = sweep.report.seed_band(curves)
       # One colour per grid cell; without a grid, one per implementation.
       color = run_color(keys.index(tuple(sorted(c['cell'].items()))) if len(keys) > 1
                         else int(c['variant'] != a))

@@ -226,24 +226,22 @@ def _upload(logp: jax.Array, temperature: jax.Array, active: jax.Array, key: jax
 
 
 @jax.jit
-def _teacher_device_stats(teachers: jax.Array, y_pub: jax.Array) -> dict[str, jax.Array]:
+def _teacher_stats(teachers: jax.Array, y_pub: jax.Array) -> dict[str, jax.Array]:
+  """Per-teacher non-zeros (download size), entropy and public-label accuracy (device)."""
   return {'nnz': jnp.sum(teachers > 0, axis=(1, 2)),
           'entropy': jnp.mean(aggregate.entropy(teachers), axis=1),
           'acc': jnp.mean(jnp.argmax(teachers, -1) == y_pub[None], axis=1)}
 
 
-def _teacher_stats(teachers: jax.Array, y_pub: jax.Array) -> dict[str, np.ndarray]:
-  """Per-teacher non-zeros (download size), entropy and public-label accuracy, on the host."""
-  return {k: np.asarray(v) for k, v in jax.device_get(_teacher_device_stats(teachers,
-                                                                            y_pub)).items()}
-
-
-def _teacher_metrics(stats: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, float]:
-  """Entropy and public-label accuracy of this round's aggregates (diagnostics)."""
-  if not fresh.any():
+def _teacher_metrics(stats: dict[str, jax.Array], fresh: np.ndarray) -> dict[str, jax.Array]:
+  """Entropy and public-label accuracy of this round's aggregates (diagnostics, device
+  scalars); ``fresh`` is the host mask of the teachers that got uploads."""
+  n = int(fresh.sum())
+  if not n:
     return {}
-  return {'teacher_entropy': float(np.mean(stats['entropy'][fresh])),
-          'teacher_acc': float(np.mean(stats['acc'][fresh]))}
+  f = jnp.asarray(fresh)   # a mask of fixed shape [V]: no new program when the count changes
+  return {'teacher_entropy': jnp.sum(jnp.where(f, stats['entropy'], 0.0)) / n,
+          'teacher_acc': jnp.sum(jnp.where(f, stats['acc'], 0.0)) / n}
 
 
 @jax.jit
@@ -400,12 +398,13 @@ class ACEPFL(base.Algorithm):
     t, active = r.t, r.active
     o = self.options
     temp = self.temperature(t)
-    metrics: dict[str, float] = {'temperature': temp}
+    # Host numbers and device scalars; play_round reads the device ones once.
+    metrics: dict[str, Any] = {'temperature': temp}
     if t == 1:
       metrics.update(self.cluster_summary())
     payloads: list[comm.Payload] = []
     act = jnp.asarray(active)
-    n_act = int(np.sum(active))
+    n_act = int(np.sum(active))   # a host mask: no device read
     k = r.num_clients
 
     # 1. Local training on private data (lr eta1).
@@ -425,10 +424,13 @@ class ACEPFL(base.Algorithm):
 
     # 4. Server aggregation (Eq. 3 / per cluster / Eq. 1).
     table, ex = state.table, state.extra
-    cluster, size = jax.device_get((table.cluster, table.size))   # one host read
-    teachers, fresh = self._aggregate(up, active, np.asarray(cluster), np.asarray(size))
-    stats = _teacher_stats(teachers, self.y_pub)       # one host read a round
-    payloads += self._downlink_payloads(stats['nnz'], active, np.asarray(cluster))
+    # The round's clients' clusters and data sizes, the constants ``table.cluster`` and
+    # ``table.size`` hold, taken on the host (no device read).
+    cluster = np.asarray(self.clustering.labels, np.int32)[r.ids]
+    size = np.asarray(self.ctx.data.client_n, np.int32)[r.ids]
+    teachers, fresh = self.aggregate_uploads(up, active, cluster, size)
+    stats = _teacher_stats(teachers, self.y_pub)
+    payloads += self._downlink_payloads(stats['nnz'], active, cluster)
 
     # 5. Triple distillation on D0 (lr eta2).
     hist, hist_count = ex.hist, ex.hist_count
@@ -457,20 +459,27 @@ class ACEPFL(base.Algorithm):
         n=np.full(k, self.m, np.int32), aux=aux, loss_fn=self.loss_fn, active=active)
     state = state.replace(clients=clients)
     metrics['distill_loss'] = base.nanmean(dloss)
+    gd = None
     if o.gd_mode == 'literal' or o.weights[3] > 0:
-      used = fresh & (hist_count > 0)
+      used = jnp.asarray(fresh) & (hist_count > 0)
       # Evaluated every round, round 1 (no history yet) included, so its ops compile
       # in round 1 rather than in round 2; the metric is reported once there is history.
       vals = jax.vmap(_literal_gd, in_axes=(0, 0, None))(teachers, hist, jnp.float32(temp))
-      num, den = jax.device_get((jnp.sum(jnp.where(used, vals, 0.0)), jnp.sum(used)))
-      if den:
-        metrics['gd_literal'] = float(num / den)
+      gd = (jnp.sum(jnp.where(used, vals, 0.0)), jnp.sum(used))
+    acc = None
+    if o.weights[2] > 0:   # host accuracies (the evaluation reads them)
+      acc = self.selection_accuracy(state, r)
+    # One host read the round's control flow needs: whether some teacher has history
+    # (gd_literal is reported only then) and the best accuracies so far (a client that
+    # beats its own is predicted again below).
+    gd, best_acc = jax.device_get((gd, None if acc is None else table.best_acc))
+    if gd is not None and gd[1]:
+      metrics['gd_literal'] = float(gd[0] / gd[1])
 
     # Bookkeeping: the best past model and the running mean of aggregates.
     improved = np.zeros(k, bool)
-    if o.weights[2] > 0:
-      acc = self._selection_accuracy(state, r)
-      improved = np.asarray(active) & (acc > np.asarray(table.best_acc))
+    if acc is not None:
+      improved = np.asarray(active) & (acc > np.asarray(best_acc))
       metrics[f'{o.best_metric}_acc'] = (float(np.mean(acc[np.asarray(active)]))
                                          if n_act else float('nan'))
     if improved.any():
@@ -483,17 +492,17 @@ class ACEPFL(base.Algorithm):
           best_logp=jnp.where(imp[:, None, None], new_logp, table.best_logp),
           best_acc=jnp.where(imp, jnp.asarray(acc, jnp.float32), table.best_acc))
     cnt = hist_count.astype(jnp.float32)[:, None, None]
-    f = fresh[:, None, None]
+    f = jnp.asarray(fresh)[:, None, None]
     ex = ex.replace(hist=jnp.where(f, (cnt * hist + teachers) / (cnt + 1.0), hist),
-                    hist_count=hist_count + fresh.astype(jnp.int32))
+                    hist_count=hist_count + jnp.asarray(fresh, jnp.int32))
     metrics['best_updates'] = int(improved.sum())
-    metrics.update(_teacher_metrics(stats, np.asarray(fresh)))
+    metrics.update(_teacher_metrics(stats, fresh))
     return state.replace(table=table, extra=ex), base.RoundOutput(metrics, payloads)
 
   # -------------------------------------------------------------- helpers
-  def _aggregate(self, up: jax.Array, active: np.ndarray, cluster: np.ndarray,
-                 size: np.ndarray) -> tuple[jax.Array, jax.Array]:
-    """``[V, m, C]`` teachers (V = 1 unless per cluster) and which got fresh uploads.
+  def aggregate_uploads(self, up: jax.Array, active: np.ndarray, cluster: np.ndarray,
+                        size: np.ndarray) -> tuple[jax.Array, np.ndarray]:
+    """``[V, m, C]`` teachers (V = 1 unless per cluster) and which got fresh uploads (host).
 
     ``cluster`` and ``size`` are the round's clients' cluster ids and data sizes.
     """
@@ -513,30 +522,34 @@ class ACEPFL(base.Algorithm):
       fresh = np.asarray([act_f.sum() > 0])
     if o.renormalize == 'server':
       teachers = teachers / jnp.maximum(jnp.sum(teachers, -1, keepdims=True), 1e-30)
-    return teachers, jnp.asarray(fresh)
+    return teachers, fresh
 
-  def _downlink_payloads(self, nnz: np.ndarray, active: np.ndarray,
+  def _downlink_payloads(self, nnz: jax.Array, active: np.ndarray,
                          cluster: np.ndarray) -> list[comm.Payload]:
-    """Each receiver gets its teacher, dense or sparse, whichever is smaller."""
+    """Each receiver gets its teacher, dense or sparse, whichever is smaller.
+
+    ``nnz`` ``[V]`` stays on the device: the choice is made there, and the dense form has an
+    index payload of zero elements.
+    """
     out = []
+    dense = self.m * self.num_classes
+    # sparse < dense bytes  <=>  nnz * (f + i) < dense * f  <=>  nnz < ceil(dense * f / (f + i))
+    per_sparse = self.rules.float_bytes + self.rules.index_bytes
+    limit = min(-(-dense * self.rules.float_bytes // per_sparse), np.iinfo(np.int32).max)
     for v in range(self.n_teachers):
       members = (cluster == v) if self.n_teachers > 1 else np.ones_like(active, bool)
       receivers = int(np.sum(members & np.asarray(active, bool)))
       if not receivers:
         continue
-      dense = self.m * self.num_classes * self.rules.float_bytes
-      sparse = int(nnz[v]) * (self.rules.float_bytes + self.rules.index_bytes)
+      sparse = nnz[v] < limit
       name = 'aggregate' if self.n_teachers == 1 else f'aggregate_cluster{v}'
-      if sparse < dense:
-        out += [comm.Payload(name, comm.DOWN, 'float', int(nnz[v]), receivers, multicast=True),
-                comm.Payload(name + '_indices', comm.DOWN, 'index', int(nnz[v]), receivers,
-                             multicast=True)]
-      else:
-        out.append(comm.Payload(name, comm.DOWN, 'float', self.m * self.num_classes, receivers,
-                                multicast=True))
+      out += [comm.Payload(name, comm.DOWN, 'float', jnp.where(sparse, nnz[v], dense),
+                           receivers, multicast=True),
+              comm.Payload(name + '_indices', comm.DOWN, 'index', jnp.where(sparse, nnz[v], 0),
+                           receivers, multicast=True)]
     return out
 
-  def _selection_accuracy(self, state, r) -> np.ndarray:
+  def selection_accuracy(self, state, r) -> np.ndarray:
     """``[S]`` accuracy that picks the best past model (-inf for inactive clients)."""
     if self.options.best_metric == 'public':
       acc, _ = r.fed.evaluate_shared(state.clients, self.x_pub, self.y_pub, active=r.active,

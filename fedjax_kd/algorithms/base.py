@@ -94,9 +94,29 @@ class Round:
 
 @dataclasses.dataclass
 class RoundOutput:
-  """What a round reports: scalar metrics and the payloads it sent."""
-  metrics: dict[str, float]
+  """What a round reports: scalar metrics and the payloads it sent.
+
+  A round returns it without waiting for the device: a metric may be a device
+  scalar (a ``jnp`` value) or a host number, and a payload's counts may be
+  device scalars (:class:`fedjax_kd.ops.comm.Payload`). :meth:`to_host` reads
+  all of them in one transfer; :func:`play_round` calls it once per round, so
+  the runner (and anything else that plays rounds) sees Python numbers.
+
+  Attributes:
+    metrics: name -> scalar: a Python float or int, a NumPy scalar or a device
+      scalar. After :meth:`to_host`: Python ``int`` for integer values (counts),
+      ``float`` for the rest.
+    payloads: what the round sent.
+  """
+  metrics: dict[str, Any]
   payloads: list[comm.Payload]
+
+  def to_host(self) -> RoundOutput:
+    """The same output with Python numbers: one ``jax.device_get`` of every metric and every
+    payload count (host values pass through)."""
+    metrics, counts = jax.device_get((self.metrics, [p.counts for p in self.payloads]))
+    return RoundOutput({k: host_scalar(v) for k, v in metrics.items()},
+                       [p.read(c) for p, c in zip(self.payloads, counts)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,11 +248,14 @@ class Algorithm:
   def train_clients(self, state: AlgState, r: Round, rule: LocalRule | None = None,
                     local: Local | None = None):
     """Private training of the active clients (default rule and inputs: :meth:`train_rule`,
-    :meth:`local_inputs`)."""
+    :meth:`local_inputs`).
+
+    Returns the new state and the mean loss over the active clients (a device scalar).
+    """
     clients, loss = r.fed.train_private(state.clients, self.ctx.root, r.t,
                                         rule or self.train_rule(), local or self.local_inputs(r),
                                         active=r.active)
-    return state.replace(clients=clients), nanmean(loss)
+    return state.replace(clients=clients), nanmean(loss)   # a device scalar
 
   def selection_losses(self, state: AlgState, candidates: np.ndarray) -> np.ndarray:
     """``[K]`` local training loss of each candidate's model (Power-of-Choice).
@@ -254,7 +277,10 @@ class Algorithm:
 
   def distill_clients(self, state: AlgState, r: Round, x: Array, targets: Array,
                       count: int | None = None, weights: Array | None = None):
-    """Every active client distils on ``(x[:count], targets[..., :count, :])``."""
+    """Every active client distils on ``(x[:count], targets[..., :count, :])``.
+
+    Returns the new state and the mean loss over the active clients (a device scalar).
+    """
     clients, loss = r.fed.distill(state.clients, self.ctx.root, r.t, x, targets,
                                   self.distill_rule(), active=r.active, count=count,
                                   weights=weights)
@@ -262,11 +288,14 @@ class Algorithm:
 
   def distill_server(self, state: AlgState, t: int, x: Array, targets: Array,
                      count: int | None = None):
-    """The server model distils on ``(x[:count], targets[:count])``."""
+    """The server model distils on ``(x[:count], targets[:count])``.
+
+    Returns the new state and its loss (a device scalar).
+    """
     server, loss = self.server_model.distill(
         state.server, rng.server_key(self.ctx.root, t, 'distill'), x, targets,
         self.distill_rule(), count=count)
-    return state.replace(server=server), float(loss[0])
+    return state.replace(server=server), loss[0]
 
   def predict_clients(self, state: AlgState, r: Round, x: Array) -> Array:
     """``[S, m, C]`` client probabilities on public inputs (zeros for inactive)."""
@@ -301,9 +330,33 @@ class Algorithm:
     return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
 
 
-def nanmean(x) -> float:
-  x = np.asarray(x, np.float64)
-  return float(np.nanmean(x)) if np.isfinite(x).any() else float('nan')
+@jax.jit
+def _nanmean(x: Array) -> Array:
+  x = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+  return jnp.where(jnp.any(jnp.isfinite(x)), jnp.nanmean(x), jnp.nan)
+
+
+def nanmean(x) -> Array:
+  """The mean over the entries that are not NaN, as a device scalar (no host read).
+
+  NaN when no entry is finite (e.g. every client inactive: their losses are NaN).
+  """
+  return _nanmean(jnp.asarray(x))
+
+
+def host_scalar(value: Any) -> Any:
+  """A metric read from the device as a Python number: ``int`` for integer (and bool)
+  values, ``float`` for floating ones; Python numbers and strings pass through."""
+  if isinstance(value, (bool, int, float, str)):
+    return value
+  a = np.asarray(value)
+  if a.ndim:
+    return a.tolist()
+  if a.dtype.kind in 'iu':
+    return int(a)
+  if a.dtype.kind == 'b':
+    return bool(a)
+  return float(a)
 
 
 def rows_where(mask: Array, a: Array, b: Array) -> Array:
@@ -362,17 +415,21 @@ def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
       participants' compact state and the view's federation.
 
   Returns:
-    The new state and the round's output.
+    The new state and the round's output, read to the host (:meth:`RoundOutput.to_host`:
+    one transfer for all its metrics and payload counts, the round's only read besides
+    those its own host control flow needs).
   """
   fed = algo.ctx.fed
   if fed.store is None:
     state, out = algo.round(state, round_input(algo, fed, t, active))
+    out = out.to_host()
     if check is not None:
       check(state, fed, out)
     return state, out
   view = fed.round_view(active)
   vstate = fed.store.gather(state, view)
   vstate, out = algo.round(vstate, round_input(algo, view.fed, t, view.active))
+  out = out.to_host()
   if check is not None:
     check(vstate, view.fed, out)
   return fed.store.scatter(state, vstate, view), out

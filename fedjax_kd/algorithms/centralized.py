@@ -30,7 +30,7 @@ class Centralized(base.Algorithm):
     server, loss = self.server_model.fit(state.server, rng.server_key(self.ctx.root, t, 'train'),
                                          d.x_private, d.y_private, rule,
                                          Local(lr_scale=self.lr_factor(t)))
-    return state.replace(server=server), base.RoundOutput({'train_loss': float(loss[0])}, [])
+    return state.replace(server=server), base.RoundOutput({'train_loss': loss[0]}, [])
 
   def evaluate(self, state):
     return self.server_metrics(state)

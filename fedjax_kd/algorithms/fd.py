@@ -98,9 +98,9 @@ class FD(base.Algorithm):
         shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx, n=d.client_n,
         loss_fn=fd_loss, active=active, aux={'teacher': teacher, 'weight': weight,
              'gamma': jnp.full((r.num_clients,), self.options.gamma, jnp.float32)})
-    metrics['distill_loss'] = base.nanmean(loss)
-    c = d.num_classes
-    payloads = [comm.Payload('per_label_probs', comm.UP, 'float', c * c, int(np.sum(active))),
-                comm.Payload('per_label_probs', comm.DOWN, 'float', c * c,
-                             int(np.sum(active)), multicast=True)]
+    metrics['distill_loss'] = base.nanmean(loss)   # a device scalar, read with the round
+    c, senders = d.num_classes, int(np.sum(active))   # a host mask: no device read
+    payloads = [comm.Payload('per_label_probs', comm.UP, 'float', c * c, senders),
+                comm.Payload('per_label_probs', comm.DOWN, 'float', c * c, senders,
+                             multicast=True)]
     return state.replace(clients=clients), base.RoundOutput(metrics, payloads)

@@ -19,6 +19,7 @@ options, :meth:`FedAvg.aggregate`, and the model-exchange payloads.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import jax
@@ -34,7 +35,7 @@ from fedjax_kd.ops import param_aggregate
 
 
 @jax.jit
-def _broadcast(cohort, server, mask):
+def broadcast(cohort, server, mask):
   """Sets params and batch stats of rows with ``mask`` to the server's model."""
   def put(c, s):
     m = mask.reshape((-1,) + (1,) * (c.ndim - 1))
@@ -69,20 +70,20 @@ class FedAvg(base.Algorithm):
         ctx.spec, server=dataclasses.replace(ctx.spec.server, model=ctx.spec.clients.models[0])))
     super().__init__(ctx)
 
-  def _model_elements(self, state) -> int:
-    return num_elements(state.server.params) + num_elements(state.server.batch_stats)
+  @functools.cached_property
+  def model_elements(self) -> int:
+    """Floats in one copy of the global model: its parameters and BatchNorm statistics.
+
+    From the model's shapes alone (``jax.eval_shape`` of its initialisation: nothing is
+    computed), so it needs no :meth:`init` and no state.
+    """
+    server = jax.eval_shape(self.server_model.init, self.ctx.root)
+    return num_elements(server.params) + num_elements(server.batch_stats)
 
   def setup_payloads(self):
     # The initial global model is broadcast once (DS-FL counts 1 + r(K+1) models).
-    n = getattr(self, '_elements', None)
-    if n is None:
-      return []
-    return [comm.Payload('params', comm.DOWN, 'float', n, self.num_clients, multicast=True)]
-
-  def init(self):
-    state = super().init()
-    self._elements = self._model_elements(state)
-    return state
+    return [comm.Payload('params', comm.DOWN, 'float', self.model_elements, self.num_clients,
+                         multicast=True)]
 
   # ------------------------------------------------------------ hooks
   def local_training(self, state, r: base.Round) -> tuple[LocalRule, Local]:
@@ -117,7 +118,7 @@ class FedAvg(base.Algorithm):
     return state
 
   def payloads(self, active: np.ndarray) -> list[comm.Payload]:
-    return comm.model_exchange(int(np.sum(active)), self._elements)
+    return comm.model_exchange(int(np.sum(active)), self.model_elements)
 
   def selection_losses(self, state, candidates: np.ndarray) -> np.ndarray:
     """Power-of-Choice: the *global* model's loss on each candidate's data.
@@ -142,11 +143,12 @@ class FedAvg(base.Algorithm):
     (cohort,) = state.clients
     mask = jnp.asarray(r.active)
     start = state.server
-    cohort = _broadcast(cohort, state.server, mask)
+    cohort = broadcast(cohort, state.server, mask)
     state = state.replace(clients=(cohort,))
     state, loss = self.train_clients(state, r, *self.local_training(state, r))
     state = state.replace(server=self.aggregate(state, start, r))
     state = self.after_round(state, start, r)
+    # ``loss`` is a device scalar; ``play_round`` reads it with the round's other outputs.
     return state, base.RoundOutput({'train_loss': loss}, self.payloads(r.active))
 
   def evaluate(self, state):

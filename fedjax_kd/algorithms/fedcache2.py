@@ -194,7 +194,7 @@ class FedCache2(base.Algorithm):
     act = jnp.asarray(active)
     cache, table = state.extra, state.table
     payloads: list[comm.Payload] = []
-    metrics: dict[str, float] = {}
+    metrics: dict[str, Any] = {}   # device scalars and host numbers, read once by play_round
 
     # 1. Device-centric download (eq. 17).
     gids = r.ids   # a client's own cache row is its global id
@@ -205,13 +205,14 @@ class FedCache2(base.Algorithm):
                               exclude_rows=exclude)
     flat = (masks & act[:, None, None]).reshape(k_all, -1)
     down_n = jnp.sum(flat, axis=1).astype(jnp.int32)
-    receivers = int(np.sum(active))
-    # One host read for the round's download sizes (the widest one sets the kernel shape).
-    most, n_down, down_bytes = jax.device_get(
-        (jnp.max(down_n), jnp.sum(down_n), jnp.sum(flat * cache.nbytes.reshape(1, -1))))
-    most, n_down = int(most), int(n_down)
+    receivers = int(np.sum(active))   # a host mask: no device read
+    n_down = jnp.sum(down_n)
+    # A host read the round's control flow needs: the widest download sets the training
+    # kernel's shape, and none at all (round 1) trains on the private data alone.
+    most = int(jnp.max(down_n))
     if most > 0:
-      payloads += self._sample_payloads(comm.DOWN, float(down_bytes), n_down, receivers)
+      payloads += self._sample_payloads(comm.DOWN, jnp.sum(flat * cache.nbytes.reshape(1, -1)),
+                                        n_down, receivers)
     metrics['down_items'] = n_down / max(receivers, 1)
 
     # 2. Local training on private + downloaded synthetic data (eq. 14).
@@ -240,18 +241,17 @@ class FedCache2(base.Algorithm):
                                                       jnp.int32)),
         shared=(self.y_b, d.x_private, d.y_private), options=opts,
         fill=(x0, jnp.full((k_all,), jnp.nan, jnp.float32), jnp.zeros((k_all,), jnp.int32)))
-    dd_loss, skipped = np.asarray(dd_loss), np.asarray(skipped)
     metrics['dd_loss'] = base.nanmean(dd_loss)
-    metrics['dd_skipped_steps'] = int(np.sum(skipped))
+    metrics['dd_skipped_steps'] = jnp.sum(skipped)
 
     # 4. Upload: the new set replaces the client's slot (eq. 13).
     x_recv, nbytes = self._encode(x_new, v0, active)
     cache = kc.write(cache, x_recv, v0, nbytes, act, t, jnp.asarray(gids))
-    up_items, up_bytes, cache_items = jax.device_get(
-        (jnp.sum(v0 & act[:, None]), jnp.sum(nbytes * act[:, None]), jnp.sum(cache.valid)))
-    payloads += self._sample_payloads(comm.UP, float(up_bytes), int(up_items), receivers)
-    metrics['up_items'] = int(up_items)
-    metrics['cache_items'] = int(cache_items)
+    up_items = jnp.sum(v0 & act[:, None])
+    payloads += self._sample_payloads(comm.UP, jnp.sum(nbytes * act[:, None]), up_items,
+                                      receivers)
+    metrics['up_items'] = up_items
+    metrics['cache_items'] = jnp.sum(cache.valid)
     table = table.replace(proto=base.rows_where(act, x_new, table.proto),
                           proto_valid=base.rows_where(act, v0, table.proto_valid))
     return state.replace(table=table, extra=cache), base.RoundOutput(metrics, payloads)
@@ -273,10 +273,11 @@ class FedCache2(base.Algorithm):
     self._pool_x = _set_tail(pool, tail, start=self.n_private)
     return self._pool_x
 
-  def _sample_payloads(self, direction: str, nbytes: float, items: int,
+  def _sample_payloads(self, direction: str, nbytes: jax.Array, items: jax.Array,
                        receivers: int) -> list[comm.Payload]:
-    """Distilled inputs (their encoded bytes) and their hard labels."""
-    return [comm.Payload('distilled_inputs', direction, 'raw', int(round(nbytes)),
+    """Distilled inputs (their encoded bytes, a float device sum: rounded when read) and their
+    hard labels."""
+    return [comm.Payload('distilled_inputs', direction, 'raw', nbytes,
                          copies=1, bytes_per_element=1.0),
             comm.Payload('distilled_labels', direction, 'label', items, copies=1,
                          classes=self.num_classes)]
@@ -299,14 +300,12 @@ class FedCache2(base.Algorithm):
     use = jnp.any(dv, axis=1) & jnp.asarray(active)
     x0 = base.rows_where(use, cache.x[donor], proto)
     v0 = base.rows_where(use, dv, valid)
-    sent = float(jnp.sum(jnp.where(use[:, None], cache.nbytes[donor] * dv, 0.0)))
-    items = int(jnp.sum(dv & use[:, None]))
-    payloads = []
-    if items:
-      payloads = [comm.Payload('prototype_init', comm.DOWN, 'raw', int(round(sent)),
-                               bytes_per_element=1.0),
-                  comm.Payload('prototype_init_labels', comm.DOWN, 'label', items,
-                               classes=self.num_classes)]
+    sent = jnp.sum(jnp.where(use[:, None], cache.nbytes[donor] * dv, 0.0))
+    items = jnp.sum(dv & use[:, None])
+    # Device counts (zero bytes when no donor has a set yet, as in round 1).
+    payloads = [comm.Payload('prototype_init', comm.DOWN, 'raw', sent, bytes_per_element=1.0),
+                comm.Payload('prototype_init_labels', comm.DOWN, 'label', items,
+                             classes=self.num_classes)]
     return x0, v0, payloads
 
   def _encode(self, x: jax.Array, valid: jax.Array, active: np.ndarray):
@@ -321,6 +320,7 @@ class FedCache2(base.Algorithm):
     if fmt == 'raw':
       return codec.dequantize(q, lo, hi), validf * self.raw_item_bytes
     rows = np.flatnonzero(active)
+    # A host read the encoding needs: PNG and JPEG sizes come from the host's codecs.
     qh = np.asarray(q[rows])                                   # [A, P, H, W, C] uint8
     flat = qh.reshape((-1,) + qh.shape[2:])
     sizes = codec.encoded_sizes(flat, fmt, quality=self.options.jpeg_quality)

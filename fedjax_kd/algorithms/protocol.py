@@ -20,12 +20,21 @@ point where client accuracy is measured differs (after distillation instead of
 after local training).
 
 Algorithms differ only in hooks: what a client may upload
-(:meth:`upload_masks`), what it uploads (soft or hard labels), how the server
-aggregates (:meth:`aggregate`), what it sends down (:meth:`downlink`) and how
-a client turns that into targets (:meth:`client_targets`). Everything carried
-between rounds is a device array, in :class:`ProtocolTable` (per client) or
-:class:`ProtocolServer` (the caches, the pending downlink), so checkpoints hold
-it and resume loses nothing.
+(:meth:`Protocol.upload_masks`), what it uploads (soft or hard labels), how the
+server aggregates (:meth:`Protocol.aggregate`), what it sends down
+(:meth:`Protocol.downlink`) and how a client turns that into targets
+(:meth:`Protocol.client_targets`). Every hook is listed once, with its default
+and the algorithms that override it, in the table of :class:`Protocol`'s
+docstring, and defined in the hooks section at the top of the class. Everything
+carried between rounds is a device array, in :class:`ProtocolTable` (per
+client) or :class:`ProtocolServer` (the caches, the pending downlink), so
+checkpoints hold it and resume loses nothing.
+
+Each step of a round (``_client_step``, ``_server_step``) returns the state,
+its metrics and its payloads; :meth:`Protocol.round` merges them. Metrics and
+payload counts stay device scalars: the round reads to the host only what its
+own control flow needs (whether a downlink is pending, how many samples carry a
+label), and ``play_round`` reads the rest once per round.
 """
 
 from __future__ import annotations
@@ -117,12 +126,116 @@ class ProtocolServer:
 
 
 class Protocol(base.Algorithm):
-  """Base class of the public-set FD family; see the module docstring."""
+  """Base class of the public-set FD family (the round: the module docstring).
+
+  A member of the family is this class with some of its hooks overridden. Every
+  hook is in the "hooks" section right below, with its default; the rest of the
+  class (the round, the cache, the byte accounting) is the same for all:
+
+  =============================  ==============================  ================================
+  hook                           default                         overridden by
+  =============================  ==============================  ================================
+  ``schedule``                   ``'next_round'``: step 1 opens  DS-FL (``dsfl.schedule``,
+                                 the next round (SCARLET's       ``'same_round'`` by default)
+                                 code)
+  ``cache_by_default``           False: ``cache.mode='auto'``    SCARLET (True)
+                                 is off
+  ``per_client_targets``         False: one set of targets for   COMET (True)
+                                 all
+  ``upload_masks()``             None: every client may upload   Selective-FD (KuLSIF client-side
+                                 every requested sample          selectors)
+  ``upload_kind``                ``'float'``: C soft-label       CFD (``'label'``: one hard label
+                                 floats a sample                 a sample)
+  ``aggregate(probs, mask)``     none: every member defines it   DS-FL (SA/ERA), SCARLET
+                                                                 (Enhanced ERA), CFD (votes),
+                                                                 COMET (mean), Selective-FD
+                                                                 (server-side selector)
+  ``payload_shape()``            ``(C,)``: one label a sample    COMET (``(clusters, C)``)
+  ``downlink(...)``              the server's labels             CFD (the server model's
+                                                                 outputs), COMET (centroids)
+  ``down_elements_per_row``      None: C floats a fresh sample   COMET
+  ``downlink_is_server_labels``  True: clients get the server's  CFD, COMET (False)
+                                 labels (the debug check
+                                 applies)
+  ``client_targets(...)``        the downlink as sent, no loss   COMET (nearest centroid,
+                                 weights                         ``comet.weight``)
+  =============================  ==============================  ================================
+  """
   uses_public = True
   has_server_model = True
-  per_client_targets = False   # True: targets differ per client (COMET)
-  cache_by_default = False    # cache.mode='auto' turns the cache on (SCARLET)
 
+  # ================================================================ hooks
+  # Everything a member of the family may override, in the order of the table above.
+
+  @property
+  def schedule(self) -> str:
+    """When clients distil on the server's labels: ``'next_round'`` (step 1 at the start of the
+    next round, SCARLET's code) or ``'same_round'`` (at the end of this one, DS-FL's paper)."""
+    return 'next_round'
+
+  cache_by_default: ClassVar[bool] = False
+  """The cache's state under ``cache.mode='auto'`` (True for SCARLET)."""
+
+  per_client_targets: ClassVar[bool] = False
+  """True: the targets differ per client (COMET), so the clients' caches hold one copy each."""
+
+  def upload_masks(self) -> Array | None:
+    """``[K, N_pub]`` bool: which public samples each client may upload (None: all).
+
+    Computed once, in :meth:`init`; it becomes ``ProtocolTable.upload_mask``.
+    """
+    return None
+
+  upload_kind: ClassVar[str] = 'float'
+  """What a client uploads per sample: ``'float'`` (C soft-label floats) or ``'label'`` (one
+  hard label, CFD)."""
+
+  def aggregate(self, probs: Array, mask: Array) -> tuple[Array, Array, dict]:
+    """Server aggregation of uploads.
+
+    Args:
+      probs: ``[S, n, C]`` client probabilities (zero where ``mask`` is False).
+      mask: ``[S, n]`` which client uploaded which sample.
+
+    Returns:
+      ``(labels [n, C], keep [n] bool, metrics)``: the server's training
+      labels, which samples got one, and scalar diagnostics (device scalars
+      are fine: they are read with the round's other metrics).
+    """
+    raise NotImplementedError
+
+  def payload_shape(self) -> tuple[int, ...]:
+    """The shape of the downlink per sample (``ProtocolServer.prev_payload``'s rows)."""
+    return (self.num_classes,)
+
+  def downlink(self, state, r: base.Round, x: Array, labels: Array, probs: Array,
+               mask: Array) -> tuple[base.AlgState, Array]:
+    """What the server sends for the fresh samples, aligned with ``x``
+    (``[n, *payload_shape()]``).
+
+    Default: the server's labels (DS-FL, SCARLET, Selective-FD).
+    """
+    del r, x, probs, mask
+    return state, labels
+
+  down_elements_per_row: ClassVar[int | None] = None
+  """Floats sent down per fresh sample (None: C)."""
+
+  downlink_is_server_labels: ClassVar[bool] = True
+  """False when clients get other content than the server's labels (CFD, COMET); the
+  ``FEDJAX_KD_DEBUG`` cache check compares the two only when True."""
+
+  def client_targets(self, state, r: base.Round, x: Array,
+                     payload: Array) -> tuple[Array, Array | None]:
+    """Turns the downlink payload into distillation targets.
+
+    Returns:
+      ``(targets [n, C] or [S, n, C], loss weights [S] or None)``.
+    """
+    del state, r, x
+    return payload, None
+
+  # ============================================================== the rest
   def __init__(self, ctx):
     super().__init__(ctx)
     self.n_public = int(self.ctx.data.x_public.shape[0])
@@ -137,55 +250,6 @@ class Protocol(base.Algorithm):
   @property
   def cache(self) -> CacheOptions:
     return self.options.cache
-
-  @property
-  def schedule(self) -> str:
-    return 'next_round'
-
-  # --------------------------------------------------------------- hooks
-  def upload_masks(self) -> Array | None:
-    """``[K, N_pub]`` bool: which public samples each client may upload (None: all).
-
-    Computed once; it becomes ``ProtocolTable.upload_mask``.
-    """
-    return None
-
-  upload_kind = 'float'   # 'float' soft labels, or 'label' hard labels (CFD)
-
-  def aggregate(self, probs: Array, mask: Array) -> tuple[Array, Array, dict]:
-    """Server aggregation of uploads.
-
-    Args:
-      probs: ``[S, n, C]`` client probabilities (zero where ``mask`` is False).
-      mask: ``[S, n]`` which client uploaded which sample.
-
-    Returns:
-      ``(labels [n, C], keep [n] bool, metrics)``: the server's training
-      labels, which samples got one, and scalar diagnostics.
-    """
-    raise NotImplementedError
-
-  def downlink(self, state, r: base.Round, x: Array, labels: Array, probs: Array,
-               mask: Array) -> tuple[base.AlgState, Array]:
-    """What the server sends for the fresh samples, aligned with ``x``.
-
-    Default: the server's labels (DS-FL, SCARLET, Selective-FD).
-    """
-    del r, x, probs, mask
-    return state, labels
-
-  down_elements_per_row = None   # floats per fresh sample sent down (default C)
-  downlink_is_server_labels = True  # False when clients get other content (CFD, COMET)
-
-  def client_targets(self, state, r: base.Round, x: Array,
-                     payload: Array) -> tuple[Array, Array | None]:
-    """Turns the downlink payload into distillation targets.
-
-    Returns:
-      ``(targets [n, C] or [S, n, C], loss weights [S] or None)``.
-    """
-    del state, r, x
-    return payload, None
 
   # ----------------------------------------------------------- lifecycle
   def init(self):
@@ -216,18 +280,25 @@ class Protocol(base.Algorithm):
                               prev_post_stamp=jnp.zeros((n,), jnp.int32))
     return state.replace(table=table, extra=server)
 
-  def payload_shape(self) -> tuple[int, ...]:
-    return (self.num_classes,)
-
   def round(self, state, r):
-    metrics: dict[str, float] = {}
+    """One round: each step returns its metrics and payloads, merged here in round order.
+
+    The metrics and payload counts stay device values; ``play_round`` reads them once.
+    """
+    metrics: dict[str, Any] = {}
     payloads: list[comm.Payload] = []
     if self.schedule == 'next_round':
-      state = self._client_step(state, r, metrics, payloads)
+      state, step_metrics, step_payloads = self._client_step(state, r)
+      metrics.update(step_metrics)
+      payloads += step_payloads
     state, metrics['train_loss'] = self.train_clients(state, r)
-    state = self._server_step(state, r, metrics, payloads)
+    state, step_metrics, step_payloads = self._server_step(state, r)
+    metrics.update(step_metrics)
+    payloads += step_payloads
     if self.schedule == 'same_round':
-      state = self._client_step(state, r, metrics, payloads)
+      state, step_metrics, step_payloads = self._client_step(state, r)
+      metrics.update(step_metrics)
+      payloads += step_payloads
     return state, base.RoundOutput(metrics, payloads)
 
   def evaluate(self, state):
@@ -236,9 +307,17 @@ class Protocol(base.Algorithm):
     return out
 
   # ------------------------------------------------------------ server
-  def _server_step(self, state, r, metrics, payloads):
+  def _server_step(self, state, r) -> tuple[base.AlgState, dict[str, Any], list[comm.Payload]]:
+    """Steps 3-4: the request, the uploads, aggregation, the cache, the server's distillation
+    and the downlink it leaves for the clients.
+
+    Returns:
+      ``(state, metrics, payloads)``; metrics and payload counts are device scalars
+      except ``labelled``, which the step reads for its own control flow.
+    """
     t, active = r.t, r.active
     ex = state.extra
+    metrics: dict[str, Any] = {}
     draw, _ = self.sample_public(t)
     draw = jnp.asarray(draw, jnp.int32)
     if self.cache.enabled:
@@ -252,11 +331,13 @@ class Protocol(base.Algorithm):
     if allowed is not None:   # the share of the participants' requested uploads that pass
       offered = jnp.maximum(jnp.sum(mask), 1)
       mask = mask & jnp.take(allowed, idx, axis=1)
-      metrics['inlier_fraction'] = float(jnp.sum(mask) / offered)
+      metrics['inlier_fraction'] = jnp.sum(mask) / offered
     probs = self.predict_clients(state, r, x)
     probs = probs * mask[:, :, None]
     labels, keep, agg_metrics = self.aggregate(probs, mask)
-    metrics.update({k: float(v) for k, v in agg_metrics.items()})
+    # Floats, as they always were: a host number as it is, a device value as float32.
+    metrics.update({k: float(v) if isinstance(v, (int, float, np.number)) else
+                    jnp.asarray(v, jnp.float32) for k, v in agg_metrics.items()})
     if self.cache.enabled:
       pre_stamp = ex.cache_stamp[idx]
       server = cache_ops.SoftLabelCache(ex.cache_labels, ex.cache_stamp)
@@ -268,36 +349,45 @@ class Protocol(base.Algorithm):
       use = signals != cache_ops.ABSENT
       counts = cache_ops.signal_counts(signals)
       metrics.update({f'n_{k}': v for k, v in counts.items() if k != 'absent'})
-      metrics['hit_ratio'] = counts['cached'] / float(self.n_round)
+      metrics['hit_ratio'] = counts['cached'] / self.n_round
     else:
       zhat, signals, use = labels, jnp.full(idx.shape, cache_ops.NEWLY_CACHED, jnp.int32), keep
-    metrics['entropy'] = float(jnp.sum(aggregate.entropy(zhat) * use)
-                               / jnp.maximum(jnp.sum(use), 1))
-    metrics.update(self._label_diagnostics(idx, zhat, use, probs, mask))
+    metrics['entropy'] = (jnp.sum(aggregate.entropy(zhat) * use)
+                          / jnp.maximum(jnp.sum(use), 1))
+    metrics.update(self.label_diagnostics(idx, zhat, use, probs, mask))
     state = state.replace(extra=ex)
-    state, metrics['server_distill_loss'] = self._distill_server(state, t, x, zhat, use)
+    # A host read the step's control flow needs: the server distils only when some sample
+    # has a label (with the cache on, all of a round's samples may be cached ones).
+    labelled = int(jnp.sum(use))
+    if labelled:
+      xs, zs = _labelled_first(x, zhat, use)
+      state, metrics['server_distill_loss'] = self.distill_server(state, t, xs, zs,
+                                                                  count=labelled)
+    else:
+      metrics['server_distill_loss'] = float('nan')
     state, payload = self.downlink(state, r, x, zhat, probs, mask)
     ex = state.extra.replace(has_prev=jnp.ones((), bool), prev_round=jnp.asarray(t, jnp.int32),
                              prev_idx=idx, prev_use=use, prev_signals=signals,
                              prev_payload=payload.astype(jnp.float32), prev_server_labels=zhat)
-    rows, requested = int(jnp.sum(mask)), int(jnp.sum(req))
+    rows, requested = jnp.sum(mask), jnp.sum(req)
     metrics['requested'] = requested
-    metrics['labelled'] = int(jnp.sum(use))
-    payloads += [comm.Payload('request', comm.DOWN, 'index', requested, int(np.sum(active)),
-                              multicast=True),
-                 comm.Payload('uploads', comm.UP, self.upload_kind,
-                              rows if self.upload_kind == 'label' else rows * self.num_classes,
-                              classes=self.num_classes),
-                 comm.Payload('upload_indices', comm.UP, 'index', rows)]
-    return state.replace(extra=ex)
+    metrics['labelled'] = labelled
+    payloads = [comm.Payload('request', comm.DOWN, 'index', requested, int(np.sum(active)),
+                             multicast=True),
+                comm.Payload('uploads', comm.UP, self.upload_kind, rows,
+                             classes=self.num_classes,
+                             scale=1 if self.upload_kind == 'label' else self.num_classes),
+                comm.Payload('upload_indices', comm.UP, 'index', rows)]
+    return state.replace(extra=ex), metrics, payloads
 
-  def _label_diagnostics(self, idx, zhat, use, probs, mask) -> dict[str, float]:
+  def label_diagnostics(self, idx, zhat, use, probs, mask) -> dict[str, Array]:
     """How often the server's labels and the clients' uploads name the true class.
 
     Diagnostics only (the open set's labels never reach training): ``label_acc``
     is the argmax accuracy of the labels the round distils on, ``upload_acc``
     the argmax accuracy of the clients' uploads, both over the samples that
-    have them. Empty when the public set is another data set (other classes).
+    have them (device scalars). Empty when the public set is another data set
+    (other classes).
     """
     y_pub = self.ctx.data.y_public
     if y_pub is None or self.spec.data.public_source:   # another data set's classes
@@ -305,26 +395,34 @@ class Protocol(base.Algorithm):
     y = jnp.take(jnp.asarray(y_pub, jnp.int32), idx, axis=0)
     hit = jnp.argmax(zhat, -1) == y
     up_hit = (jnp.argmax(probs, -1) == y[None, :]) & mask
-    return {'label_acc': float(jnp.sum(hit * use) / jnp.maximum(jnp.sum(use), 1)),
-            'upload_acc': float(jnp.sum(up_hit) / jnp.maximum(jnp.sum(mask), 1))}
-
-  def _distill_server(self, state, t, x, targets, use):
-    x, targets, count = _labelled_first(x, targets, use)
-    if count == 0:
-      return state, float('nan')
-    return self.distill_server(state, t, x, targets, count=count)
+    return {'label_acc': jnp.sum(hit * use) / jnp.maximum(jnp.sum(use), 1),
+            'upload_acc': jnp.sum(up_hit) / jnp.maximum(jnp.sum(mask), 1)}
 
   # ------------------------------------------------------------ client
-  def _client_step(self, state, r, metrics, payloads):
+  def _client_step(self, state, r) -> tuple[base.AlgState, dict[str, Any], list[comm.Payload]]:
+    """Step 1: the pending downlink reaches the round's clients, who rebuild their targets
+    (from their caches when the cache is on) and distil on them.
+
+    Returns:
+      ``(state, metrics, payloads)``; metrics and payload counts are device scalars
+      except the ones counted by the step's one read (below).
+    """
     t, active = r.t, r.active
     ex, table = state.extra, state.table
-    if not bool(ex.has_prev):
-      return state
+    metrics: dict[str, Any] = {}
+    payloads: list[comm.Payload] = []
+    # One host read the step's control flow needs: whether a downlink is pending (none
+    # before the first server step, which is not always round 1's) and how many of its
+    # samples carry a label (the clients distil on those only, and not at all on none).
+    has_prev, labelled = jax.device_get((ex.has_prev, jnp.sum(ex.prev_use)))
+    if not has_prev:
+      return state, metrics, payloads
+    labelled = int(labelled)
     idx, signals, use = ex.prev_idx, ex.prev_signals, ex.prev_use
     x = jnp.take(self.ctx.data.x_public, idx, axis=0)
     targets, weights = self.client_targets(state, r, x, ex.prev_payload)
     fresh = cache_ops.is_fresh(signals)
-    receivers = int(np.sum(active))
+    receivers = int(np.sum(active))   # a host mask: no device read
     if self.cache.enabled:
       own = self.per_client_targets   # per-client labels live in the client table
       local = cache_ops.SoftLabelCache((table if own else ex).local_labels, ex.local_stamp)
@@ -337,39 +435,39 @@ class Protocol(base.Algorithm):
         ex = ex.replace(local_labels=local.labels)
       if self.debug and self.downlink_is_server_labels:
         diff = jnp.max(jnp.abs(targets - ex.prev_server_labels) * use[:, None])
-        if float(diff) > 0:
+        if float(diff) > 0:   # debug mode only: a read per round is its price
           raise AssertionError(f'round {t}: client cache out of sync with the server '
                                f'(max label difference {float(diff):.3g})')
-      payloads.append(comm.Payload('signals', comm.DOWN, 'signal', int(jnp.sum(use)),
-                                   receivers, multicast=True))
+      payloads.append(comm.Payload('signals', comm.DOWN, 'signal', labelled, receivers,
+                                   multicast=True))
       if self.track_clients:
         act = jnp.asarray(active)
         upd, stale = cache_ops.catch_up_counts(table.client_stamp, idx, ex.prev_pre_stamp, act)
         table = table.replace(client_stamp=cache_ops.sync_clients(
             table.client_stamp, idx, ex.prev_post_stamp, act))
-        n_upd, n_stale = int(jnp.sum(upd)), int(jnp.sum(stale))
+        n_upd, n_stale = jnp.sum(upd), jnp.sum(stale)
         metrics['catch_up_entries'] = n_upd + n_stale
-        payloads += [comm.Payload('catch_up_labels', comm.DOWN, 'float',
-                                  n_upd * self.num_classes),
+        payloads += [comm.Payload('catch_up_labels', comm.DOWN, 'float', n_upd,
+                                  scale=self.num_classes),
                      comm.Payload('catch_up_indices', comm.DOWN, 'index', n_upd + n_stale)]
     per_row = self.down_elements_per_row or self.num_classes
-    x, targets, count = _labelled_first(x, targets, use)
-    payloads += [comm.Payload('labels', comm.DOWN, 'float', int(jnp.sum(fresh & use)) * per_row,
-                              receivers, multicast=True),
-                 comm.Payload('indices', comm.DOWN, 'index', count, receivers, multicast=True)]
+    payloads += [comm.Payload('labels', comm.DOWN, 'float', jnp.sum(fresh & use), receivers,
+                              multicast=True, scale=per_row),
+                 comm.Payload('indices', comm.DOWN, 'index', labelled, receivers,
+                              multicast=True)]
     state = state.replace(extra=ex, table=table)
-    if count:
+    if labelled:
+      x, targets = _labelled_first(x, targets, use)
       state, metrics['distill_loss'] = self.distill_clients(
-          state, r, x, targets, count=count, weights=weights)
-    return state
+          state, r, x, targets, count=labelled, weights=weights)
+    return state, metrics, payloads
 
 
-def _labelled_first(x: Array, targets: Array, use: Array) -> tuple[Array, Array, int]:
+def _labelled_first(x: Array, targets: Array, use: Array) -> tuple[Array, Array]:
   """Moves the samples that have a label to the front (fixed shapes, no recompiles).
 
-  Returns ``(x, targets, count)``; distillation then reads the first ``count``
-  rows. ``targets`` may carry a leading client axis.
+  Returns ``(x, targets)``; distillation then reads the first ``sum(use)`` rows.
+  ``targets`` may carry a leading client axis.
   """
   order = jnp.argsort(~use, stable=True)
-  return (jnp.take(x, order, axis=0), jnp.take(targets, order, axis=-2),
-          int(jnp.sum(use)))
+  return jnp.take(x, order, axis=0), jnp.take(targets, order, axis=-2)

@@ -466,7 +466,7 @@ class Federation:
   def fit(self, states: Sequence[ModelState], root: Array, t: int, phase: str,
           rule: LocalRule, local: Local | None = None, *, shared: dict, idx: Array,
           n: np.ndarray, loss_fn: LossFn, active=None,
-          aux: dict | None = None) -> tuple[tuple[ModelState, ...], np.ndarray]:
+          aux: dict | None = None) -> tuple[tuple[ModelState, ...], Array]:
     """Local training of the active clients of every cohort.
 
     Args:
@@ -483,7 +483,8 @@ class Federation:
       aux: per-client arrays with leading axis ``K`` (gathered per cohort).
 
     Returns:
-      New states and the mean loss per client ``[K]`` (NaN for inactive).
+      New states and the mean loss per client ``[K]`` (NaN for inactive), a device array:
+      nothing is read to the host here (a round reads its metrics once, at its end).
     """
     _device_only(states, 'fit')
     aux = aux or {}
@@ -501,7 +502,7 @@ class Federation:
       out[c], loss = kernels.fit(state, slots, jnp.asarray(valid), keys, cidx, rows(n), shared,
                                  jax.tree.map(rows, aux), rule, clocal, loss_fn=loss_fn)
       loss_full = self._put(loss_full, valid, gids, loss)
-    return tuple(out), np.asarray(loss_full)
+    return tuple(out), loss_full
 
   def train_private(self, states, root, t, rule: LocalRule, local: Local | None = None, *,
                     active=None):
@@ -659,6 +660,7 @@ class Federation:
       else:
         a, l, _ = kernels.evaluate(st, slots, x, y, chunk=chunk)
       acc, nll = self._put((acc, nll), valid, gids, (a, l))
+    acc, nll = jax.device_get((acc, nll))   # one read for both
     return np.asarray(acc), np.asarray(nll)
 
 

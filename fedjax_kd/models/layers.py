@@ -50,7 +50,7 @@ LOWERINGS = ('auto', 'im2col', 'xla')
 IM2COL_CONFIG: dict[str, Any] = {'chunk_bytes': 2 << 20}
 
 
-def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
+def int_pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
   if isinstance(v, int):
     return (v, v)
   v = tuple(v)
@@ -123,7 +123,7 @@ def conv_output_hw(
 # ---------------------------------------------------------------------------------------------
 
 
-def _patches(xp: Array, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int) -> Array:
+def im2col_patches(xp: Array, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int) -> Array:
   """[B, Hp, Wp, C] padded input -> [B, oh, ow, kh*kw*C] patches in (i, j, c) order."""
   cols = [
       xp[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
@@ -133,7 +133,7 @@ def _patches(xp: Array, kh: int, kw: int, oh: int, ow: int, sh: int, sw: int) ->
 
 
 def _col2im(dp: Array, kh: int, kw: int, hp: int, wp: int, sh: int, sw: int) -> Array:
-  """Adjoint of `_patches`: [B, oh, ow, kh*kw*C] -> [B, hp, wp, C].
+  """Adjoint of `im2col_patches`: [B, oh, ow, kh*kw*C] -> [B, hp, wp, C].
 
   Two passes of shifted (interior-padded for strides) pads: first the kw column taps of each
   kernel row are summed into a [B, oh, wp, C] row image, then the kh row images are summed
@@ -215,7 +215,7 @@ def _im2col_fn(strides: tuple[int, int], pads: tuple[tuple[int, int], tuple[int,
 
     def one(xc):
       xp = jnp.pad(xc, ((0, 0), (ph0, ph1), (pw0, pw1), (0, 0)))
-      p = _patches(xp, kh, kw, oh, ow, sh, sw)
+      p = im2col_patches(xp, kh, kw, oh, ow, sh, sw)
       return jnp.einsum('bhwk,ko->bhwo', p, wm, preferred_element_type=p.dtype)
 
     n, per = _chunking(b, oh * ow * kh * kw * c * x.dtype.itemsize, chunk_bytes)
@@ -231,7 +231,7 @@ def _im2col_fn(strides: tuple[int, int], pads: tuple[tuple[int, int], tuple[int,
     def one(dw, xg):
       xc, gc = xg
       xp = jnp.pad(xc, ((0, 0), (ph0, ph1), (pw0, pw1), (0, 0)))
-      p = _patches(xp, kh, kw, oh, ow, sh, sw)
+      p = im2col_patches(xp, kh, kw, oh, ow, sh, sw)
       dw = dw + jnp.einsum('bhwk,bhwo->ko', p, gc, preferred_element_type=dw.dtype)
       dp = jnp.einsum('bhwo,ko->bhwk', gc, wm, preferred_element_type=gc.dtype)
       dxp = _col2im(dp, kh, kw, hp, wp, sh, sw)
@@ -283,7 +283,7 @@ def conv_im2col(x: Array, kernel: Array, strides: int | Sequence[int] = 1,
   Returns:
     [B, Ho, Wo, Cout].
   """
-  st = _pair(strides, 'strides')
+  st = int_pair(strides, 'strides')
   kh, kw = kernel.shape[:2]
   if x.ndim != 4 or kernel.ndim != 4 or x.shape[-1] != kernel.shape[2]:
     raise ValueError(f'expected x [B, H, W, C] and kernel [kh, kw, C, O], got {x.shape} and '
@@ -299,7 +299,7 @@ def conv_im2col(x: Array, kernel: Array, strides: int | Sequence[int] = 1,
 def conv_xla(x: Array, kernel: Array, strides: int | Sequence[int] = 1,
              padding: PaddingLike = 'SAME') -> Array:
   """The same convolution through `lax.conv_general_dilated` (fast on GPU/TPU)."""
-  st = _pair(strides, 'strides')
+  st = int_pair(strides, 'strides')
   pads = resolve_padding(padding, x.shape[1:3], kernel.shape[:2], st)
   return jax.lax.conv_general_dilated(x, kernel, st, pads,
                                       dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
@@ -348,7 +348,7 @@ class Conv(nn.Module):
     Returns:
       [..., Ho, Wo, features].
     """
-    kh, kw = _pair(self.kernel_size, 'kernel_size')
+    kh, kw = int_pair(self.kernel_size, 'kernel_size')
     lowering = resolve_lowering(self.lowering)
     kernel = self.param('kernel', self.kernel_init, (kh, kw, x.shape[-1], self.features),
                         self.param_dtype)

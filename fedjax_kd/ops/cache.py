@@ -228,7 +228,8 @@ def sync_clients(client_stamp: Array, indices: Array, server_stamp: Array,
   return client_stamp.at[:, indices].set(new)
 
 
-def signal_counts(signals: Array) -> dict[str, int]:
-  """Host dict ``{'newly_cached': .., 'cached': .., 'expired': .., 'absent': ..}``."""
+def signal_counts(signals: Array) -> dict[str, Array]:
+  """``{'newly_cached': .., 'cached': .., 'expired': .., 'absent': ..}``: int32 device scalars
+  (no host read; ``int()`` one to read it)."""
   counts = jnp.bincount(signals, length=len(SIGNAL_NAMES))
-  return {name: int(c) for name, c in zip(SIGNAL_NAMES, jax.device_get(counts))}
+  return dict(zip(SIGNAL_NAMES, counts))

@@ -3,7 +3,10 @@
 An algorithm's round returns the list of :class:`Payload` it sent (what, which
 direction, how many elements per copy, how many copies). One function,
 :func:`count_bytes`, turns them into bytes under a named :class:`CommRules`, so
-there are no per-algorithm byte formulas.
+there are no per-algorithm byte formulas. Inside a round a payload's counts may
+be device scalars (the round does not wait for them); :meth:`Payload.read` is
+the one place they become Python ints, once the round's output is read
+(``RoundOutput.to_host`` reads every payload of a round in one transfer).
 
 Rule sets:
   * ``dsfl`` -- the DS-FL paper's rules (Itahara et al., IEEE TMC 2021, Tables 1-3):
@@ -34,7 +37,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
+
+import jax
+import numpy as np
 
 from fedjax_kd.ops.errors import ParamError
 
@@ -54,27 +60,67 @@ class Payload:
       ``'signal'`` (cache signals), ``'label'`` (hard class labels, needs
       ``classes``), ``'raw'`` (``bytes_per_element`` given) or ``'dataset'``
       (a one-time data-set download, ``bytes_per_element`` given).
-    elements: number of elements in one copy.
-    copies: number of senders (up) or receivers (down).
+    elements: number of elements in one copy: an int, or a device scalar until
+      :meth:`read` (a float one, e.g. a sum of encoded bytes, is rounded then).
+    copies: number of senders (up) or receivers (down); an int or a device scalar.
     multicast: for ``down``: every receiver gets the same content, so rule sets
       with ``multicast_once`` count it once.
     bytes_per_element: only for ``kind='raw'`` and ``'dataset'``.
     classes: number of classes, for ``kind='label'``.
+    scale: a host factor ``elements`` is multiplied by when read: a device count
+      of rows times the elements of a row, multiplied on the host so the product
+      cannot overflow the device's int32. 1 once read.
   """
   name: str
   direction: str
   kind: str
-  elements: int
-  copies: int = 1
+  elements: Any
+  copies: Any = 1
   multicast: bool = False
   bytes_per_element: float = 0.0
   classes: int = 0
+  scale: int = 1
 
   def __post_init__(self):
     if self.direction not in (UP, DOWN):
       raise ValueError(f'Payload.direction={self.direction!r}: expected up or down')
     if self.kind not in KINDS:
       raise ValueError(f'Payload.kind={self.kind!r}: expected one of {KINDS}')
+
+  @property
+  def counts(self) -> tuple[Any, Any]:
+    """``(elements, copies)`` as the round left them (device scalars or ints)."""
+    return self.elements, self.copies
+
+  @property
+  def is_read(self) -> bool:
+    """Whether the counts are host numbers already (nothing left on the device)."""
+    return (self.scale == 1 and not isinstance(self.elements, jax.Array)
+            and not isinstance(self.copies, jax.Array))
+
+  def read(self, counts: tuple[Any, Any] | None = None) -> Payload:
+    """This payload with Python-int counts: the one conversion of a payload's counts.
+
+    Args:
+      counts: :attr:`counts` already fetched to the host (one ``jax.device_get``
+        for a whole round, see ``RoundOutput.to_host``); None fetches them here.
+    """
+    if counts is None:
+      counts = self.counts if self.is_read else jax.device_get(self.counts)
+    elements, copies = counts
+    return dataclasses.replace(self, elements=host_count(elements) * self.scale,
+                               copies=host_count(copies), scale=1)
+
+
+def host_count(value: Any) -> int:
+  """A count read from the device (or given on the host) as a Python int.
+
+  Integers convert exactly; a float (a sum of encoded bytes) rounds half to even.
+  """
+  a = np.asarray(value)
+  if a.dtype.kind in 'iub':
+    return int(a)
+  return int(round(float(a)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +159,10 @@ def get_rules(name: str, paper_rules: str = 'dsfl') -> CommRules:
 
 
 def payload_bytes(p: Payload, rules: CommRules) -> int:
-  """Bytes on the wire for one payload type (all its copies)."""
+  """Bytes on the wire for one payload type (all its copies); device counts are read here
+  when nobody read them before (one transfer each: read a round's at once instead)."""
+  if not p.is_read:
+    p = p.read()
   if p.kind == 'float':
     per = p.elements * rules.float_bytes
   elif p.kind == 'index':

@@ -15,7 +15,7 @@ import numpy as np
 
 from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
-from fedjax_kd.sweep.planning import Run, jsonable, read_json, cell_label, cell_slug, load_plan
+from fedjax_kd.sweep.planning import Run, cell_label, cell_slug, jsonable, load_plan, read_json
 from fedjax_kd.sweep.workers import read_diverged
 
 # Statistics of a cell, in table order: (key, column header, kind).

@@ -99,7 +99,7 @@ def csv_text(cells: Sequence[dict[str, Any]], thresholds: Sequence[float]) -> st
 
 
 # ------------------------------------------------------------ figures
-def _band(curves: Sequence[dict[str, np.ndarray]]) -> tuple[np.ndarray, ...]:
+def seed_band(curves: Sequence[dict[str, np.ndarray]]) -> tuple[np.ndarray, ...]:
   """Rounds, mean cum bytes, mean and std of accuracy over the seeds logging each round."""
   rounds = sorted(set(int(r) for s in curves for r in s['round']))
   acc = np.full((len(curves), len(rounds)), np.nan)
@@ -163,7 +163,7 @@ def figure_accuracy(cells: Sequence[dict[str, Any]], metric: str = 'test_acc',
   for i, c in enumerate(cells):
     curves = [cv[metric] for cv in c['curves'].values() if len(cv[metric]['round'])]
     if curves:
-      drawn.append((i, c, _band(curves)))
+      drawn.append((i, c, seed_band(curves)))
   if not drawn:
     return None
   many = len(drawn) > 6

@@ -25,8 +25,8 @@ from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError, DiskFullError, DivergenceError
 from fedjax_kd.sweep.planning import (
-    DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, config_json, jsonable, read_json,
-    load_run_config, run_file)
+    DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, config_json, jsonable, load_run_config,
+    read_json, run_file)
 
 RUNS_PER_WORKER = 20              # a worker process is replaced after this many runs
 # A run whose directory another process still holds (e.g. a worker of a killed sweep finishing
