@@ -175,6 +175,7 @@ def test_history_is_mean_of_aggregates_and_best_model_is_tracked(tmp_path, monke
   assert ev['test_acc_weighted'] == pytest.approx(float(np.sum(acc * n) / n.sum()))
 
 
+@pytest.mark.slow
 def test_sd_and_gd_start_in_round_two(tmp_path):
   def params_by_round(distillation):
     exp = build(ace_tiny(rounds=2, **{'acepfl.distillation': distillation}))

@@ -62,6 +62,7 @@ def test_median_labels_by_hand(guide):
   np.testing.assert_allclose(got4[0], [0.4 / 0.65, 0.25 / 0.65], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_options_come_from_the_command_line_and_a_typo_is_refused(guide, tmp_path):
   # The guide's one declaration of two options is all it takes: the command line sets both,
   # a misspelt one is refused by name, a bad value by its check, and both reach the run's

@@ -124,6 +124,7 @@ def test_partial_participation_matches_full_round_for_participants():
     assert_trees_close(params_of(fed, part, k), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_subsets_of_one_bucket_do_not_recompile():
   data = make_data([10] * 8)
   fed = make_fed(data)

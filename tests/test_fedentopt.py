@@ -212,6 +212,7 @@ def test_fednova_equals_fedavg_for_equal_steps_and_differs_otherwise():
   assert not np.allclose(jax.tree.leaves(a)[0], jax.tree.leaves(b)[0])
 
 
+@pytest.mark.slow
 def test_scaffold_control_variates_after_one_round():
   exp = experiment.build(spec_of(fe_tiny('scaffold', rounds=1, **{'selection.stragglers': 0.5})))
   algo = exp.algorithm
@@ -260,6 +261,7 @@ def test_distillation_algorithms_take_the_selection_layer(tmp_path, algo):
   assert rows[-1]['test_acc'] is not None
 
 
+@pytest.mark.slow
 def test_power_of_choice_scores_the_global_model_on_each_candidate(tmp_path):
   exp = experiment.build(spec_of(fe_tiny(selection='power_of_choice', rounds=2)))
   algo, d = exp.algorithm, exp.ctx.data

@@ -41,6 +41,7 @@ def test_bad_workload_is_one_line(capsys):
   assert 'nope' in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_rows_from_logs_pool_the_finished_runs(tmp_path, capsys):
   # Two logs of the same workload, the second stopped before its last PyTorch run: the rows pool
   # every finished run (medians), and the work of a round is counted here, on the CPU.

@@ -20,6 +20,7 @@ def read_rows(workdir):
     return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 def test_cli_writes_config_metrics_and_summary(tmp_path):
   cfg = tmp_path / 'cfg.py'
   cfg.write_text('from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
