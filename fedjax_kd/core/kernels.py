@@ -43,6 +43,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from fedjax_kd.core.local import Local, LocalRule
 from fedjax_kd.core.state import ModelState, put_clients, take_clients
 from fedjax_kd.data.inputs import Normalize
+from fedjax_kd.models.registry import init_compiler_options
 from fedjax_kd.ops.losses import masked_mean
 
 Array = jax.Array
@@ -185,7 +186,11 @@ class CohortKernels:
                         static_argnames=('loss_fn', 'rule', 'idx_shared'))
     self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment'))
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
-    self._init = jax.jit(self._init_impl, static_argnames=('input_shape', 'input_dtype'))
+    # Compiled lighter on its own (`models.registry.INIT_COMPILER_OPTIONS`: the same bits);
+    # inside another transformation (the memory check's eval_shape) the plain jit.
+    self._init = jax.jit(self._init_impl, static_argnames=('input_shape', 'input_dtype'),
+                         compiler_options=init_compiler_options())
+    self._init_traced = jax.jit(self._init_impl, static_argnames=('input_shape', 'input_dtype'))
     self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk'))
     self._map = jax.jit(self._map_impl, static_argnames=('fn', 'options'))
 
@@ -230,7 +235,8 @@ class CohortKernels:
            input_dtype: str = 'float32') -> ModelState:
     """Initial stacked state, one model per key, from a dummy batch of ``input_dtype`` model
     inputs (``'int32'`` for token ids, see `FederatedData.model_input_dtype`)."""
-    return self._init(keys, tuple(input_shape), str(input_dtype))
+    init = self._init_traced if isinstance(keys, jax.core.Tracer) else self._init
+    return init(keys, tuple(input_shape), str(input_dtype))
 
   # ------------------------------------------------------------------- fit
   def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array, shared: dict,
