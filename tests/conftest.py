@@ -1,8 +1,11 @@
 """Shared test helpers: where the optional real-MNIST file is; the tiny experiment every test
 builds on is ``tests.shared.tiny_config``."""
 
+import fcntl
 import os
 import pathlib
+
+import pytest
 
 # MNIST train class counts (the standard 60,000-image training split).
 MNIST_COUNTS = (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949)
@@ -65,3 +68,25 @@ def _share_compilations() -> None:
 
 
 _share_compilations()
+
+
+@pytest.fixture(autouse=True)
+def _serial_tests_run_alone(request):
+  """A test marked ``serial`` runs while no other test does; the others run side by side.
+
+  Those tests time themselves or their processes (a survivor's exit within the heartbeat
+  timeout, a lock wait under five seconds, two processes that must both keep up), so a
+  pytest-xdist worker running something else beside them would make them slow or flaky.
+  Every test takes a lock file shared by the session's workers: ``serial`` ones exclusively,
+  the others shared. Without workers (``-n 0``) there is nothing to wait for.
+  """
+  if not os.environ.get('PYTEST_XDIST_WORKER'):
+    yield
+    return
+  mode = fcntl.LOCK_EX if request.node.get_closest_marker('serial') else fcntl.LOCK_SH
+  with open(os.environ['FEDJAX_KD_TEST_XLA_CACHE'] + '.lock', 'a') as f:
+    fcntl.flock(f, mode)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)

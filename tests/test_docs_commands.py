@@ -314,7 +314,7 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
      '.venv/bin/python -m pytest tests'): Skip(
          'the quick tier after a fresh install (network): this file is part of it; .ci/run '
          'runs it'),
-    '.venv/bin/python -m pytest tests -m slow -n 0': Skip(
+    '.venv/bin/python -m pytest tests -m slow': Skip(
         'the long tier, which runs this file: running it from here would recurse'),
     SWEEP_VARIANTS: Run(
         'test_the_readme_sweeps', 'slow',
@@ -1068,6 +1068,7 @@ def test_the_custom_algorithm_guide_sweeps(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_the_multihost_cpu_loop(work, tmp_path):
   _entry(MULTIHOST_LOOP)
   fast = f'XLA_FLAGS="--xla_force_host_platform_device_count=2 {FAST_XLA}"'

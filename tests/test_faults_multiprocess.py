@@ -24,6 +24,8 @@ import pytest
 from fedjax_kd import watchdog as watchdog_lib
 from tests import test_faults
 
+pytestmark = pytest.mark.serial   # it times its processes: alone (tests/conftest.py)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = ('from tests.shared import tiny_config\n\ndef get_config():\n  c = tiny_config(rounds=8)\n'
           '  c.checkpoint.every = 2\n  return c\n')

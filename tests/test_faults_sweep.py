@@ -29,6 +29,8 @@ from fedjax_kd.sweep import planning, workers
 from tests import test_faults
 from tests.test_sweep import REPO, TINY_SETS, sweep_env
 
+pytestmark = pytest.mark.serial   # it times its processes: alone (tests/conftest.py)
+
 ROUNDS = 8
 SEEDS = (0, 1, 2)
 NAMES = tuple(f'dsfl/seed{s}' for s in SEEDS)

@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.serial   # it times its processes: alone (tests/conftest.py)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = 'from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config(rounds=2)\n'
 # Compared columns: everything that is computed (accuracies, losses, bytes,

@@ -11,6 +11,8 @@ sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
 
 import warm_start  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+pytestmark = pytest.mark.serial   # it times its processes: alone (tests/conftest.py)
+
 
 def test_bad_repeats_is_one_line(capsys):
   assert warm_start.main(['--repeats=0']) == 2

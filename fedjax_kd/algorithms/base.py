@@ -345,15 +345,16 @@ def nanmean(x) -> Array:
 
 
 def host_scalar(value: Any) -> Any:
-  """A metric read from the device as a Python number: ``int`` for integer (and bool)
-  values, ``float`` for floating ones; Python numbers and strings pass through."""
+  """A metric read from the device as a Python number: ``int`` for integer values (as
+  payload counts are read, `comm.host_count`), ``bool``, ``float`` for floating ones; Python
+  numbers and strings pass through."""
   if isinstance(value, (bool, int, float, str)):
     return value
   a = np.asarray(value)
   if a.ndim:
     return a.tolist()
   if a.dtype.kind in 'iu':
-    return int(a)
+    return comm.host_count(a)
   if a.dtype.kind == 'b':
     return bool(a)
   return float(a)
