@@ -186,11 +186,10 @@ class CohortKernels:
                         static_argnames=('loss_fn', 'rule', 'idx_shared'))
     self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment'))
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
-    # Compiled lighter on its own (`models.registry.INIT_COMPILER_OPTIONS`: the same bits);
-    # inside another transformation (the memory check's eval_shape) the plain jit.
-    self._init = jax.jit(self._init_impl, static_argnames=('input_shape', 'input_dtype'),
-                         compiler_options=init_compiler_options())
-    self._init_traced = jax.jit(self._init_impl, static_argnames=('input_shape', 'input_dtype'))
+    # One jit per answer of `init_compiler_options` (lighter on its own, plain when traced).
+    self._inits = {traced: jax.jit(self._init_impl, static_argnames=('input_shape', 'input_dtype'),
+                                   compiler_options=None if traced else init_compiler_options())
+                   for traced in (False, True)}
     self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk'))
     self._map = jax.jit(self._map_impl, static_argnames=('fn', 'options'))
 
@@ -235,7 +234,7 @@ class CohortKernels:
            input_dtype: str = 'float32') -> ModelState:
     """Initial stacked state, one model per key, from a dummy batch of ``input_dtype`` model
     inputs (``'int32'`` for token ids, see `FederatedData.model_input_dtype`)."""
-    init = self._init_traced if isinstance(keys, jax.core.Tracer) else self._init
+    init = self._inits[init_compiler_options(keys) is None]
     return init(keys, tuple(input_shape), str(input_dtype))
 
   # ------------------------------------------------------------------- fit

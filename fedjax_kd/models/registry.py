@@ -433,16 +433,20 @@ _ENTRIES.update({n: dataclasses.replace(e, builtin=True) for n, e in _ENTRIES.it
 
 
 # A model's initialisation runs once a run, so its program is compiled with LLVM's lighter
-# optimisation level: four to seven times faster to compile (GoogLeNet's: 35 s -> 9 s on two
-# cores), and on the CPU the same bits as the default level (tests/test_models.py compares every
-# built-in model). Level 0 would be faster still but is not the same: it leaves multiplies and
-# adds uncontracted. Other backends keep their defaults (not measured there).
+# optimisation level: several times faster to compile, and on the CPU the same bits as the
+# default level (tests/test_models.py compares them). Level 0 is not the same: it leaves
+# multiplies and adds uncontracted. Other backends keep their defaults (not measured there).
 INIT_COMPILER_OPTIONS = {'xla_backend_optimization_level': 1}
 
 
-def init_compiler_options() -> dict[str, Any] | None:
-  """`INIT_COMPILER_OPTIONS` on the CPU, else None: ``jax.jit(init, compiler_options=...)``."""
-  return INIT_COMPILER_OPTIONS if jax.default_backend() == 'cpu' else None
+def init_compiler_options(value: Any = None) -> dict[str, Any] | None:
+  """``compiler_options=`` for a jit that initialises models from ``value`` (its keys):
+  `INIT_COMPILER_OPTIONS` on the CPU; None on other backends, and when ``value`` is traced
+  inside another transformation (vmap, eval_shape, jit), where JAX refuses options on the
+  inner jit and the outer program decides how it is compiled."""
+  if isinstance(value, jax.core.Tracer) or jax.default_backend() != 'cpu':
+    return None
+  return INIT_COMPILER_OPTIONS
 
 
 def init_variables(module: nn.Module, key: jax.Array, input_shape: tuple[int, ...],
@@ -462,11 +466,8 @@ def init_variables(module: nn.Module, key: jax.Array, input_shape: tuple[int, ..
     {'params': ...} plus {'batch_stats': ...} for BatchNorm models.
   """
   x = jnp.zeros((1,) + tuple(input_shape), dtype)
-  # Traced inside another transformation (vmap, eval_shape, jit), the light options cannot be
-  # given to this inner jit: the outer program decides how it is compiled.
-  options = None if isinstance(key, jax.core.Tracer) else init_compiler_options()
   return dict(jax.jit(functools.partial(module.init, train=False),
-                     compiler_options=options)(key, x))
+                     compiler_options=init_compiler_options(key))(key, x))
 
 
 def count_params(variables: Mapping[str, Any]) -> tuple[int, int]:
