@@ -26,6 +26,16 @@ Methods (``selection.method``):
   probability ``n_k / N``, of which the ``M`` with the highest local loss on the
   current model are selected. Model-dependent, so chosen in the loop; the
   algorithm supplies the losses (:meth:`Algorithm.selection_losses`).
+* ``'kl'``: the "KL" baseline of FedEntOpt (its §V-A4 cites L. Wang et al., AAAI 2021,
+  but the method it describes, in its §II and §V-B1, is M. Seol, T. Kim, Sensors
+  23(3):1152, 2023, Algorithm 2). Clients upload their label counts once; the server
+  greedily builds, from the clients with the most data, a cohort of at most M clients
+  whose summed (capped) counts approach the uniform distribution, stopping at M clients
+  or once their KL divergence to uniform is below ``selection.kl_threshold``
+  (:func:`fedjax_kd.ops.selection.kl_selection`). It is deterministic, so every round
+  selects the same cohort (the property FedEntOpt names as its weakness). Selected
+  clients train on all their data: Seol & Kim's per-class data allocation (which would
+  leave the rest of a client's data out) is recorded in ``selection.json``, not applied.
 
 Dropout and stragglers (FedEntOpt §V-B6): after selection,
 ``round(dropout * M)`` of the selected clients (or each with probability
@@ -84,6 +94,10 @@ class ClientSelector:
     if self.sel.method == 'fedentopt' and self.sel.dp:
       self.counts = sel_ops.dp_counts(self.true_counts, self.sel.epsilon, spec.seed)
     self._schedule = None
+    self._kl_cohort = self._kl_allocation = None
+    if self.sel.method == 'kl':
+      self._kl_cohort, self._kl_allocation = sel_ops.kl_selection(
+          self.counts, self.m, self.sel.kl_threshold)
     if self.sel.method == 'fedentopt':
       self._schedule = sel_ops.fedentopt_schedule(
           self.counts, spec.rounds, self.m, self.sel.q, spec.seed,
@@ -100,8 +114,8 @@ class ClientSelector:
     return self._schedule
 
   def setup_payloads(self) -> list[comm.Payload]:
-    """FedEntOpt's one-time upload of a C-float label-count vector per client."""
-    if self.sel.method != 'fedentopt':
+    """FedEntOpt's (and KL's) one-time upload of a C-float label-count vector per client."""
+    if self.sel.method not in ('fedentopt', 'kl'):
       return []
     return [comm.Payload('label_counts', comm.UP, 'float', int(self.counts.shape[1]), self.k)]
 
@@ -109,6 +123,8 @@ class ClientSelector:
     k, m = self.k, self.m
     if self.sel.method == 'fedentopt':
       return np.asarray(self._schedule[t - 1], np.int64), np.zeros(0, np.int64)
+    if self.sel.method == 'kl':
+      return self._kl_cohort.copy(), np.zeros(0, np.int64)
     if m >= k:
       return np.arange(k, dtype=np.int64), np.zeros(0, np.int64)
     if self.sel.method == 'uniform':
@@ -173,4 +189,7 @@ class ClientSelector:
                   'epsilon': self.sel.epsilon if self.sel.dp else None,
                   'selection_counts': self.counts.tolist(),
                   'schedule': self._schedule.tolist()})
+    if self.sel.method == 'kl':
+      out.update({'kl_threshold': self.sel.kl_threshold, 'cohort': self._kl_cohort.tolist(),
+                  'allocation': self._kl_allocation[self._kl_cohort].tolist()})
     return out

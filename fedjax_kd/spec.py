@@ -30,7 +30,7 @@ option, derived, nested = options.option, options.derived, options.nested
 OPTIMIZERS = ('sgd', 'adam')
 COMPUTE_DTYPES = ('float32', 'bfloat16')   # train.compute_dtype (core.kernels.COMPUTE_DTYPES)
 NORMALIZATIONS = ('unit', 'symmetric', 'standardize')
-SELECTORS = ('uniform', 'fedentopt', 'power_of_choice')
+SELECTORS = ('uniform', 'fedentopt', 'power_of_choice', 'kl')
 STORES = ('device', 'host', 'disk')
 SOURCES = "'digits', 'synthetic[:N]', 'npz:<path>' or 'tfds:<name>'"
 
@@ -140,6 +140,13 @@ class DataSpec:
                                    "training set's", check=_channel_numbers)
   std: tuple[float, ...] = option((), "'standardize': per-channel stds; () takes the "
                                   "training set's", check=_channel_numbers)
+  noisy_classes: int = option(0, "noisy labels (DS-FL's attack, Sec. 4): each client "
+                             'relabels all its rows of C random source classes as C other '
+                             'random classes; 0 is off', ge=0)
+  public_noise_source: str = option('', "noisy open data (DS-FL's attack): the source whose "
+                                    'training rows are added to the open set')
+  num_public_noise: int = option(0, 'rows of data.public_noise_source added to the open set '
+                                 '(I^n); they carry no true class', ge=0)
 
   def validate(self, spec, algorithm) -> None:
     del spec, algorithm
@@ -154,6 +161,10 @@ class DataSpec:
                         f'{len(self.mean)} numbers, one per data.mean channel')
     if any(a <= 0 for a in self.std):
       raise ConfigError('data.std', self.std, 'numbers > 0')
+    if self.num_public_noise and not self.public_noise_source:
+      raise ConfigError('data.public_noise_source', self.public_noise_source,
+                        f'a source (data.num_public_noise={self.num_public_noise} rows are '
+                        'drawn from it)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +268,9 @@ class SelectionSpec:
                           "'random' one", choices=('lowest', 'random'))
   candidates: int = option(0, 'Power-of-Choice: d candidates (M <= d <= K); 0 = min(K, 2M)',
                            ge=0)
+  kl_threshold: float = option(0.0, "KL (Seol & Kim): stop adding clients once the cohort's "
+                               'KL divergence to uniform (nats) is below this; 0 = M clients',
+                               ge=0)
   dropout: float = option(0.0, 'fraction of the selected clients that drop out', ge=0,
                           check=_below_one, allowed='a number in [0, 1)')
   dropout_mode: str = option('exact', "'exact': round(dropout * M) drop out; 'bernoulli': "

@@ -309,6 +309,19 @@ def test_scarce_setting_is_the_cpu_setting_with_small_clients():
     load_config('acepfl_mnist_cpu.py', 'scarse')
 
 
+def test_scarce_digits_setting_gives_each_client_about_ten_digits():
+  base = config_lib.validate(load_config('acepfl_digits.py', ''))
+  spec = config_lib.validate(load_config('acepfl_digits.py', 'scarce'))
+  assert (spec.data.num_private, spec.data.alpha, spec.train.epochs) == (100, 1.0, 5)
+  assert (spec.rounds, spec.options.r0, spec.train.batch_size) == (21, 7, 8)
+  assert spec.clients == base.clients and spec.data.num_public == base.data.num_public == 180
+  with pytest.raises(ValueError, match="expected no argument, ':scarce'"):
+    load_config('acepfl_digits.py', 'small')
+  # :baselines is the same clients on one architecture, for the parameter-exchange baselines.
+  b = config_lib.validate(load_config('acepfl_digits.py', 'baselines'))
+  assert b.data == spec.data and set(b.clients.models) == {'cnn@1'} and b.rounds == spec.rounds
+
+
 def test_convergence_round_by_hand():
   accs = [0.5, 0.6, 0.7, 0.7005] + [0.7] * 25
   rows = [{'round': i + 1, 'val_acc': a, 'test_acc': a - 0.1, 'cum_bytes': 10 * (i + 1),

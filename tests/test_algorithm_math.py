@@ -52,11 +52,12 @@ def test_fedavg_weighted_average_and_broadcast():
   np.testing.assert_allclose(b.batch_stats['m'], [[3.0], [4.0], [3.0]])
 
 
-def _diag_owner(y_public, public_source=''):
+def _diag_owner(y_public, public_source='', num_public_noise=0):
   import types
   return types.SimpleNamespace(
       ctx=types.SimpleNamespace(data=types.SimpleNamespace(y_public=np.asarray(y_public))),
-      spec=types.SimpleNamespace(data=types.SimpleNamespace(public_source=public_source)))
+      spec=types.SimpleNamespace(data=types.SimpleNamespace(
+          public_source=public_source, num_public_noise=num_public_noise)))
 
 
 def test_label_diagnostics_by_hand():
@@ -75,6 +76,21 @@ def test_label_diagnostics_by_hand():
   out = Protocol.label_diagnostics(owner, idx, zhat, use, probs, mask)
   assert np.isclose(out['label_acc'], 1 / 2)       # 1 right of the 2 labelled samples
   assert np.isclose(out['upload_acc'], 4 / 5)      # 4 right of the 5 uploads
+
+
+def test_label_diagnostics_leave_out_open_set_noise_rows():
+  from fedjax_kd.algorithms.protocol import Protocol
+  # Sample 4 is an added noise row (label -1): it is neither right nor wrong.
+  owner = _diag_owner([2, 0, 1, 1, -1], num_public_noise=1)
+  idx = jnp.asarray([3, 1, 4])
+  zhat = jnp.asarray([[0.1, 0.8, 0.1], [0.2, 0.7, 0.1], [0.6, 0.1, 0.3]])
+  use = jnp.asarray([True, True, True])
+  probs = jnp.asarray([[[0, 1, 0], [1, 0, 0], [0, 0, 1]],
+                       [[1, 0, 0], [1, 0, 0], [0, 0, 1]]], jnp.float32)
+  mask = jnp.ones((2, 3), bool)
+  out = Protocol.label_diagnostics(owner, idx, zhat, use, probs, mask)
+  assert np.isclose(out['label_acc'], 1 / 2)       # samples 3 (right) and 1 (wrong)
+  assert np.isclose(out['upload_acc'], 3 / 4)      # of the 4 uploads of samples 3 and 1
 
 
 def test_label_diagnostics_skip_foreign_public_set():

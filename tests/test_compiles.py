@@ -20,7 +20,7 @@ from fedjax_kd.core import compiles
 from fedjax_kd.core.compiles import count_compiles
 
 # Algorithms that average parameters need one architecture.
-SINGLE_ARCH = ('fedavg', 'fedprox', 'scaffold', 'fednova')
+SINGLE_ARCH = tuple(n for n, c in ALGORITHMS.items() if c.one_architecture)
 K = 6
 
 

@@ -253,6 +253,24 @@ SWEEP_VARIANTS = ('python -m fedjax_kd.sweep --config=configs/default.py '
                   '--seeds=0,1,2 --jobs=2 --out=runs/sw')
 SWEEP_GRID = ('python -m fedjax_kd.sweep --config=configs/scarlet_digits.py --algorithms=scarlet '
               '--set cache.duration=0,5,10,20 --metrics=hit_ratio --out=runs/scarlet_d')
+# docs/configs.md: each paper beside its baselines in one sweep.
+BASELINE_SWEEPS = (
+    'python -m fedjax_kd.sweep --config=configs/fedcache2_digits.py:baselines '
+    '--algorithms=fedcache2,mtfl,knn_per,scdpfl,fedkd,fedcache --seeds=0,1,2 '
+    '--out=runs/fc2_baselines --jobs=2',
+    'python -m fedjax_kd.sweep --config=configs/acepfl_digits.py:baselines '
+    '--algorithms=acepfl,fedavg,fedprox,scaffold,fedala,feddf,kt_pfl,fedkd '
+    "--variant 'pfedme=pfedme;pfedme.personal_lr=0.05;pfedme.lr=0.05' "
+    "--variant 'perfedavg=perfedavg;perfedavg.beta=0.05' --seeds=0,1,2 "
+    '--out=runs/ace_baselines --jobs=2',
+    'python -m fedjax_kd.sweep --config=configs/fedentopt_digits.py:c2,fedavg,uniform '
+    '--algorithms=fedavg,fedprox,scaffold,fednova,fedrs,fedlc,fedconcat '
+    "--variant 'FedEntOpt=fedavg;selection.method=\"fedentopt\"' "
+    "--variant 'FedRS + FedEntOpt=fedrs;selection.method=\"fedentopt\"' "
+    "--variant 'FedLC + FedEntOpt=fedlc;selection.method=\"fedentopt\"' "
+    "--variant 'KL=fedavg;selection.method=\"kl\"' --seeds=0,1,2 --out=runs/fe_baselines "
+    '--jobs=2',
+)
 MULTIHOST_LOOP = ('for i in 0 1; do JAX_PLATFORMS=cpu '
                   'XLA_FLAGS=--xla_force_host_platform_device_count=2 python -m fedjax_kd.main '
                   '--config=configs/default.py --config.rounds=3 --workdir=/tmp/mh '
@@ -320,6 +338,10 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'test_the_readme_sweeps', 'slow',
         '--set rounds=1 --seeds=0: four variants in two workers; OUT/runs/<variant>/seed0, '
         'compare.md/csv with the four variants, FedAvg with its own models, both figures'),
+    **{c: Run('test_the_baseline_sweeps_plan_every_run', 'slow',
+              '--dry_run: every run of the sweep is planned and its config validated (each '
+              "algorithm's rounds run in tests/test_golden.py's tiny cases and "
+              'tests/test_baselines_*.py)') for c in BASELINE_SWEEPS},
     SWEEP_GRID: Run(
         'test_the_readme_sweeps', 'slow',
         '--set rounds=2 --seeds=0: the four grid cells, hit_ratio 0 without a cache and above '
@@ -1038,6 +1060,16 @@ def test_the_readme_sweeps(work):
   hits = {int(row['cache.duration']): float(row['hit_ratio_mean']) for row in rows}
   assert sorted(hits) == [0, 5, 10, 20], rows
   assert hits[0] == 0 and all(hits[d] > 0 for d in (5, 10, 20)), hits
+
+
+@pytest.mark.slow
+def test_the_baseline_sweeps_plan_every_run(work):
+  want = {'fc2_baselines': 6 * 3, 'ace_baselines': 10 * 3, 'fe_baselines': 11 * 3}
+  for command in BASELINE_SWEEPS:
+    _entry(command)
+    r = _run(_argv(command) + ['--dry_run'], work)
+    out = command.split('--out=runs/')[1].split()[0]
+    assert f'= {want[out]} runs in runs/{out}' in r.stdout, r.stdout[-2000:]
 
 
 def _my_median(folder: pathlib.Path) -> None:

@@ -214,6 +214,20 @@ def test_paper_config_matches_the_spec(arg, models):
   assert (o.tau, o.ipc, o.dd_lr, o.encoding) == (0.5, 1, 1e-3, 'jpeg')
 
 
+def test_scarce_digits_setting_is_small_clients_near_uniform_labels_three_widths():
+  base = config_lib.validate(load_config('fedcache2_digits.py', ''))
+  s = config_lib.validate(load_config('fedcache2_digits.py', 'scarce'))
+  assert (s.data.num_private, s.data.alpha, s.train.batch_size) == (200, 2.0, 10)
+  assert sorted(set(s.clients.models)) == ['cnn@0.25', 'cnn@0.5', 'cnn@1']
+  assert (base.data.num_private, base.data.alpha) == (-1, 0.5)
+  assert (s.rounds, s.options.tau, s.clients.num_clients) == (15, 0.5, 10)
+  with pytest.raises(ValueError, match="expected no argument, ':scarce'"):
+    load_config('fedcache2_digits.py', 'x')
+  # :baselines is the same clients on one architecture, for the parameter-exchange baselines.
+  b = config_lib.validate(load_config('fedcache2_digits.py', 'baselines'))
+  assert b.data == s.data and set(b.clients.models) == {'cnn@1'} and b.rounds == s.rounds
+
+
 @pytest.mark.slow
 def test_batchnorm_train_mode_two_per_class_and_tiny_ridge_stay_finite(tmp_path):
   # A BatchNorm CNN distilling with the synthetic batch's own statistics (the authors'

@@ -97,7 +97,9 @@ CASES = (
 STORES = ('device', 'host')
 # Every algorithm fedjax_kd registers itself, as a tiny case of the quick tier.
 TINY = ('acepfl', 'centralized', 'cfd', 'comet', 'dsfl', 'fd', 'fedavg', 'fedcache2', 'fedmd',
-        'fednova', 'fedprox', 'individual', 'scaffold', 'scarlet', 'selective_fd', 'single')
+        'fednova', 'fedprox', 'individual', 'scaffold', 'scarlet', 'selective_fd', 'single',
+        'fedrs', 'fedlc', 'fedconcat', 'mtfl', 'knn_per', 'scdpfl', 'fedcache', 'feddf',
+        'fedala', 'kt_pfl', 'pfedme', 'perfedavg', 'fedkd')
 # What CI runs (about 2 minutes on 2 cores): the host store with partial participation (the
 # gather/scatter of every per-client array) for one algorithm of each engine family: the
 # public-set protocol (DS-FL, SCARLET's cache, COMET's per-client cache, Selective-FD's upload

@@ -368,8 +368,8 @@ def _wrong(value):
 
 def _valid_tiny(algorithm):
   c = tiny_config(algorithm, rounds=1)
-  if algorithm in ('fedprox', 'scaffold', 'fednova'):
-    c.clients.models = ['mlp@0.25']   # parameter averaging: one architecture
+  if algorithms.ALGORITHMS[algorithm].one_architecture:
+    c.clients.models = ['mlp@0.25']   # parameter exchange: one architecture
   return c
 
 

@@ -123,6 +123,56 @@ def test_checks_on_known_numbers():
   assert sweep.parse_value(plan_lib.flag_literal(('a', 1))) == ('a', 1)
 
 
+def test_new_checks_on_known_numbers():
+  # ERA and SA with and without noise: ERA falls .01 .02 .00 .01 .01, SA .05 .06 .04 .05 .07;
+  # d = SA's fall - ERA's = .04 .04 .04 .04 .06: mean .044, SD .00894, SE .004, t = 11.0.
+  t = stats_lib.Table([
+      _cell('ERA', [.90, .91, .92, .90, .91], grid={'c': 0}, key='best_acc'),
+      _cell('ERA', [.89, .89, .92, .89, .90], grid={'c': 5}, key='best_acc'),
+      _cell('SA', [.85, .86, .84, .85, .87], grid={'c': 0}, key='best_acc'),
+      _cell('SA', [.80, .80, .80, .80, .80], grid={'c': 5}, key='best_acc')])
+  f = checks_lib.smaller_drop(('ERA', {'c': 5}), ('ERA', {'c': 0}), ('SA', {'c': 5}),
+                              ('SA', {'c': 0}))(t)
+  assert f.holds is True and abs(f.mean - 0.044) < 1e-12 and abs(f.se - 0.004) < 1e-12
+  assert f.detail.startswith('drop of ERA (c=5) from ERA (c=0) 0.010 ± 0.007 vs drop of SA (c=5) '
+                             'from SA (c=0) 0.054 ± 0.011 (best_acc)')
+  # A metric against a constant: 3.30 3.25 3.35 3.28 3.32 against log2 9 = 3.170.
+  e = stats_lib.Table([_cell('F', [3.30, 3.25, 3.35, 3.28, 3.32], key='cohort_entropy')])
+  f = checks_lib.above('F', 'cohort_entropy', 3.17, 'log2 9')(e)
+  assert f.holds is True and abs(f.mean - 0.13) < 1e-9
+  # Rounds to the highest threshold both reach; B misses it in seed 4 (10 rounds run: 11).
+  r = stats_lib.Table([
+      _cell('A', [.9] * 5, thresholds=(0.8,), reached={'0.8': (5, 5)},
+            **{'rounds_to_0.8': [3, 4, 3, 5, 4], 'rounds': [10] * 5}),
+      _cell('B', [.9] * 5, thresholds=(0.8,), reached={'0.8': (4, 5)},
+            **{'rounds_to_0.8': [5, 6, 4, 7], 'rounds': [10] * 5})])
+  f = checks_lib.fewer_rounds_to_threshold('A', 'B')(r)
+  # d = 2 2 1 2 7: mean 2.8
+  assert abs(f.mean - 2.8) < 1e-12 and 'B never reached it in seed 4' in f.detail
+  # Bytes a round, one against the other: an accounting row, not a test.
+  b = stats_lib.Table([_cell('W', [1e5] * 5, key='bytes_per_round'),
+                       _cell('N', [1e5] * 5, key='bytes_per_round')])
+  f = checks_lib.bytes_ratio('W', 'N')(b)
+  assert f.exact and f.relative == 0.0 and f.detail.endswith('ratio 1.000')
+
+
+def test_statistics_derived_from_the_curves():
+  cell = {'variant': 'A', 'cell': {}, 'n': 2,
+          'stats': {'final_acc': results.stat({0: 0.6, 1: 0.7}),
+                    'best_acc': results.stat({0: 0.8, 1: 0.7})},
+          'curves': {0: {'test_acc': _series([1, 2, 3], [0.5, 0.8, 0.6]),
+                         'server_ua': _series([1, 2, 3], [0.4, 0.5, 0.55])},
+                     1: {'test_acc': _series([1, 2, 3], [0.3, 0.6, 0.7]),
+                         'server_ua': _series([1, 2, 3], [0.2, 0.3, 0.35])}}}
+  t = stats_lib.Table([cell])
+  assert t.stat('A', 'final:server_ua')['values'] == {0: 0.55, 1: 0.35}
+  assert t.stat('A', 'acc_at:2')['values'] == {0: 0.8, 1: 0.6}
+  assert t.stat('A', 'best_by:2')['values'] == {0: 0.8, 1: 0.6}
+  assert t.stat('A', 'best_by:1')['values'] == {0: 0.5, 1: 0.3}
+  d = t.stat('A', 'decline')['values']
+  assert abs(d[0] - 0.2) < 1e-12 and d[1] == 0.0
+
+
 def _series(rounds, values):
   import numpy as np
   return {'round': np.array(rounds), 'acc': np.array(values, float), 'cum_bytes': np.zeros(len(rounds))}
@@ -173,14 +223,24 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   # per check of fedjax_kd against a reference or of a setting.
   from benchmarks.repro import claims as claims_lib, verdicts as verdicts_lib
   register = lines.index('## The claims register')
+  settings = lines.index('## The settings: where collaboration can show')
   verdicts = lines.index("## Verdicts on the papers' claims")
-  accounting = lines.index('## Accounting: byte counts exact by construction')
+  accounting = lines.index('## Accounting: byte counts of the configuration and the draws')
   second = lines.index('## fedjax_kd against the independent implementations, and setting checks')
   first = lines.index(f'## 1. {sections_lib.SECTIONS[0].title}')
   rows_of = lambda a, b: [ln for ln in lines[a:b] if ln.startswith('| ')
-                          and not ln.startswith(('| paper |', '| check |'))]
-  listed = rows_of(register, verdicts)
+                          and not ln.startswith(('| paper |', '| check |', '| sweep |'))]
+  listed = rows_of(register, settings)
   assert len(listed) == len(claims_lib.REGISTER)
+  # Every sweep whose floor and some other method of its own ran under --tiny prints its gap.
+  defs = {d.name: d for s in sections_lib.SECTIONS for d in s.sweeps}
+  kept = lambda d: set(d.tiny_variants or [v[0] for v in d.variants])
+  def gap_runs(d):
+    where, label = (d.name, d.floor) if isinstance(d.floor, str) else d.floor
+    return label in kept(defs[where]) and bool(kept(d) - {label})
+  floors = [d.name for d in defs.values() if d.floor and d.data != 'mnist' and gap_runs(d)]
+  assert len(floors) >= 5
+  assert {ln.split(' | ')[0][2:] for ln in rows_of(settings, verdicts)} == set(floors)
   claims, exact, others = (rows_of(verdicts, accounting), rows_of(accounting, second),
                            rows_of(second, first))
   counted = [c for s in sections_lib.SECTIONS for c in s.checks if c.claim_id and not c.arbiter]
@@ -198,14 +258,19 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   block = text.split(report_lib.README_BEGIN, 1)[1].split(report_lib.README_END, 1)[0]
   tables = block.split('fedjax_kd against the independent implementations')
   assert len(tables) == 2
-  summary = [ln for ln in tables[0].splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
-  assert [ln.split(' | ')[0][2:] for ln in summary] == [s.paper for s in sections_lib.SECTIONS]
-  cols = [int(x) for ln in summary for x in ln.strip(' |').split(' | ')[1:]]
-  width = len(headline_lib.SUMMARY_COLUMNS) + 2
+  summary = [ln for ln in tables[0].splitlines() if ln.startswith('| ')
+             and not ln.startswith('| claims |')]
+  # A row for each paper's own claims and one for ours, where it has some.
+  assert [ln.split(' | ')[0][2:] for ln in summary] == [
+      s.paper + suffix for s in sections_lib.SECTIONS for suffix, ours in (('', False),
+                                                                          (' (ours)', True))
+      if any(c.paper == s.key and c.ours == ours for c in claims_lib.REGISTER)]
+  cols = [[int(x) for x in ln.strip(' |').split(' | ')[1:]] for ln in summary]
   verdict_columns = len(headline_lib.SUMMARY_COLUMNS)
-  assert sum(cols[i] for i in range(0, len(cols)) if i % width < verdict_columns) == len(claims)
-  assert sum(cols[i] for i in range(len(cols)) if i % width == width - 2) == sum(
-      1 for c in claims_lib.REGISTER if c.unchecked)
+  assert sum(c[0] for c in cols) == len(claims_lib.REGISTER)
+  assert sum(c[1] for c in cols) == 0   # one seed decides nothing
+  assert sum(sum(c[2:2 + verdict_columns]) + c[-1] for c in cols) == len(claims) + len(exact)
+  assert sum(c[-2] for c in cols) == sum(1 for c in claims_lib.REGISTER if c.unchecked)
   agree = [ln for ln in tables[1].splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
   assert sum(sum(int(x) for x in ln.strip(' |').split(' | ')[1:]) for ln in agree) == len(others)
   for i, section in enumerate(sections_lib.SECTIONS, 1):
@@ -287,7 +352,11 @@ def _flat(d, prefix=''):
   return out
 
 
-ADDED_SINCE_ARCHIVE = {'data.dominant_fraction': 0.9}   # only read by data.partition='dominant'
+# Fields added after the archive was made, each at its value that changes nothing (an option
+# of a partition scheme the default does not use; DS-FL's attacks, off).
+ADDED_SINCE_ARCHIVE = {'data.dominant_fraction': 0.9, 'data.noisy_classes': 0,
+                       'data.public_noise_source': '', 'data.num_public_noise': 0,
+                       'selection.kl_threshold': 0.0}
 
 
 def test_readme_example_output_is_the_archived_default_run():
@@ -309,6 +378,14 @@ def _readme_example_is(run: pathlib.Path) -> None:
   for key, value in ADDED_SINCE_ARCHIVE.items():
     if key not in archived and current.get(key) == value:
       del current[key]
+  # An algorithm registered since then brings its own config group, which no other
+  # algorithm's run reads.
+  from fedjax_kd import algorithms, options as options_lib
+  own = set(options_lib.groups(algorithms.ALGORITHMS[archived['algorithm']].options_class))
+  others = {g for cls in algorithms.ALGORITHMS.values()
+            for g in options_lib.groups(cls.options_class)} - own
+  for key in [k for k in current if k not in archived and k.split('.')[0] in others]:
+    del current[key]
   # The archived run is exactly the default config (the sweep's overrides change nothing).
   assert json.dumps(archived, sort_keys=True) == json.dumps(current, sort_keys=True), (
       'configs/default.py differs from the archived run: rerun the dsfl_digits sweep, '

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedjax_kd.data import sources, splits
 from fedjax_kd.data.sources import ArrayDataset
 from fedjax_kd.data.splits import FDSplit, fd_split
 from fedjax_kd.errors import DataError
@@ -124,3 +125,44 @@ def test_two_datasets_impossible():
 def test_bad_seed():
   with pytest.raises(ParamError, match='^seed='):
     fd_split(_indexed(10), num_public=1, num_private=None, seed=-1)
+
+
+# ---------------------------------------------------------------- DS-FL's attacks (Sec. 4)
+def test_noisy_labels_relabel_each_clients_source_classes():
+  y = np.repeat(np.arange(10), 4)                        # 40 rows, 4 of each class
+  clients = [np.arange(0, 20), np.arange(20, 40)]        # classes 0-4 and 5-9
+  out = splits.noisy_labels(y, clients, 2, 10, seed=3)
+  assert out is not y and np.array_equal(y, np.repeat(np.arange(10), 4))   # input untouched
+  for k, rows in enumerate(clients):
+    drawn = np.random.default_rng([3, 11, k]).permutation(10)[:4]
+    src, dst = drawn[:2], drawn[2:]
+    for r in rows:
+      hit = np.flatnonzero(src == y[r])
+      assert out[r] == (dst[hit[0]] if len(hit) else y[r])
+  # Every client moves all rows of its 2 source classes that it holds, and no others.
+  changed = out != y
+  for k, rows in enumerate(clients):
+    src = np.random.default_rng([3, 11, k]).permutation(10)[:2]
+    assert changed[rows].sum() == 4 * np.isin(src, y[rows]).sum()
+
+
+def test_noisy_labels_at_most_half_the_classes():
+  with pytest.raises(ParamError) as e:
+    splits.noisy_labels(np.zeros(4, int), [np.arange(4)], 6, 10, seed=0)
+  assert e.value.param == 'classes'
+
+
+def test_public_noise_rows_join_the_open_set_without_a_class():
+  ds = sources.load_source('digits', seed=0)
+  split = splits.fd_split(ds, num_public=100, num_private=200, seed=0)
+  noise = sources.load_source('synthetic:300', seed=0)
+  out = splits.add_public_noise(split, noise, 50, seed=0)
+  assert out.x_public.shape == (150,) + split.x_public.shape[1:]
+  assert (out.y_public == splits.NO_CLASS).sum() == 50
+  # The clean rows are all still there (as a multiset of rows), the private set untouched.
+  clean = out.x_public[out.y_public != splits.NO_CLASS]
+  key = lambda x: sorted(map(bytes, np.ascontiguousarray(x)))
+  assert key(clean) == key(split.x_public)
+  assert out.x_private is split.x_private
+  with pytest.raises(ParamError):
+    splits.add_public_noise(split, noise, 301, seed=0)

@@ -12,6 +12,7 @@ import pytest
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, presets, runner
 from fedjax_kd import workdir as workdir_lib
+from fedjax_kd import algorithms
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import store as store_lib
 from fedjax_kd.core.federation import Federation, build_federated_data
@@ -154,7 +155,7 @@ def _spec(algo: str, store: str, rounds: int = 3, **over):
   c.rounds = rounds
   c.clients.num_clients = 8
   # Small models; two widths (two cohorts) where the algorithm allows it.
-  single = algo in ('fedavg', 'fedprox', 'scaffold', 'fednova', 'centralized')
+  single = algorithms.ALGORITHMS[algo].one_architecture or algo == 'centralized'
   c.clients.models = ('mlp@0.5',) if single else ('mlp@0.5', 'mlp@1.0')
   if algo != 'centralized':
     c.clients.participation = 0.5

@@ -40,6 +40,9 @@ class Check:
       a bytes saving as a share of the baseline's); None for a margin claim or a claim
       without a number.
     effect_text: the paper's number behind ``effect``, as the report prints it.
+    accounting: a byte count that follows from the configuration and the random draws
+      alone (not from what the models learn): listed in the accounting table with the
+      paper's number, no test and no verdict.
   """
   claim: str
   sweep: str
@@ -48,6 +51,7 @@ class Check:
   arbiter: bool = False
   effect: float | None = None
   effect_text: str = ''
+  accounting: bool = False
 
   @property
   def paper_claim(self) -> bool:
@@ -99,15 +103,119 @@ def _versus(t: Table, a: Ref, b: Ref, key: str, kind: str) -> str:
 
 
 def exceeds(a: Ref, b: Ref, key: str = 'final_acc', kind: str = 'acc',
-            margin: float = 0.0) -> Callable[[Table], tuple]:
-  """``a`` exceeds ``b`` by more than ``margin``: :func:`directional` on the per-seed ``a - b``."""
+            margin: float = 0.0, key_b: str | None = None) -> Callable[[Table], tuple]:
+  """``a`` exceeds ``b`` by more than ``margin``: :func:`directional` on the per-seed ``a - b``
+  (``a``'s ``key`` against ``b``'s ``key_b``, by default the same statistic)."""
+  key_b = key_b or key
+
+  def fn(t: Table):
+    miss = _missing(t, (a,), key) or _missing(t, (b,), key_b)
+    if miss:
+      return None, miss
+    f = directional(paired(t.stat(a, key), t.stat(b, key_b))['values'], margin, kind)
+    versus = (_versus(t, a, b, key, kind) if key_b == key else
+              f'{_name(a)} {_fmt(t.stat(a, key), kind)} ({key}) vs {_name(b)} '
+              f'{_fmt(t.stat(b, key_b), kind)} ({key_b})')
+    return dataclasses.replace(f, detail=f'{versus}; paired difference {f.detail}')
+  return fn
+
+
+def smaller_drop(a: Ref, a_clean: Ref, b: Ref, b_clean: Ref,
+                 key: str = 'best_acc') -> Callable[[Table], tuple]:
+  """``a`` loses less than ``b`` when the setting is degraded: per seed
+  ``(b_clean - b) - (a_clean - a)`` > 0 by :func:`directional` (``x_clean`` is ``x`` in the
+  undegraded cell of the same sweep, e.g. DS-FL's ERA and SA without noisy labels)."""
+  def fn(t: Table):
+    refs = (a, a_clean, b, b_clean)
+    miss = _missing(t, refs, key)
+    if miss:
+      return None, miss
+    v = [t.stat(r, key)['values'] for r in refs]
+    seeds = set.intersection(*(set(x) for x in v))
+    drop = lambda x, x0: {s: x0[s] - x[s] for s in seeds}
+    da, db = drop(v[0], v[1]), drop(v[2], v[3])
+    f = directional({s: db[s] - da[s] for s in seeds}, 0.0)
+    sa, sb = results.stat(da), results.stat(db)
+    return dataclasses.replace(f, detail=(
+        f'drop of {_name(a)} from {_name(a_clean)} {_fmt(sa)} vs drop of {_name(b)} from '
+        f'{_name(b_clean)} {_fmt(sb)} ({key}); paired difference of the drops {f.detail}'))
+  return fn
+
+
+def above(ref: Ref, key: str, value: float, what: str) -> Callable[[Table], tuple]:
+  """``ref``'s ``key`` exceeds the constant ``value`` (``what`` names it): a one-sample
+  :func:`directional` on the per-seed ``key - value``."""
+  def fn(t: Table):
+    miss = _missing(t, (ref,), key)
+    if miss:
+      return None, miss
+    s = t.stat(ref, key)
+    f = directional({k: v - value for k, v in s['values'].items()}, 0.0, 'value')
+    return dataclasses.replace(f, detail=(f'{_name(ref)} {key} {_fmt(s)} against {what} '
+                                          f'{value:.3f}; difference {f.detail}'))
+  return fn
+
+
+def _to_threshold(t: Table, a: Ref, b: Ref, what: str, unreached: str,
+                  value_if_unreached: Callable[[dict[str, Any], int], float]):
+  """The per-seed ``what`` (``'rounds'`` or ``'bytes'``) of ``a`` and ``b`` to the highest
+  threshold that ``a`` reaches in every seed and ``b`` in at least one; a seed in which ``b``
+  never reaches it counts ``value_if_unreached(b's cell, seed)``, a lower bound on what ``b``
+  would need (so a gain is understated, never flattered).
+
+  Returns:
+    ``(threshold, a's values, b's values, words on the seeds counted so)``, or a
+    :class:`Finding` saying why there is no such threshold.
+  """
+  ca, cb = t.find(a), t.find(b)
+  if ca is None or cb is None or not ca['n'] or not cb['n']:
+    return Finding(None, 'not run: ' + ', '.join(_name(r) for r, c in ((a, ca), (b, cb))
+                                                if c is None or not c['n']))
+  both = [x for x in ca['thresholds']
+          if ca['reached'][f'{x:g}'][0] == ca['n'] and cb['reached'][f'{x:g}'][0] > 0]
+  if not both:
+    return Finding(None, f'no threshold ({", ".join(f"{x:g}" for x in ca["thresholds"])}) '
+                   f'reached by {_name(a)} in every seed and by {_name(b)} in one')
+  x = max(both)
+  va = dict(ca['stats'][f'{what}_to_{x:g}']['values'])
+  vb = dict(cb['stats'][f'{what}_to_{x:g}']['values'])
+  done = cb['stats']['final_acc']['values']
+  censored = sorted(s for s in va if s in done and vb.get(s) is None)
+  for s in censored:
+    vb[s] = value_if_unreached(cb, s)
+  cens = (f'; {_name(b)} never reached it in seed{"s" if len(censored) > 1 else ""} '
+          f'{", ".join(map(str, censored))}: counted at {unreached}' if censored else '')
+  return x, va, vb, cens
+
+
+def fewer_rounds_to_threshold(a: Ref, b: Ref) -> Callable[[Table], tuple]:
+  """``a`` reaches an accuracy threshold in fewer rounds than ``b``: :func:`directional` on the
+  per-seed rounds ``b - a`` to the highest threshold that ``a`` reaches in every seed and ``b``
+  in at least one; a seed in which ``b`` never reaches it counts ``b``'s rounds plus one
+  (:func:`_to_threshold`)."""
+  def fn(t: Table):
+    got = _to_threshold(t, a, b, 'rounds', 'its rounds + 1',
+                        lambda c, s: c['stats']['rounds']['values'][s] + 1)
+    if isinstance(got, Finding):
+      return got
+    x, va, vb, cens = got
+    f = directional({s: vb[s] - va[s] for s in va if s in vb}, 0.0, 'rounds')
+    return dataclasses.replace(f, detail=(
+        f'rounds to {x:g}: {_name(a)} {_fmt(results.stat(va), "num")} vs {_name(b)} '
+        f'{_fmt(results.stat(vb), "num")}{cens}; paired difference {f.detail}'))
+  return fn
+
+
+def bytes_ratio(a: Ref, b: Ref, key: str = 'bytes_per_round') -> Callable[[Table], tuple]:
+  """``a``'s bytes over ``b``'s, for the accounting table (a count, no test)."""
   def fn(t: Table):
     miss = _missing(t, (a, b), key)
     if miss:
       return None, miss
-    f = directional(paired(t.stat(a, key), t.stat(b, key))['values'], margin, kind)
-    return dataclasses.replace(f, detail=f'{_versus(t, a, b, key, kind)}; paired difference '
-                               f'{f.detail}')
+    sa, sb = t.stat(a, key), t.stat(b, key)
+    return Finding(None, f'{_versus(t, a, b, key, "bytes")}{_ratio(sa, sb)}', n=sa['n'],
+                   mean=sb['mean'] - sa['mean'], relative=_saving(sa, sb), exact=True,
+                   scale=sb['mean'] or 1.0)
   return fn
 
 
@@ -121,7 +229,7 @@ def lower(a: Ref, b: Ref, key: str = 'total_bytes', kind: str = 'bytes') -> Call
     f = directional(paired(sb, sa)['values'], 0.0, kind)
     return dataclasses.replace(
         f, detail=f'{_versus(t, a, b, key, kind)}{_ratio(sa, sb)}; paired saving {f.detail}',
-        relative=_saving(sa, sb))
+        relative=_saving(sa, sb), scale=sb['mean'] or 1.0)
   return fn
 
 
@@ -143,36 +251,23 @@ def fewer_bytes_to_threshold(a: Ref, b: Ref, after_setup: bool = False) -> Calla
   open-data broadcast).
   """
   def fn(t: Table):
-    ca, cb = t.find(a), t.find(b)
-    if ca is None or cb is None or not ca['n'] or not cb['n']:
-      return Finding(None, 'not run: ' + ', '.join(_name(r) for r, c in ((a, ca), (b, cb))
-                                                  if c is None or not c['n']))
-    both = [x for x in ca['thresholds']
-            if ca['reached'][f'{x:g}'][0] == ca['n'] and cb['reached'][f'{x:g}'][0] > 0]
-    if not both:
-      return Finding(None, f'no threshold ({", ".join(f"{x:g}" for x in ca["thresholds"])}) '
-                     f'reached by {_name(a)} in every seed and by {_name(b)} in one')
-    x = max(both)
-    va = dict(ca['stats'][f'bytes_to_{x:g}']['values'])
-    vb = dict(cb['stats'][f'bytes_to_{x:g}']['values'])
-    total_b = cb['stats']['total_bytes']['values']
-    censored = sorted(s for s in va if s in total_b and vb.get(s) is None)
-    for s in censored:
-      vb[s] = total_b[s]
+    got = _to_threshold(t, a, b, 'bytes', 'its total bytes',
+                        lambda c, s: c['stats']['total_bytes']['values'][s])
+    if isinstance(got, Finding):
+      return got
+    x, va, vb, cens = got
     note = ''
     if after_setup:
-      sa, sb = ca['stats']['setup_bytes']['values'], cb['stats']['setup_bytes']['values']
+      sa, sb = (t.find(r)['stats']['setup_bytes']['values'] for r in (a, b))
       va = {s: v - sa[s] for s, v in va.items() if s in sa}
       vb = {s: v - sb[s] for s, v in vb.items() if s in sb and v is not None}
       note = ' after the one-time setup bytes'
     sta, stb = results.stat(va), results.stat(vb)
     f = directional(paired(stb, sta)['values'], 0.0, 'bytes')
-    cens = (f'; {_name(b)} never reached it in seed{"s" if len(censored) > 1 else ""} '
-            f'{", ".join(map(str, censored))}: counted at its total bytes' if censored else '')
     return dataclasses.replace(
         f, detail=(f'to reach {x:g}{note}: {_name(a)} {_fmt(sta, "bytes")} MB vs {_name(b)} '
                    f'{_fmt(stb, "bytes")} MB{_ratio(sta, stb)}{cens}; paired saving {f.detail}'),
-        relative=_saving(sta, stb))
+        relative=_saving(sta, stb), scale=stb['mean'] or 1.0)
   return fn
 
 
@@ -196,7 +291,7 @@ def grid_trend(label: str, field: str, key: str = 'total_bytes', kind: str = 'by
         f, detail=(f'{field}={hi["cell"][field]}: {_fmt(sh, kind)}{unit} vs '
                    f'{field}={lo["cell"][field]}: {_fmt(sl, kind)}{unit}; paired '
                    f'{"saving" if decreasing else "difference"} {f.detail}'),
-        relative=_saving(sh, sl) if decreasing else None)
+        relative=_saving(sh, sl) if decreasing else None, scale=sl['mean'] or 1.0)
   return fn
 
 

@@ -22,6 +22,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SKIPPED = 'skipped.json'    # in <runs>/<sweep>: why a sweep was not run
 
 SEEDS = (0, 1, 2, 3, 4)   # a verdict needs MIN_CLAIM_SEEDS paired seeds
+# Cheap settings run more seeds: enough that half the paper's effect would be detected with
+# 80 % power at the measured spread (the report says how many a check would need).
+SEEDS10 = tuple(range(10))
+SEEDS15 = tuple(range(15))
 PAIRED_SEEDS = SEEDS       # fedjax_kd against a reference: the same five seeds
 TINY_SEEDS = (0,)         # --tiny checks the pipeline, not the numbers
 MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')
@@ -95,6 +99,11 @@ class SweepDef:
       this sweep (a paired comparison across sweeps).
     paired_rounds: rounds of a table of per-seed differences from ``pairs[0][0]`` (mean ±
       std over seeds), one row per other variant: how far each is from fedjax_kd.
+    thresholds: the accuracies the report reads rounds and bytes to (() = the plan's, from
+      the config's ``comm.thresholds``); read from the curves, so they change no run.
+    floor: the single-client variant of the setting (a label here, or ``(sweep, label)`` of
+      an earlier sweep of the section): the report prints how far below the best
+      collaborative method it ends (the regime where a paper's effect can show).
   """
   name: str
   title: str
@@ -120,6 +129,8 @@ class SweepDef:
   torch_module: str = ''
   pairs: tuple[tuple[str, str], ...] = ()
   paired_rounds: tuple[int, ...] = ()
+  thresholds: tuple[float, ...] = ()
+  floor: str | tuple[str, str] = ''
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,8 +14,9 @@ from typing import Any, Sequence
 from benchmarks.repro import standing as standing_lib
 from benchmarks.repro.archive import ARCHIVE_MARKER, open_runs
 from benchmarks.repro.defs import SKIPPED
-from benchmarks.repro.headline import (ChecksOf, Row, agreement_table, checks_table, decide,
-                                       headline_sections, summary_table)
+from benchmarks.repro.headline import (REGIME_GAP, ChecksOf, Row, agreement_table, checks_table,
+                                       decide, headline_sections, regime_gap, rule_text,
+                                       summary_table)
 from benchmarks.repro.plan import command_line, commit, official_command, placeholder_paths
 from benchmarks.repro.plan import sweep_command, torch_command
 from benchmarks.repro.sections import select, sweep_engines
@@ -77,6 +78,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
   out_dir = os.path.dirname(os.path.abspath(out_md))
   fig_dir = os.path.join(out_dir, 'figures', 'reproduction')
   rows: list[Row] = []
+  gaps: dict[str, Any] = {}
   body: list[Any] = []
   metas: list[dict[str, Any]] = []
   seeds_seen: set[int] = set()
@@ -109,7 +111,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
       meta = plan_doc.get('meta') or {}
       metas.append(meta)
       metrics = tuple(dict.fromkeys(tuple(plan_doc.get('metrics') or ()) + d.metrics))
-      cells = sweep.aggregate(src, metrics=metrics, exclude={
+      cells = sweep.aggregate(src, metrics=metrics, thresholds=d.thresholds or None, exclude={
           p.split('/', 1)[1] for p in stale if p.split('/', 1)[0] == d.name})
       # Another sweep's variants read beside this one's (its curve and seed tables, checks).
       near = [c for name, labels in d.beside if name in tables
@@ -135,6 +137,13 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
       elif p_cmd := sweep_command(plan_doc, os.path.join(run_dir, d.name)):
         body += [f'The same sweep with the sweep tool: `{p_cmd}`', '']
       body += [sweep_table(d, cells), '']
+      gap = gaps[d.name] = regime_gap(d, tables)
+      if gap is not None:
+        body += [f'Single-client training ({esc(gap.floor)}) ends {100 * gap.gap:.1f} points '
+                 f'below the best method of the sweep ({esc(gap.best)}): '
+                 + ('the regime where collaboration can show.' if gap.gap >= REGIME_GAP else
+                    f'less than {100 * REGIME_GAP:g} points, so a paper\'s effect has little '
+                    'room to show here.'), '']
       if machines := machines_line(src, plan_doc):
         body += [machines, '']
       diverged = sweep.diverged_lines(cells)
@@ -188,7 +197,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
     body += ['']
     if section.notes:
       body += [f'**Notes.** {section.notes}', '']
-  decide(rows)
+  decide(rows, gaps)
   body = [line for item in body for line in (
       checks_table([r for r in rows if r.section.key == item.section])
       if isinstance(item, ChecksOf) else [item])]
@@ -218,22 +227,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
       'global model where there is one, else the mean over client models); client acc '
       'the mean over client models.',
       '',
-      f'**A paper\'s claim** is tested by one-sided paired t-tests over seeds on the per-seed '
-      'difference in the claimed direction (against 0, or against -tol for "within tol of"). '
-      'Holm\'s method adjusts the deciding p-values of each paper\'s checks together (one '
-      'family per paper), so the chance of any false verdict about a paper stays at 5%. With at '
-      f'least {MIN_CLAIM_SEEDS} paired seeds a check is **reproduced** (adjusted p < 0.05 in '
-      'the claimed direction and at least half the paper\'s effect, or for a margin claim the '
-      '90% interval inside the margin), **smaller effect** (significant, less than half the '
-      'paper\'s effect), **contradicted** (significant the other way: the 90% interval wholly '
-      'below 0, or wholly beyond the margin) or **not significant**. Each check prints the '
-      'paper\'s effect beside ours, the raw and the adjusted p. A byte count that is the same '
-      'in every seed is fixed by the configuration: it is **exact by construction**, listed '
-      'in the accounting table with the paper\'s number beside ours and left out of the '
-      'tests. Checks on an independent implementation (the authors\' code, a PyTorch '
-      'reference) are **arbiters**: shown under the claim at their raw p, they decide whether '
-      'a contradicted or smaller effect belongs to fedjax_kd or to the scale. A claim the '
-      'paper makes that no sweep here can test is **not checkable here**, with the reason.',
+      rule_text(),
       '',
       '**A check of fedjax_kd against a reference** (the last table of this part) is a paired '
       'equivalence test over seeds: two one-sided t-tests at 5% each (TOST) against the '
@@ -260,7 +254,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
   if args.tiny:
     head += ['**--tiny: a smoke test of the pipeline (2 rounds, 4 clients, synthetic data); '
              'the numbers mean nothing.**', '']
-  head += headline_sections(headline, agreement, sections, stale if checked else None)
+  head += headline_sections(headline, agreement, sections, stale if checked else None, gaps)
   os.makedirs(out_dir, exist_ok=True)
   workdir_lib.write_text(out_md, '\n'.join(head + body).rstrip() + '\n')
   print(f'wrote {out_md} ({len(headline)} checks of the papers\' claims, {len(agreement)} '
@@ -268,11 +262,15 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
   if args.readme:
     rel = os.path.relpath(os.path.abspath(out_md), os.path.dirname(os.path.abspath(args.readme)))
     block = ([f'Generated by `{command_line(argv)}` from the sweeps in [{rel}]({rel}), which has '
-              'every check with its numbers (mean ± std over seeds), the tables, curves, '
-              "commands and notes. The papers' claims, per paper: each check's verdict "
-              f'(one-sided paired t-tests over at least {MIN_CLAIM_SEEDS} seeds, Holm-adjusted; '
-              'reproduced needs at least half the paper\'s effect), the claims no sweep here can '
-              'test, and byte counts that are exact by construction:', '']
+              'every check with its numbers (mean ± std over seeds), the rule, the tables, '
+              "curves, commands and notes. Per paper, a row for the paper's own claims and a "
+              'row for the comparisons this report adds: the claims in the register, those '
+              'decided (reproduced, smaller effect, no effect or contradicted) in a setting '
+              f'where single-client training ends at least {100 * REGIME_GAP:g} points below '
+              'the best collaborative method, then the checks by verdict (paired t-tests over '
+              f'at least {MIN_CLAIM_SEEDS} seeds, Holm over each paper\'s hypotheses at 5%), '
+              'the claims no sweep here can test and the byte counts of the configuration '
+              'and the draws (accounting):', '']
              + summary_table(headline, sections)
              + ['', 'fedjax_kd against the independent implementations (paired equivalence '
                 'tests) and setting checks:', ''] + agreement_table(agreement))

@@ -36,12 +36,52 @@ class Table:
     return None
 
   def stat(self, ref: Ref, key: str) -> dict[str, Any] | None:
-    """The :func:`fedjax_kd.results.stat` of ``key`` for ``ref``; None if not run or not logged."""
+    """The :func:`fedjax_kd.results.stat` of ``key`` for ``ref``; None if not run or not logged.
+
+    ``key`` is a statistic of the sweep's cells (``final_acc``, ``total_bytes``, a metric's
+    mean over rounds, ...) or one derived from the per-seed curves:
+    ``final:<metric>`` (its last logged value), ``acc_at:<r>`` (the headline accuracy at
+    round r), ``best_by:<r>`` (the best headline accuracy up to round r) or ``decline``
+    (best minus final headline accuracy: what a run lost after its peak).
+    """
     c = self.find(ref)
     if c is None or not c['n']:
       return None
-    s = c['stats'].get(key)
+    s = derived(c, key) if key in DERIVED or ':' in key else c['stats'].get(key)
     return s if s and s['mean'] is not None else None
+
+
+DERIVED = ('decline',)
+
+
+def derived(cell: dict[str, Any], key: str) -> dict[str, Any]:
+  """A per-seed statistic of ``cell`` computed from its curves (see :meth:`Table.stat`)."""
+  kind, _, arg = key.partition(':')
+  vals = {}
+  for seed, curves in cell['curves'].items():
+    if seed not in cell['stats']['final_acc']['values']:
+      continue
+    if kind == 'decline':
+      st = cell['stats']
+      vals[seed] = st['best_acc']['values'][seed] - st['final_acc']['values'][seed]
+      continue
+    series = curves.get(arg if kind == 'final' else 'test_acc')
+    if series is None or not len(series['acc']):
+      continue
+    rounds, acc = np.asarray(series['round']), np.asarray(series['acc'], np.float64)
+    if kind == 'final':
+      vals[seed] = float(acc[-1])
+    elif kind == 'acc_at':
+      hit = np.flatnonzero(rounds == int(arg))
+      if len(hit):
+        vals[seed] = float(acc[hit[0]])
+    elif kind == 'best_by':
+      upto = acc[rounds <= int(arg)]
+      if len(upto):
+        vals[seed] = float(upto.max())
+    else:
+      raise ValueError(f'unknown statistic {key!r}')
+  return results.stat(vals)
 
 
 def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -50,8 +90,10 @@ def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
   return results.stat({s: va[s] - vb[s] for s in va if s in vb})
 
 
-# kind -> (scale, decimals, unit) of a number in a check's text: accuracy, or bytes in MB.
-UNITS = {'acc': (1.0, 3, ''), 'bytes': (results.MB, 2, ' MB')}
+# kind -> (scale, decimals, unit) of a number in a check's text: accuracy, bytes in MB,
+# rounds, or another value (an entropy in bits).
+UNITS = {'acc': (1.0, 3, ''), 'bytes': (results.MB, 2, ' MB'), 'rounds': (1.0, 1, ' rounds'),
+         'value': (1.0, 3, '')}
 
 
 def fmt_delta(d: dict[str, Any], kind: str = 'acc') -> str:
@@ -112,7 +154,7 @@ def directional(diffs: dict[int, float], margin: float = 0.0, kind: str = 'acc',
   Args:
     diffs: ``{seed: a - b}`` oriented so that the claim is ``a - b > margin``.
     margin: 0 for "exceeds"; ``-tol`` for "not worse by more than tol" (non-inferiority).
-    kind: ``'acc'`` (3 decimals) or ``'bytes'`` (shown in MB).
+    kind: ``'acc'`` (3 decimals), ``'bytes'`` (shown in MB), ``'rounds'`` or ``'value'``.
     level: the test's level.
     min_seeds: the fewest paired seeds that decide.
 
@@ -137,9 +179,9 @@ def directional(diffs: dict[int, float], margin: float = 0.0, kind: str = 'acc',
   text += f'; one-sided paired t-test, H0: d ≤ {null}: p {fmt_p(p)}'
   if n < min_seeds:
     return Finding(None, text + f'; n < {min_seeds}: more seeds decide', n=n, mean=m,
-                   margin=margin, p=p, p_against=p_against, exact=exact)
+                   margin=margin, p=p, p_against=p_against, exact=exact, se=se, kind=kind)
   return Finding(p < level, text, n=n, mean=m, margin=margin, p=p, p_against=p_against,
-                 exact=exact)
+                 exact=exact, se=se, kind=kind)
 
 
 EQUIVALENCE_LEVEL = 0.05   # each one-sided test of :func:`equivalence`

@@ -1,43 +1,63 @@
-"""Verdicts with a size: a paper's claim against our paired seeds, adjusted for the number of
-claims tested.
+"""Verdicts with a size: a paper's claim against our paired seeds, one rule for the report's
+header and the code, with its error rate stated truly.
 
-A statistical check of a claim yields a :class:`Finding`: the per-seed differences oriented so
-that the claim reads ``mean(d) > margin``, their one-sided p-values both ways, and (for bytes)
-the relative saving. Over all the findings of the report (the family), Holm's step-down
-method adjusts each finding's deciding p (the smaller of its two one-sided p-values), which
-keeps the chance of any false verdict in the family (a paper's checks) at 5%. Then, with at least
-``min_seeds`` paired seeds:
+A statistical check of a claim yields a :class:`Finding`: the per-seed differences ``d``,
+oriented so that the claim reads ``mean(d) > margin`` (``margin`` 0 for "exceeds", ``-tol``
+for "within tol of"), with their mean, standard error and count. It carries up to three
+one-sided paired t-tests (:func:`hypotheses`):
 
-* **reproduced**: adjusted p < 0.05 in the claimed direction, and at least half the paper's
-  effect (or, for a margin claim such as "within 1 point", the interval inside the margin);
-* **smaller effect**: adjusted p < 0.05 in the claimed direction, less than half the paper's
-  effect;
-* **contradicted**: adjusted p < 0.05 the other way (for a margin claim: the interval lies
-  wholly beyond the margin);
-* **not significant**: neither.
+* **for**: H0 ``mean(d) <= margin`` (rejecting it shows the claimed direction);
+* **against**: H0 ``mean(d) >= margin`` (rejecting it shows the other direction);
+* **half**: H0 ``mean(d) >= E/2``, where the paper gives an effect E (in ``d``'s units; for a
+  bytes saving, E/2 times the baseline's mean): rejecting it excludes an effect of half the
+  paper's size.
 
-With fewer seeds a finding is **too few seeds**, and a check whose side never ran is **not
-run**. A finding whose sides have no spread at all (bytes fixed by the configuration) is no
-test: it is **exact by construction**, reported in a table of its own with the paper's
-number beside ours, and left out of the family.
+Holm's step-down method at :data:`LEVEL` runs over every such hypothesis of a paper's
+checks together (one family per paper, :func:`holm`), so the chance that any rejection about
+a paper is false stays at 5 %. With at least ``min_seeds`` paired seeds the verdict is, in
+this order (:func:`verdict`):
+
+* **contradicted**: *against* rejected;
+* **reproduced**: *for* rejected and our estimate at least E/2 (or the paper gives no E);
+* **smaller effect**: *for* rejected, our estimate below E/2;
+* **no effect**: *half* rejected (neither direction shown, but an effect of half the paper's
+  size is excluded: a tight null);
+* **leans against**: nothing rejected, the estimate on the wrong side of the margin;
+* **underpowered**: nothing rejected; :func:`seeds_needed` says how many seeds would detect
+  half the paper's effect with 80 % power at the measured spread.
+
+The first four are *decided* (:data:`DECIDED`). With fewer seeds a finding is **too few
+seeds**, and a check whose side never ran is **not run**. A byte count that follows from the
+configuration and the random draws alone (the same in every seed, or a check marked
+``accounting``) is no test: **accounting**, listed with the paper's number beside ours and
+left out of the families.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
-LEVEL = 0.05
+import numpy as np
+from scipy import stats as scipy_stats
+
+LEVEL = 0.05            # the family-wise error rate of each paper's family
+POWER = 0.8             # the power :func:`seeds_needed` sizes a check for
 REPRODUCED = 'reproduced'
 SMALLER = 'smaller effect'
-NOT_SIGNIFICANT = 'not significant'
+NO_EFFECT = 'no effect'
 CONTRADICTED = 'contradicted'
+LEANS_AGAINST = 'leans against'
+UNDERPOWERED = 'underpowered'
 FEW_SEEDS = 'too few seeds'
 NOT_RUN = 'not run'
-EXACT = 'exact by construction'
+ACCOUNTING = 'accounting'
 NOT_CHECKABLE = 'not checkable here'
-# The README's columns, in order.
-COUNTED = (REPRODUCED, SMALLER, NOT_SIGNIFICANT, CONTRADICTED, NOT_CHECKABLE)
+DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, CONTRADICTED)
+# The verdict columns of the summaries, in order.
+COUNTED = (REPRODUCED, SMALLER, NO_EFFECT, CONTRADICTED, LEANS_AGAINST, UNDERPOWERED,
+           FEW_SEEDS, NOT_RUN)
+HYPOTHESES = ('for', 'against', 'half')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +74,11 @@ class Finding:
     p_against: the one-sided p-value the other way (H0: d >= margin).
     relative: the effect relative to the baseline's mean (a bytes saving), if any.
     exact: both sides the same in every seed: a fixed quantity, not a test.
+    se: the standard error of ``mean`` (sample std / sqrt(n)).
+    scale: what turns ``mean`` into the paper's units: the baseline's mean for a relative
+      effect (``relative = mean / scale``), else 1.
+    kind: what ``mean`` counts: ``'acc'`` (a fraction), ``'bytes'``, ``'rounds'`` or
+      ``'value'`` (another quantity, e.g. an entropy in bits).
   """
   holds: bool | None
   detail: str
@@ -64,6 +89,9 @@ class Finding:
   p_against: float | None = None
   relative: float | None = None
   exact: bool = False
+  se: float | None = None
+  scale: float = 1.0
+  kind: str = 'acc'
 
   def __iter__(self) -> Iterator:   # ``holds, detail = finding``
     yield self.holds
@@ -76,9 +104,25 @@ class Finding:
   def tested(self) -> bool:
     return self.p is not None and not self.exact
 
-  @property
-  def deciding_p(self) -> float:
-    return min(self.p, self.p_against)
+
+def half_threshold(f: Finding, paper_effect: float | None) -> float | None:
+  """Half the paper's effect in the units of ``f.mean`` (None without a number)."""
+  if paper_effect is None:
+    return None
+  return paper_effect / 2 * (f.scale if f.relative is not None else 1.0)
+
+
+def hypotheses(f: Finding, paper_effect: float | None) -> dict[str, float]:
+  """The raw one-sided p-values of a tested finding: ``for``, ``against`` and, where the paper
+  gives an effect, ``half`` (H0: mean(d) >= E/2)."""
+  out = {'for': float(f.p), 'against': float(f.p_against)}
+  thr = half_threshold(f, paper_effect)
+  if thr is not None and thr > f.margin:
+    if f.se:
+      out['half'] = float(scipy_stats.t.cdf((f.mean - thr) / f.se, f.n - 1))
+    else:   # no spread: the estimate decides
+      out['half'] = 0.0 if f.mean < thr else 1.0
+  return out
 
 
 def holm(ps: Sequence[float]) -> list[float]:
@@ -92,34 +136,75 @@ def holm(ps: Sequence[float]) -> list[float]:
   return out
 
 
-def verdict(f: Finding, p_adj: float | None, paper_effect: float | None,
-            min_seeds: int, level: float = LEVEL) -> str:
-  """The four-way verdict of a finding (see the module docstring).
-
-  Args:
-    f: the finding.
-    p_adj: its Holm-adjusted deciding p (None: not in the family).
-    paper_effect: the paper's effect in the finding's units (accuracy as a fraction; bytes
-      as a relative saving); None for a margin claim or a claim without a number.
-    min_seeds: the fewest paired seeds that decide.
-    level: the family's level.
-  """
-  if f.exact:
-    return EXACT
-  if f.mean is None or f.p is None:
-    return NOT_RUN if f.detail.startswith(('not run', 'diverged')) else FEW_SEEDS
-  if f.n < min_seeds:
-    return FEW_SEEDS
-  if p_adj is None or p_adj >= level:
-    return NOT_SIGNIFICANT
-  if f.mean < f.margin:
-    return CONTRADICTED
-  if paper_effect is None:
-    return REPRODUCED
-  ours = f.relative if f.relative is not None else f.mean
-  return REPRODUCED if ours >= paper_effect / 2 else SMALLER
+def adjust(family: Sequence[Mapping[str, float]]) -> list[dict[str, float]]:
+  """Holm over every hypothesis of a family (each member's ``{name: raw p}``): the adjusted
+  p-values, member by member."""
+  flat = [(i, k, p) for i, hyp in enumerate(family) for k, p in hyp.items()]
+  out: list[dict[str, float]] = [{} for _ in family]
+  for (i, k, _), q in zip(flat, holm([p for _, _, p in flat])):
+    out[i][k] = q
+  return out
 
 
 def ours_effect(f: Finding) -> float | None:
   """Our effect in the units the paper's is given in."""
   return f.relative if f.relative is not None else f.mean
+
+
+def verdict(f: Finding, adjusted: Mapping[str, float] | None, paper_effect: float | None,
+            min_seeds: int, level: float = LEVEL, accounting: bool = False) -> str:
+  """The verdict of a finding (the module docstring has the rule).
+
+  Args:
+    f: the finding.
+    adjusted: its Holm-adjusted p-values by hypothesis (None: not in a family, e.g. fewer
+      seeds than ``min_seeds``).
+    paper_effect: the paper's effect in the finding's units (accuracy as a fraction; bytes
+      as a relative saving); None for a margin claim or a claim without a number.
+    min_seeds: the fewest paired seeds that decide.
+    level: the family's level.
+    accounting: the check is a byte count of the configuration and the draws.
+  """
+  if f.mean is None:
+    return NOT_RUN if f.detail.startswith(('not run', 'diverged')) else FEW_SEEDS
+  if f.exact or accounting:
+    return ACCOUNTING
+  if f.p is None:
+    return FEW_SEEDS
+  if f.n < min_seeds or adjusted is None:
+    return FEW_SEEDS
+  if adjusted['against'] < level:
+    return CONTRADICTED
+  if adjusted['for'] < level:
+    if paper_effect is None:
+      return REPRODUCED
+    return REPRODUCED if ours_effect(f) >= paper_effect / 2 else SMALLER
+  if adjusted.get('half', 1.0) < level:
+    return NO_EFFECT
+  if f.mean < f.margin:
+    return LEANS_AGAINST
+  return UNDERPOWERED
+
+
+def seeds_needed(f: Finding, paper_effect: float | None, level: float,
+                 power: float = POWER, most: int = 1000) -> int | None:
+  """The fewest paired seeds that would reject *for* with ``power`` if the true mean were
+  half the paper's effect (for a margin claim: no difference at all) and the spread what it
+  measured, by the noncentral t distribution at one-sided ``level``; None where the paper
+  gives no size to aim at or the spread is unknown, ``most + 1`` beyond ``most``."""
+  if not f.se or f.n < 2:
+    return None
+  sd = f.se * np.sqrt(f.n)
+  target = half_threshold(f, paper_effect)
+  if target is None:
+    if f.margin >= 0:
+      return None
+    target = 0.0
+  delta = (target - f.margin) / sd
+  if delta <= 0:
+    return None
+  for n in range(2, most + 1):
+    crit = scipy_stats.t.ppf(1 - level, n - 1)
+    if scipy_stats.nct.sf(crit, n - 1, delta * np.sqrt(n)) >= power:
+      return n
+  return most + 1

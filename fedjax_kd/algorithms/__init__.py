@@ -9,18 +9,32 @@ from fedjax_kd.algorithms.comet import COMET
 from fedjax_kd.algorithms.dsfl import DSFL
 from fedjax_kd.algorithms.fd import FD
 from fedjax_kd.algorithms.fedavg import FedAvg
+from fedjax_kd.algorithms.fedcache import FedCache
+from fedjax_kd.algorithms.fedala import FedALA
 from fedjax_kd.algorithms.fedcache2 import FedCache2
+from fedjax_kd.algorithms.fedkd import FedKD
+from fedjax_kd.algorithms.feddf import FedDF
+from fedjax_kd.algorithms.fedconcat import FedConcat
+from fedjax_kd.algorithms.fedlc import FedLC
 from fedjax_kd.algorithms.fednova import FedNova
 from fedjax_kd.algorithms.fedprox import FedProx
+from fedjax_kd.algorithms.fedrs import FedRS
+from fedjax_kd.algorithms.knn_per import KNNPer
+from fedjax_kd.algorithms.per_fedavg import PerFedAvg
+from fedjax_kd.algorithms.pfedme import PFedMe
+from fedjax_kd.algorithms.mtfl import MTFL
 from fedjax_kd.algorithms.scaffold import SCAFFOLD
 from fedjax_kd.algorithms.scarlet import SCARLET
+from fedjax_kd.algorithms.scdpfl import SCDPFL
+from fedjax_kd.algorithms.kt_pfl import KTPFL
 from fedjax_kd.algorithms.selective_fd import SelectiveFD
 from fedjax_kd.algorithms.single import Single
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (DSFL, FedAvg, FD, Single, SCARLET, CFD, COMET, SelectiveFD,
                               Centralized, FedCache2, ACEPFL, FedMD, FedProx, SCAFFOLD,
-                              FedNova)
+                              FedNova, FedCache, FedRS, FedLC, MTFL, SCDPFL, FedALA, KTPFL,
+                              FedConcat, KNNPer, FedDF, PFedMe, PerFedAvg, FedKD)
 }
 ALGORITHMS['individual'] = Single   # SCARLET's name for the same baseline
 _BUILT_IN = frozenset(ALGORITHMS)

@@ -153,6 +153,10 @@ class ACEOptions:
                         f'an integer in [1, {k}] (at most clients.num_clients)')
     if self.reference > k - 1:
       raise ConfigError(f'{g}.reference', self.reference, f'an integer in [-1, {k - 1}]')
+    if spec.data.num_public_noise:
+      raise ConfigError('data.num_public_noise', spec.data.num_public_noise,
+                        '0 for acepfl (it trains on the open set\'s labels, which the added '
+                        'noise rows do not have)')
     weights = self.weights
     if self.distillation in ('double', 'single'):   # ablations: zeroed, not renormalised
       weights = weights[:3] + (0.0,)

@@ -29,6 +29,7 @@ from fedjax_kd.core.federation import Federation, SingleModel
 from fedjax_kd.core.local import Local, LocalRule
 from fedjax_kd.core.state import wrong_rows
 from fedjax_kd.data import augment as augment_lib
+from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
 
 Array = jax.Array
@@ -151,6 +152,9 @@ class Algorithm:
   # Draws distill.public_per_round public samples a round (False: uses all of D0).
   samples_public: ClassVar[bool] = True
   has_server_model: ClassVar[bool] = False
+  # Exchanges parameters (or parameter-shaped state) between clients: every client must use the
+  # same model spec (checked by :meth:`options_from_config`).
+  one_architecture: ClassVar[bool] = False
   # Optimises inputs by gradient (dataset distillation): float inputs only, no token ids.
   synthesizes_inputs: ClassVar[bool] = False
   # Its options: a frozen dataclass of ``fedjax_kd.options.option`` fields naming its config
@@ -185,6 +189,10 @@ class Algorithm:
   def options_from_config(cls, config: ml_collections.ConfigDict, spec) -> Any:
     """The algorithm's validated options (:attr:`options_class` read from ``config``), and
     its rules on the rest of the spec; raises ConfigError naming the field."""
+    if cls.one_architecture and len(set(spec.clients.models)) != 1:
+      raise ConfigError('clients.models', list(dict.fromkeys(spec.clients.models)),
+                        f'a single model spec for {cls.name} (it exchanges parameters, which '
+                        'needs identical architectures)')
     return None if cls.options_class is None else options.read(cls.options_class, config,
                                                                  spec, cls)
 
@@ -328,6 +336,29 @@ class Algorithm:
                                                  chunk=self.spec.eval.chunk)
     # Top-5 too: SCARLET's code prints it for CIFAR-100 (as its "Test Accuracy").
     return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
+
+  def server_split_metrics(self, state: AlgState) -> dict[str, float]:
+    """``server_ua``: the server model on every client's own test split (the unweighted
+    mean over clients), with ``data.per_client_test``; empty without per-client splits.
+    Parameter exchange logs it: its server model is the global model every client holds, the
+    one a personalised method's UA is compared with (ACE-pFL's FedAvg, FedProx and SCAFFOLD
+    baselines)."""
+    d = self.ctx.data
+    if not self.spec.data.per_client_test or d.test_idx is None:
+      return {}
+    probs = self.server_model.predict(state.server, d.x_test, chunk=self.spec.eval.chunk)
+    return {'server_ua': float(split_mean_accuracy(probs, d.y_test, d.test_idx,
+                                                    jnp.asarray(d.test_n)))}
+
+
+@jax.jit
+def split_mean_accuracy(probs: Array, y: Array, idx: Array, n: Array) -> Array:
+  """The unweighted mean over splits with rows of one model's accuracy on each split
+  (``idx`` ``[K, n_max]`` padded rows of ``probs``, ``n`` ``[K]`` real rows)."""
+  hit = (jnp.argmax(probs, -1) == y).astype(jnp.float32)
+  real = jnp.arange(idx.shape[1])[None, :] < n[:, None]
+  per = jnp.sum(jnp.take(hit, idx, axis=0) * real, axis=1) / jnp.maximum(n, 1)
+  return jnp.sum(jnp.where(n > 0, per, 0.0)) / jnp.maximum(jnp.sum(n > 0), 1)
 
 
 @jax.jit

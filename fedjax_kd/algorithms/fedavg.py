@@ -48,15 +48,12 @@ class FedAvg(base.Algorithm):
   name = 'fedavg'
   uses_public = False
   has_server_model = True
+  one_architecture = True
   # Why the server update needs plain SGD with momentum < 1 ('' = any optimizer).
   sgd_only: ClassVar[str] = ''
 
   @classmethod
   def options_from_config(cls, config, spec):
-    if len(set(spec.clients.models)) != 1:
-      raise ConfigError('clients.models', list(dict.fromkeys(spec.clients.models)),
-                        f'a single model spec for {cls.name} (parameter averaging needs '
-                        'identical architectures)')
     if cls.sgd_only and spec.train.optimizer != 'sgd':
       raise ConfigError('train.optimizer', spec.train.optimizer, f"'sgd' ({cls.sgd_only})")
     if cls.sgd_only and spec.train.momentum >= 1.0:
@@ -153,5 +150,6 @@ class FedAvg(base.Algorithm):
 
   def evaluate(self, state):
     out = self.server_metrics(state)
+    out.update(self.server_split_metrics(state))
     out.update(self.client_metrics(state))
     return out

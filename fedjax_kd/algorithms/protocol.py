@@ -393,6 +393,8 @@ class Protocol(base.Algorithm):
     if y_pub is None or self.spec.data.public_source:   # another data set's classes
       return {}
     y = jnp.take(jnp.asarray(y_pub, jnp.int32), idx, axis=0)
+    if self.spec.data.num_public_noise:   # added noise rows have no class: left out
+      use, mask = use & (y >= 0), mask & (y >= 0)[None, :]
     hit = jnp.argmax(zhat, -1) == y
     up_hit = (jnp.argmax(probs, -1) == y[None, :]) & mask
     return {'label_acc': jnp.sum(hit * use) / jnp.maximum(jnp.sum(use), 1),

@@ -112,18 +112,33 @@ def prepare(spec: DataSpec, *, num_clients: int, seed: int) -> PreparedData:
                         f'{public.x_train.shape[-1]} channels, but the private source '
                         f'{spec.source!r} has {dataset.x_train.shape[-1]}')
       public = norm(public)
+  noise = None
+  if spec.num_public_noise:
+    noise = sources.load_source(spec.public_noise_source, data_dir=data_dir, seed=seed,
+                                field='public_noise_source')
+    sources.check_dataset(noise, f'the open-set noise source {spec.public_noise_source!r}',
+                          labelled=False)
+    if stats is not None:
+      noise = norm(noise)
   split = splits.fd_split(dataset, num_public=spec.num_public,
                           num_private=None if spec.num_private < 0 else spec.num_private,
                           seed=seed, public=public)
+  if noise is not None:
+    with _named({'num_noise': 'num_public_noise', 'noise': 'public_noise_source'}):
+      split = splits.add_public_noise(split, noise, spec.num_public_noise, seed)
   # The split holds its own rows now; the loaded training arrays go before anything is placed
   # on the device, so at most two copies of the private images ever coexist (briefly).
-  del dataset, public
+  del dataset, public, noise
   with _named({'name': 'partition', 'fraction': 'dominant_fraction'}):
     part = partition_lib.partition(
         spec.partition, split.y_private, num_clients, client_ids=split.client_ids_private,
         num_classes=split.num_classes, seed=seed, alpha=spec.alpha,
         shards_per_client=spec.shards_per_client, classes_per_client=spec.classes_per_client,
         dominant_fraction=spec.dominant_fraction, min_size=spec.min_size)
+  if spec.noisy_classes:
+    with _named({'classes': 'noisy_classes'}):
+      split = dataclasses.replace(split, y_private=splits.noisy_labels(
+          split.y_private, part.client_indices, spec.noisy_classes, split.num_classes, seed))
   client_indices, val_indices = part.client_indices, None
   if spec.val_fraction > 0:
     with _named({'fraction': 'val_fraction'}):

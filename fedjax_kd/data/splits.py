@@ -192,3 +192,67 @@ def client_validation_split(client_indices, fraction: float,
     val.append(np.sort(rows[pick[:m]]))
     train.append(np.sort(rows[pick[m:]]))
   return train, val
+
+
+NO_CLASS = -1   # the label of an open-set row that belongs to no class of the task
+
+
+def noisy_labels(y_private: np.ndarray, client_indices, classes: int, num_classes: int,
+                 seed: int) -> np.ndarray:
+  """DS-FL's noisy-label attack (Itahara et al., IEEE TMC 2021, Sec. 4, Fig. 7).
+
+  Each client independently draws ``classes`` source classes S and ``classes`` other false
+  classes F (2C distinct classes, ``np.random.default_rng([seed, 11, k])`` for client ``k``)
+  and relabels every one of its rows of class S_c as F_c, so with C of 10 classes about
+  C/10 of the private rows carry a wrong label. The rows stay where the partition put them.
+
+  Args:
+    y_private: the private pool's true labels.
+    client_indices: per-client row indices into it (a partition; disjoint).
+    classes: C, at least 1 and at most ``num_classes // 2``.
+    num_classes: the task's classes.
+    seed: the experiment's seed.
+
+  Returns:
+    A new label array; rows of no client keep their labels.
+  """
+  if not 1 <= classes <= num_classes // 2:
+    raise ParamError('classes', classes,
+                     f'an integer in [1, {num_classes // 2}] (C source and C other false classes '
+                     f'of the {num_classes})')
+  y = np.array(y_private, copy=True)
+  for k, rows in enumerate(client_indices):
+    rows = np.asarray(rows, np.int64)
+    drawn = np.random.default_rng([seed, 11, k]).permutation(num_classes)[:2 * classes]
+    to = np.arange(num_classes)
+    to[drawn[:classes]] = drawn[classes:]
+    y[rows] = to[y_private[rows]]
+  return y
+
+
+def add_public_noise(split: FDSplit, noise: ArrayDataset, num: int, seed: int) -> FDSplit:
+  """DS-FL's noisy-open-data attack (Sec. 4, Fig. 8): ``num`` training rows of another data
+  set (Fashion-MNIST in the paper) join the open set, which is then shuffled.
+
+  The added rows are drawn without replacement with ``np.random.default_rng([seed, 13])``;
+  their label is :data:`NO_CLASS` (the open set's labels are diagnostics; no task class is
+  theirs).
+
+  Raises:
+    ParamError: ``num_noise`` above the noise source's rows.
+    DataError: inputs of another shape than the private task's.
+  """
+  m = len(noise.x_train)
+  if num > m:
+    raise ParamError('num_noise', num, f'at most {m} (the noise source {noise.name!r} has '
+                     f'{m} training rows)')
+  if noise.x_train.shape[1:] != split.x_private.shape[1:]:
+    raise DataError(f'the open-set noise source {noise.name!r} has inputs of shape '
+                    f'{tuple(noise.x_train.shape[1:])} but the private data set has '
+                    f'{tuple(split.x_private.shape[1:])}')
+  rng = np.random.default_rng([seed, 13])
+  pick = rng.choice(m, size=num, replace=False)
+  x = np.concatenate([split.x_public, noise.x_train[pick].astype(split.x_public.dtype)])
+  y = np.concatenate([split.y_public, np.full(num, NO_CLASS, split.y_public.dtype)])
+  order = rng.permutation(len(y))
+  return dataclasses.replace(split, x_public=x[order], y_public=y[order])

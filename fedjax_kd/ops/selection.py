@@ -6,6 +6,9 @@ Learning with FedEntOpt: Mitigating Label Skew by Entropy-Based Client
 Selection", arXiv 2411.01240v2. Power-of-Choice: Y. J. Cho, J. Wang, G. Joshi,
 "Client Selection in Federated Learning: Convergence Analysis and
 Power-of-Choice Selection Strategies", 2020.
+KL: M. Seol, T. Kim, "Performance Enhancement in Federated Learning by
+Reducing Class Imbalance of Non-IID Data", Sensors 23(3):1152, 2023, Algorithm 2
+(:func:`kl_selection`, the cohort FedEntOpt's "KL" baseline selects).
 
 Everything here is host-side numpy in float64: float32 sums can straddle the tie
 tolerance and then break ties differently from a float64 reference. FedEntOpt and
@@ -57,7 +60,7 @@ __all__ = [
     'TIE_TOL', 'TIE_BREAKS', 'entropy_bits', 'count_entropy', 'FedEntOptState',
     'fedentopt_round', 'fedentopt_schedule', 'uniform_round', 'uniform_schedule',
     'power_of_choice_candidates', 'power_of_choice_select', 'label_coverage',
-    'cohort_entropy', 'schedule_stats', 'dp_counts'
+    'cohort_entropy', 'schedule_stats', 'dp_counts', 'kl_to_uniform', 'kl_selection'
 ]
 
 TIE_TOL = 1e-5  # bits: entropies this close are tied
@@ -421,3 +424,84 @@ def dp_counts(counts, epsilon: float, seed: int) -> np.ndarray:
   """
   rng = np.random.default_rng(np.random.SeedSequence([seed, _DP_STREAM]))
   return privacy.laplace_counts(rng, counts, epsilon)
+
+
+# ----------------------------------------------------------------- KL (Seol & Kim)
+def kl_to_uniform(counts) -> float:
+  """``D_KL(P || U)`` in nats of ``P = counts / sum(counts)`` against the uniform
+  distribution over the entries of ``counts`` (``0 log 0 = 0``; 0 for an all-zero vector)."""
+  counts = np.asarray(counts, dtype=np.float64).reshape(-1)
+  total = counts.sum()
+  if total <= 0 or counts.size == 0:
+    return 0.0
+  p = counts / total
+  pos = p > 0
+  return float(np.sum(p[pos] * np.log(p[pos] * counts.size)))
+
+
+def kl_selection(counts, m: int, threshold: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+  """The "KL" client selection FedEntOpt compares with (M. Seol, T. Kim, Sensors 23(3):1152,
+  2023, Algorithm 2): a greedy, deterministic cohort from the uploaded label counts.
+
+  Clients are visited in descending order of their data amount (ties: lower id). The first
+  one is taken whole and sets the cap ``cap = max_c v_c`` of the cohort's class volume
+  ``v``. Each later client is taken if it has a sample of the cohort's currently rarest
+  class ``f = argmin_c v_c`` (lowest class index on ties); it contributes
+  ``s_c = min(cap - v_c, n_c)`` of each class (the rest of its data would be left out).
+  The selection stops when ``m`` clients are taken or ``D_KL(v / sum v || uniform) <
+  threshold``; a pass that takes nobody ends it early (fewer than ``m`` clients).
+
+  Choices where the pseudo-code is open: the stop test runs after every pick (``h`` is a
+  maximum, which a test only after a full pass could overshoot); a repeated pass visits
+  only clients not yet taken; classes no client has are left out of ``argmin`` and of the
+  uniform target (otherwise nobody could ever be added); clients with no data are never
+  taken. No randomness: the same counts give the same cohort in every round.
+
+  Args:
+    counts: ``[K, C]`` finite non-negative label counts.
+    m: the maximum number of clients (``h``), in ``[1, K]``.
+    threshold: ``theta_KLD`` (nats) >= 0; 0 stops only at ``m`` clients.
+
+  Returns:
+    ``(ids, allocation)``: int64 ``[<= m]`` client ids in pick order and float64 ``[K, C]``
+    each client's allocated per-class sample counts ``s`` (zero rows for the others).
+  """
+  counts = _check_counts(counts)
+  k, _ = counts.shape
+  if not _is_int(m) or not 1 <= m <= k:
+    raise ValueError(f'm={m!r} must be an integer in [1, K] = [1, {k}]')
+  if not (isinstance(threshold, numbers.Real) and math.isfinite(threshold)
+          and threshold >= 0):
+    raise ValueError(f'threshold={threshold!r} must be a finite number >= 0')
+  classes = counts.sum(axis=0) > 0          # classes some client has
+  totals = counts.sum(axis=1)
+  order = np.argsort(-totals, kind='stable')
+  order = order[totals[order] > 0]
+  v = np.zeros(counts.shape[1], np.float64)
+  alloc = np.zeros_like(counts)
+  taken = np.zeros(k, bool)
+  picked: list[int] = []
+  cap = 0.0
+  while len(picked) < m:
+    added = False
+    for c in order:
+      if taken[c]:
+        continue
+      if not picked:
+        share = counts[c].copy()
+        cap = float(np.max(v + share))
+      else:
+        rare = np.flatnonzero(classes)[np.argmin(v[classes])]
+        if counts[c, rare] <= 0:
+          continue
+        share = np.minimum(cap - v, counts[c])
+      v += share
+      alloc[c] = share
+      taken[c] = True
+      picked.append(int(c))
+      added = True
+      if len(picked) >= m or kl_to_uniform(v[classes]) < threshold:
+        return np.asarray(picked, np.int64), alloc
+    if not added:
+      break
+  return np.asarray(picked, np.int64), alloc
