@@ -86,7 +86,7 @@ from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import bucket
-from fedjax_kd.core.kernels import epoch_positions
+from fedjax_kd.core.kernels import batch_rows, epoch_positions
 from fedjax_kd.core.state import ModelState, num_elements
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
@@ -173,8 +173,7 @@ def _train_classifier(encoders, classifier, idx, n, keys, x, y, lr_scale, *, ker
     def step(carry, inputs):
       w, opt = carry
       pos, k = inputs
-      valid = pos < n_k
-      rows = idx_k[jnp.minimum(pos, n_max - 1)]
+      rows, valid = batch_rows(idx_k, pos, n_k)
       xb = kernels.inputs(x[rows])
       if augment is not None:
         xb = augment(jax.random.split(k)[0], xb)

@@ -81,7 +81,7 @@ import optax
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
-from fedjax_kd.core.kernels import CohortKernels, epoch_positions, shard_slots
+from fedjax_kd.core.kernels import CohortKernels, batch_rows, budget_positions, shard_slots
 from fedjax_kd.core.local import LocalRule
 from fedjax_kd.core.state import ModelState, num_elements, put_clients, take_clients
 from fedjax_kd.errors import ConfigError
@@ -201,11 +201,8 @@ class FedKD(base.Algorithm):
     :func:`~fedjax_kd.ops.lowrank.compress_each`, not under this function's vmap) and the
     mean losses."""
     rule, tx = joint.rule, self.tx
-    n_max = idx.shape[0]
-    steps_per_epoch = -(-n_max // rule.batch_size)
-    positions, step_keys = epoch_positions(key, n_max, n, rule.epochs, rule.batch_size)
-    step_epoch = jnp.arange(positions.shape[0]) // steps_per_epoch
-    positions = jnp.where((step_epoch < epochs_k)[:, None], positions, n_max)
+    positions, step_keys = budget_positions(key, idx.shape[0], n, rule.epochs,
+                                            rule.batch_size, epochs_k)
     slot = rule.opt_slot
     if rule.fresh_opt:
       st = st.replace(opt_state={**st.opt_state, slot: tx.init(st.params)})
@@ -215,8 +212,7 @@ class FedKD(base.Algorithm):
     def step(carry, inputs):
       t_st, s_st = carry
       pos, k = inputs
-      valid = pos < n
-      rows = idx[jnp.minimum(pos, n_max - 1)]
+      rows, valid = batch_rows(idx, pos, n)
       x = mentor.inputs(x_all[rows])
       y = y_all[rows]
       k_aug, k_drop = jax.random.split(k)

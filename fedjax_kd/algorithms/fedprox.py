@@ -24,7 +24,8 @@ class ProximalTerm:
   """``(mu / 2) ||w - theta^r||^2``: a ``LocalRule.penalty`` (hashable: equal mu, one compile)."""
   mu: float
 
-  def __call__(self, params, start):
+  def __call__(self, params, start, client, shared):
+    del client, shared
     return 0.5 * self.mu * tree_sq_distance(params, start)
 
 

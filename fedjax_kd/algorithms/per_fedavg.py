@@ -60,6 +60,7 @@ from fedjax_kd.algorithms.fedavg import FedAvg, broadcast
 from fedjax_kd.algorithms.pfedme import (LoopOptions, batch_grad_fn, client_weights,
                                          local_loop, round_epochs)
 from fedjax_kd.core import rng
+from fedjax_kd.core.kernels import batch_rows
 from fedjax_kd.core.state import ModelState
 from fedjax_kd.ops import param_aggregate
 from fedjax_kd.ops import personal
@@ -130,8 +131,7 @@ def perfedavg_adapt(kernels, st, key, row, shared, *, options: AdaptOptions):
   for s in range(options.steps):
     k_pos, k_aug, k_drop = jax.random.split(jax.random.fold_in(key, s), 3)
     pos = random_batch(k_pos, n_max, n, options.batch_size)
-    valid = pos < n
-    rows = idx[jnp.minimum(pos, n_max - 1)]
+    rows, valid = batch_rows(idx, pos, n)
     xb = kernels.inputs(x[rows])
     if options.augment is not None:
       xb = options.augment(k_aug, xb)

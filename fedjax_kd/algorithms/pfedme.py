@@ -58,7 +58,7 @@ import numpy as np
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.algorithms.fedavg import FedAvg
-from fedjax_kd.core.kernels import epoch_positions
+from fedjax_kd.core.kernels import batch_rows, budget_positions
 from fedjax_kd.ops import losses
 from fedjax_kd.ops import param_aggregate
 from fedjax_kd.ops import personal
@@ -119,17 +119,13 @@ def local_loop(kernels, key: jax.Array, idx: jax.Array, n: jax.Array, epochs_k: 
   Returns:
     ``(carry, stats, mean over the steps run of each step's last loss; NaN if none ran)``.
   """
-  n_max = idx.shape[0]
   b = opts.batch_size
-  positions, step_keys = epoch_positions(key, n_max, n, opts.epochs, b)
-  step_epoch = jnp.arange(positions.shape[0]) // -(-n_max // b)
-  positions = jnp.where((step_epoch < epochs_k)[:, None], positions, n_max)
+  positions, step_keys = budget_positions(key, idx.shape[0], n, opts.epochs, b, epochs_k)
   part_of = jnp.arange(b) % opts.parts
 
   def body(state, inputs):
     pos, k = inputs
-    valid = pos < n
-    rows = idx[jnp.minimum(pos, n_max - 1)]
+    rows, valid = batch_rows(idx, pos, n)
     xb, yb = kernels.inputs(x[rows]), y[rows]
     k_aug, k_drop = jax.random.split(k)
     if opts.augment is not None:

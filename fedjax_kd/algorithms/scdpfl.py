@@ -50,7 +50,6 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-import jax
 import jax.numpy as jnp
 
 from fedjax_kd import options
@@ -75,36 +74,24 @@ class SCDPFLOptions:
 
 def spectral_objective(logits, y, params, q, lam: float, ratio: float):
   """One minibatch's SCDPFL objective: ``mean CE(logits, y) + lam * KL(q || S_ratio(params))``
-  (what :func:`spectral_fit` minimises; for tests and reading)."""
+  (what local training with :class:`SpectralTerm` minimises; for tests and reading)."""
   ce = jnp.mean(ce_loss(logits, {'y': y}, {}))
   return ce + lam * spectral.spectral_kl(q, params, ratio)
 
 
-def spectral_fit(kernels, st, key, row, shared, *, options):
-  """Local training of one client with a spectral penalty towards a teacher's spectrum.
+@dataclasses.dataclass(frozen=True)
+class SpectralTerm:
+  """``lam * KL(q || S_ratio(w))``: a ``LocalRule.penalty`` whose teacher spectrum ``q`` is
+  the client's own (``client['q']``, the GM step) or everybody's (``shared['q']``, the PM
+  step). Hashable: equal options, one compile."""
+  lam: float
+  ratio: float
+  per_client: bool
 
-  A ``map_clients`` function: the penalty's teacher ``q`` is per client (``row['q']``,
-  the GM step) or shared (``shared['q']``, the PM step), which a ``LocalRule.penalty``
-  (``penalty(params, start)``) cannot see; so the rule's penalty is bound here, inside
-  the traced per-client function, and the engine's own per-client training step
-  (``CohortKernels._fit_one``: Keras minibatches, the optimizer slot, stragglers'
-  epochs, the learning-rate factor) runs it.
-
-  Args:
-    options: ``(rule, lam, ratio, per_client_teacher)``.
-
-  Returns:
-    ``(new model state, mean loss)``.
-  """
-  rule, lam, ratio, per_client_teacher = options
-  q = row['q'] if per_client_teacher else shared['q']
-  penalty = None
-  if lam:
-    penalty = lambda params, start: lam * spectral.spectral_kl(q, params, ratio)
-  rule = dataclasses.replace(rule, penalty=penalty)
-  data = {'x': shared['x'], 'y': shared['y']}
-  return kernels._fit_one(st, key, row['idx'], row['n'], data, {}, row['epochs'], None,  # pylint: disable=protected-access
-                          shared['lr_scale'], None, loss_fn=ce_loss, rule=rule)
+  def __call__(self, params, start, client, shared):
+    del start
+    q = client['q'] if self.per_client else shared['q']
+    return self.lam * spectral.spectral_kl(q, params, self.ratio)
 
 
 class SCDPFL(FedAvg):
@@ -116,23 +103,16 @@ class SCDPFL(FedAvg):
   def _train(self, cohort, r: base.Round, phase: str, rule, lam: float, ratio: float,
              q, per_client_teacher: bool):
     """Trains the active rows of ``cohort`` with the spectral penalty; ``(cohort, loss)``."""
+    if lam:
+      rule = dataclasses.replace(rule, penalty=SpectralTerm(float(lam), float(ratio),
+                                                            per_client_teacher))
+    local = self.local_inputs(r, **({'client': {'q': q}} if per_client_teacher
+                                    else {'shared': {'q': q}}))
     d = r.fed.data
-    k = r.num_clients
-    epochs = r.epochs_k
-    epochs = jnp.full((k,), rule.epochs, jnp.int32) if epochs is None else jnp.asarray(
-        epochs, jnp.int32)
-    per = {'idx': d.client_idx, 'n': jnp.asarray(d.client_n, jnp.int32), 'epochs': epochs}
-    shared = {'x': d.x_private, 'y': d.y_private,
-              'lr_scale': jnp.float32(self.lr_factor(r.t))}
-    if per_client_teacher:
-      per['q'] = q
-    else:
-      shared['q'] = q
-    fill = (cohort, jnp.full((k,), jnp.nan, jnp.float32))
-    cohort, loss = r.fed.map_clients(
-        (cohort,), self.ctx.root, r.t, phase, spectral_fit, per_client=per, shared=shared,
-        fill=fill, options=(rule, float(lam), float(ratio), per_client_teacher),
-        active=r.active)
+    (cohort,), loss = r.fed.fit((cohort,), self.ctx.root, r.t, phase, rule, local,
+                                shared={'x': d.x_private, 'y': d.y_private},
+                                idx=d.client_idx, n=d.client_n, loss_fn=ce_loss,
+                                active=r.active)
     return cohort, base.nanmean(loss)
 
   def round(self, state, r):

@@ -140,6 +140,21 @@ def epoch_positions(key: Array, n_max: int, n: Array, epochs: int,
   return positions, step_keys
 
 
+def budget_positions(key: Array, n_max: int, n: Array, epochs: int, batch_size: int,
+                     epochs_k: Array) -> tuple[Array, Array]:
+  """:func:`epoch_positions` for ``epochs`` epochs, with the steps past the client's own
+  budget of ``epochs_k`` epochs (a straggler's) given no real sample (position ``n_max``)."""
+  positions, step_keys = epoch_positions(key, n_max, n, epochs, batch_size)
+  step_epoch = jnp.arange(positions.shape[0]) // -(-n_max // batch_size)
+  return jnp.where((step_epoch < epochs_k)[:, None], positions, n_max), step_keys
+
+
+def batch_rows(idx: Array, pos: Array, n: Array) -> tuple[Array, Array]:
+  """``(rows, valid)``: the data rows of minibatch positions ``pos`` of a client that owns
+  ``idx[:n]``; a padding position (``>= n``) reads the last row and is not valid."""
+  return idx[jnp.minimum(pos, idx.shape[0] - 1)], pos < n
+
+
 COMPUTE_DTYPES: tuple[str, ...] = ('float32', 'bfloat16')
 
 
@@ -242,20 +257,15 @@ class CohortKernels:
                aux: dict, epochs_k: Array, client: Any, lr_scale: Array, hook_shared: Any, *,
                loss_fn: LossFn, rule: LocalRule):
     tx = self.optimizers[rule.opt_slot]
-    n_max = idx.shape[0]
-    steps_per_epoch = -(-n_max // rule.batch_size)
-    positions, step_keys = epoch_positions(key, n_max, n, rule.epochs, rule.batch_size)
-    # Steps past this client's own epoch budget (stragglers) see no real sample.
-    step_epoch = jnp.arange(positions.shape[0]) // steps_per_epoch
-    positions = jnp.where((step_epoch < epochs_k)[:, None], positions, n_max)
+    positions, step_keys = budget_positions(key, idx.shape[0], n, rule.epochs,
+                                            rule.batch_size, epochs_k)
     start = state.params   # w^r, the hooks' reference point (FedProx's anchor)
     if rule.fresh_opt:   # a new optimizer state every call (NIID-Bench; FedEntOpt's configs)
       state = state.replace(opt_state={**state.opt_state, rule.opt_slot: tx.init(state.params)})
 
     def step(st: ModelState, inputs):
       pos, k = inputs
-      valid = pos < n
-      rows = idx[jnp.minimum(pos, n_max - 1)]
+      rows, valid = batch_rows(idx, pos, n)
       batch = {name: arr[rows] for name, arr in shared.items()}
       batch['x'] = self.inputs(batch['x'])
       batch['_pos'] = pos
@@ -274,7 +284,7 @@ class CohortKernels:
           stats = st.batch_stats
         value = masked_mean(loss_fn(logits, batch, aux), valid)
         if rule.penalty is not None:
-          value = value + rule.penalty(params, start)
+          value = value + rule.penalty(params, start, client, hook_shared)
         return value, stats
 
       (value, stats), grads = jax.value_and_grad(loss, has_aux=True)(st.params)

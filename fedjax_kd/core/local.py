@@ -36,8 +36,9 @@ class LocalRule:
     opt_slot: which optimizer (and optimizer state) to step.
     augment: optional ``augment(key, x) -> x`` applied to every training batch.
     fresh_opt: start from a new optimizer state (default: continue the stored one).
-    penalty: optional ``penalty(params, start_params) -> scalar`` added to every
-      step's mean loss (FedProx's ``mu / 2 ||w - w^r||^2``).
+    penalty: optional ``penalty(params, start_params, client, shared) -> scalar`` added
+      to every step's mean loss (FedProx's ``mu / 2 ||w - w^r||^2``; SCDPFL's spectral
+      term towards a per-client teacher); ``client`` and ``shared`` as for ``correction``.
     correction: optional ``correction(params, client, shared) -> params`` applied
       after every real step, outside the optimizer (SCAFFOLD's ``- lr (c - c_k)``);
       ``client`` and ``shared`` are :attr:`Local.client` / :attr:`Local.shared`.
