@@ -394,6 +394,24 @@ def no_steady_gap(a: Ref, b: Ref, from_round: int = 2, tol: float = 0.01) -> Cal
   return implementation(fn)
 
 
+def same_values(ref: Ref, key_a: str, key_b: str, tol: float = 1e-3) -> Callable:
+  """Two statistics of one row agree in every seed within ``tol`` (e.g. a personalised
+  accuracy that is its global model's): a setting check, no test."""
+  def fn(t: Table):
+    miss = _missing(t, (ref,), key_a) or _missing(t, (ref,), key_b)
+    if miss:
+      return None, miss
+    sa, sb = t.stat(ref, key_a), t.stat(ref, key_b)
+    seeds = sorted(set(sa['values']) & set(sb['values']))
+    worst = max((abs(sa['values'][s] - sb['values'][s]) for s in seeds), default=0.0)
+    detail = (f'{_name(ref)}: {key_a} {_fmt(sa)} vs {key_b} {_fmt(sb)}; largest per-seed '
+              f'difference {worst:.4f} over {len(seeds)} seeds; tolerance {tol:g}')
+    if len(seeds) < MIN_PAIRED_SEEDS:
+      return None, detail + f'; fewer than {MIN_PAIRED_SEEDS} seeds'
+    return bool(worst <= tol), detail
+  return implementation(fn)
+
+
 def same_metric(a: Ref, b: Ref, metric: str, tol: float = 1e-3) -> Callable:
   """A per-round metric that depends only on the shared draws (SCARLET's hit ratio) is the
   same in ``a`` and ``b``: every round both logged, every seed both ran, within ``tol``."""

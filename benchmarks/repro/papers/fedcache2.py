@@ -8,7 +8,8 @@ from typing import Callable
 
 import ml_collections
 
-from benchmarks.repro.checks import Check, exceeds, fewer_bytes_to_threshold, pair_checks
+from benchmarks.repro.checks import (Check, exceeds, fewer_bytes_to_threshold, pair_checks,
+                                     same_values)
 from benchmarks.repro.defs import (PAIRED_SEEDS, SEEDS10, SEEDS15, UA_HEADERS, Section, SweepDef,
                                    torch_label, torch_variants)
 from fedjax_kd import presets
@@ -125,6 +126,9 @@ def _baseline_checks(s: str) -> list[Check]:
         effect_text='Table V: at least x28.6 against the least efficient baseline that '
         'reaches the threshold (x62.9 on CIFAR-10 alpha = 2.0 against SCDPFL: 315.9 MB vs '
         '19.4 GB)'))
+  out.append(Check(   # what kNN-Per's UA is made of in this setting
+      "kNN-Per's personalised UA is its global model's: every client tunes the kNN's weight "
+      'to 0', s, same_values('kNN-Per', 'final_acc', 'final:server_ua', tol=1e-3)))
   return out
 
 
@@ -163,7 +167,9 @@ def section() -> Section:
                    preset_text='presets.fedcache2_scarce_cpu(source), public set 400/300',
                    headers=UA_HEADERS, seeds=SEEDS15,
                    tiny_variants=('FedCache 2.0', 'Single client'), floor='Single client',
-                   columns=('acc', 'best', 'client', 'bytes', 'wall'),
+                   metrics=('server_ua', 'knn_lambda_mean'),
+                   columns=('acc', 'best', 'client', 'bytes', 'metric:knn_lambda_mean',
+                            'wall'),
                    curve_rounds=(1, 3, 5, 10, 15)),
           SweepDef('fedcache2_tau_a05_digits', "Cache sampling at Table XII's alpha = 0.5, the "
                    'same small clients', FEDCACHE2_TAU_A05_VARIANTS,
