@@ -191,6 +191,7 @@ def test_sd_and_gd_start_in_round_two(tmp_path):
   assert max(float(np.max(np.abs(a - b))) for a, b in zip(triple[1], single[1])) > 0
 
 
+@pytest.mark.slow
 def test_literal_gd_gives_no_gradient(tmp_path):
   def final(**kw):
     exp = build(ace_tiny(rounds=2, **kw))
@@ -246,6 +247,7 @@ def test_partial_participation_and_noise_run(tmp_path):
     assert np.isfinite(r['test_acc'])
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted(tmp_path):
   full, _ = run(tmp_path, ace_tiny(rounds=3, **{'checkpoint.every': 1}), 'full')
   c = ace_tiny(rounds=2, **{'checkpoint.every': 1})

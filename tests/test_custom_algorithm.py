@@ -136,6 +136,7 @@ def test_a_group_another_algorithm_declares_otherwise_is_refused(guide):
     algorithms.unregister('engine_group')
 
 
+@pytest.mark.slow
 def test_registered_algorithm_runs_with_bytes_counted(guide, tmp_path):
   from tests.shared import tiny_config
   assert algorithms.ALGORITHMS['median_distill'] is guide['MedianDistill']

@@ -94,6 +94,7 @@ def test_rows_from_logs_read_the_batched_pytorch_sides(tmp_path, capsys):
   assert line.endswith('| 24.00 / 40.00 | 2.50x / 1.50x |')
 
 
+@pytest.mark.slow
 def test_forward_flops_count_the_convolutions():
   import vs_torch  # pylint: disable=g-import-not-at-top
   hand = 2 * (576 * 25 * 32 + 64 * 800 * 64 + 1024 * 512 + 512 * 10)

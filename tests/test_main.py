@@ -100,6 +100,7 @@ def test_until_stops_after_a_round_with_the_whole_runs_schedules(tmp_path):
   assert b[0]['test_acc'] == a[0]['test_acc'] and b[0]['cum_bytes'] == a[0]['cum_bytes']
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_config(tmp_path):
   c = tiny_config(rounds=1)
   c.checkpoint.every = 1
@@ -109,6 +110,7 @@ def test_resume_refuses_a_different_config(tmp_path):
     runner.run(config_lib.validate(c), str(tmp_path), progress=False)
 
 
+@pytest.mark.slow
 def test_resume_takes_a_field_the_old_config_lacks_at_its_default(tmp_path):
   """A run made before a field existed resumes (the field counts at its default), and a
   lacking field whose default differs from the new value is still a different config."""

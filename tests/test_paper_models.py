@@ -225,6 +225,7 @@ def test_vgg11_registry_and_small_inputs():
     get_model('vgg11', num_classes=10, input_shape=(40,))
 
 
+@pytest.mark.slow
 def test_vgg11_dropout_embed_and_mask():
   shape = (8, 8, 3)
   model = get_model('vgg11@0.125', num_classes=7, input_shape=shape, lowering='xla')

@@ -195,6 +195,7 @@ def _copy_sweep(name, dest):
     shutil.copytree(pathlib.Path(tree) / name, dest / name)
 
 
+@pytest.mark.slow
 def test_the_committed_report_names_every_stale_run_and_counts_none():
   # Every archived run is tied to today's code, or the report names it and leaves it out of
   # every number (test_a_stale_run_is_named_and_enters_no_number): the committed report was
@@ -208,6 +209,7 @@ def test_the_committed_report_names_every_stale_run_and_counts_none():
     assert 'None: every archived run is tied' in part
 
 
+@pytest.mark.slow
 def test_a_stale_run_is_named_and_enters_no_number(tmp_path):
   name = 'scarlet_digits'
   _copy_sweep(name, tmp_path)
@@ -261,6 +263,7 @@ def test_a_fingerprint_follows_the_golden_record_of_the_family():
       'train_loss'}
 
 
+@pytest.mark.slow
 def test_a_run_made_with_avx2_kernels_is_tied_by_an_avx2_replay(tmp_path, monkeypatch):
   # The archive's runs come from machines of either kind: a replay with this machine's
   # kernels that differs is tried again with AVX2's, and the tie says which matched.

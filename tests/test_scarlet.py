@@ -125,6 +125,7 @@ def test_scarlet_resume_equals_uninterrupted_run(tmp_path):
                                                           for r in resumed]
 
 
+@pytest.mark.slow
 def test_cfd_uploads_hard_labels(tmp_path):
   rows = run(tmp_path, scarlet_tiny('cfd', rounds=2))
   assert rows[1]['up_bytes'] == K * N * 16                      # int64 label + int64 index
