@@ -81,6 +81,7 @@ def test_determinism_and_key_dependence():
   assert a.shape == x.shape and a.dtype == x.dtype
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_match_eager():
   x = jnp.asarray(_batch(16, 8, 8, 3))
   key = jax.random.PRNGKey(5)

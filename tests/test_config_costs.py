@@ -65,6 +65,7 @@ def test_durations_read_as_a_person_would_say_them(seconds, text):
   assert costs.fmt(seconds) == text
 
 
+@pytest.mark.slow
 def test_stand_ins_have_the_shapes_of_the_data_sets(tmp_path):
   assert costs.stand_in_name('tfds:cifar100') == 'cifar100'
   assert costs.stand_in_name('tfds:fashion_mnist') == 'fashion_mnist'

@@ -77,6 +77,7 @@ def test_result_does_not_depend_on_other_clients_padding():
   assert_trees_close(results[0], results[1], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_epoch_positions_visit_real_samples_in_the_same_batches_whatever_the_padding():
   """A client's batches of real samples are the same at any padded length (the PyTorch
   lock-step reference pads every client to one length and relies on it)."""

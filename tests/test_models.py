@@ -357,6 +357,7 @@ def test_parse_spec():
                                   'char_lstm', 'leaf_cnn'}
 
 
+@pytest.mark.slow
 def test_builtin_entries_declare_what_their_modules_are():
   # Each built-in's declared properties hold of the module its builder makes: BatchNorm
   # statistics exactly for batch_norm=True, and the smallest side it accepts.

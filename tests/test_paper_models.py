@@ -66,6 +66,7 @@ def test_param_counts_and_embed_size(spec):
   assert jax.eval_shape(model.apply, variables, x).shape == (2, 10)
 
 
+@pytest.mark.slow
 def test_width_multiplier_counts():
   for name in PAPER_MODELS:
     half = count_params(_shapes(f'{name}@0.5')[1])[0]

@@ -300,6 +300,7 @@ def test_tensorboard_scalars_equal_the_metrics(tmp_path):
   assert not any(tag == 'round' for tag, _, _ in events)
 
 
+@pytest.mark.slow
 def test_clients_and_partition_files(tmp_path):
   c = tiny_config(rounds=1)
   _run(c, tmp_path)

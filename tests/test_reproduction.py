@@ -359,6 +359,7 @@ ADDED_SINCE_ARCHIVE = {'data.dominant_fraction': 0.9, 'data.noisy_classes': 0,
                        'selection.kl_threshold': 0.0}
 
 
+@pytest.mark.slow
 def test_readme_example_output_is_the_archived_default_run():
   """The README's closing table of configs/default.py is seed 0 of the archived DS-FL ERA run,
   marked as one machine's digits, and the mean ± std beside it is that of the archived seeds."""
