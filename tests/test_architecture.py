@@ -122,6 +122,33 @@ def test_ops_are_leaves_and_know_no_config_field():
     assert 'ConfigError' not in text, m
 
 
+def test_the_data_layer_imports_no_spec():
+  # data/ sits beside spec: it reads options through its own DataRequest protocol, so
+  # building the data never reaches back up to the config's classes.
+  graph = imports()
+  data = [m for m in graph if m.startswith('fedjax_kd.data')]
+  assert len(data) > 5
+  assert [(m, t) for m in data for t in graph[m] if t == 'fedjax_kd.spec'] == []
+
+
+def test_every_option_the_data_layer_reads_is_a_declared_data_option():
+  import dataclasses
+  import typing
+  from fedjax_kd.data.prepare import DataRequest
+  from fedjax_kd.spec import DataSpec
+  declared = {f.name: f.type for f in dataclasses.fields(DataSpec)}
+  wanted = typing.get_type_hints(DataRequest)
+  assert len(wanted) > 15
+  assert {k: str(v) for k, v in wanted.items()} == {
+      k: str(typing.get_type_hints(DataSpec)[k]) for k in wanted}
+  assert set(wanted) <= set(declared)
+  # ... and every option prepare.py reads is in the protocol.
+  tree = ast.parse((PACKAGE / 'data' / 'prepare.py').read_text())
+  read = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+          and isinstance(n.value, ast.Name) and n.value.id == 'spec'}
+  assert read and read <= set(wanted), read - set(wanted)
+
+
 def test_no_config_error_below_the_config_layer():
   # The engine, ops, data and model libraries name their own parameters (ParamError); the
   # layers that feed them a config's values name the field (fields.as_fields).

@@ -14,7 +14,9 @@ The steps an experiment takes before any model exists, in order:
 5. **partition** the private pool over the clients (:func:`fedjax_kd.data.partition.partition`),
    with a per-client validation split and per-client test splits where asked.
 
-Errors name the :class:`fedjax_kd.spec.DataSpec` field (``alpha``, ``num_public``, ...) or
+What it reads is :class:`DataRequest`, the ``data.*`` options by name; the config layer's
+``DataSpec`` is one (the data layer imports no config class). Errors name the option
+(``alpha``, ``num_public``, ...) or
 ``num_clients`` / ``seed`` as :class:`~fedjax_kd.ops.errors.ParamError`; the config layer maps
 them to config fields. A bad file is a :class:`~fedjax_kd.errors.DataError`.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Protocol
 
 import numpy as np
 
@@ -33,7 +35,6 @@ from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources, splits
 from fedjax_kd.errors import DataError
 from fedjax_kd.ops.errors import ParamError
-from fedjax_kd.spec import DataSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,16 +63,42 @@ class PreparedData:
   vocab_size: int | None
 
 
+class DataRequest(Protocol):
+  """The ``data.*`` options :func:`prepare` reads (``fedjax_kd.spec.DataSpec`` declares
+  them: their defaults, checks and docs)."""
+  source: str
+  public_source: str
+  data_dir: str
+  label_key: str
+  num_public: int
+  num_private: int
+  public_noise_source: str
+  num_public_noise: int
+  partition: str
+  alpha: float
+  shards_per_client: int
+  classes_per_client: int
+  dominant_fraction: float
+  min_size: int
+  noisy_classes: int
+  val_fraction: float
+  per_client_test: bool
+  normalize: str
+  mean: tuple[float, ...]
+  std: tuple[float, ...]
+  augment: str
+
+
 @contextlib.contextmanager
 def _named(names: Mapping[str, str]) -> Iterator[None]:
-  """A library's parameter errors under this module's names (the DataSpec fields)."""
+  """A library's parameter errors under this module's names (the ``data.*`` options)."""
   try:
     yield
   except ParamError as e:
     raise ParamError(names.get(e.param, e.param), e.value, e.allowed) from None
 
 
-def prepare(spec: DataSpec, *, num_clients: int, seed: int) -> PreparedData:
+def prepare(spec: DataRequest, *, num_clients: int, seed: int) -> PreparedData:
   """Loads, checks, normalises, splits and partitions the data a spec describes.
 
   Args:
@@ -83,7 +110,7 @@ def prepare(spec: DataSpec, *, num_clients: int, seed: int) -> PreparedData:
     The :class:`PreparedData`.
 
   Raises:
-    ParamError: an option the data cannot satisfy, named by its DataSpec field
+    ParamError: an option the data cannot satisfy, named by its ``data.*`` option
       (``source``, ``num_public``, ``alpha``, ...), ``num_clients`` or ``seed``.
     DataError: a source that is missing, damaged or of the wrong layout.
   """
@@ -157,7 +184,7 @@ def prepare(spec: DataSpec, *, num_clients: int, seed: int) -> PreparedData:
                       vocab_size=vocab_size)
 
 
-def _input_kind(spec: DataSpec, dataset: sources.ArrayDataset,
+def _input_kind(spec: DataRequest, dataset: sources.ArrayDataset,
                 public: sources.ArrayDataset | None) -> int | None:
   """The vocabulary size of token-id inputs (None for others), after refusing what cannot
   apply to token ids: a public source of another kind or a larger vocabulary, input
