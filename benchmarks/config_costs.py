@@ -102,6 +102,28 @@ def write_stand_in(name: str, folder: str) -> str:
   return path
 
 
+def stand_in_overrides(c: Any, folder: str, mnist: str = '') -> tuple[list[str], list[str]]:
+  """The ``--config.data.*`` overrides that replace config ``c``'s data sets that cannot be
+  read here by stand-ins of their shapes (real MNIST where ``mnist`` is a file), and a label
+  for each data set."""
+  overrides, labels = [], []
+  for field in ('source', 'public_source'):
+    given = str(c.data[field])
+    stand_in = stand_in_name(given)
+    if stand_in == 'cifar100' and field == 'source' and c.data.label_key:
+      stand_in = 'cifar100_coarse'   # a tfds label feature: the stand-in has its classes
+      overrides.append('--config.data.label_key=')
+    if stand_in == 'mnist' and mnist and os.path.exists(mnist):
+      overrides.append(f'--config.data.{field}=npz:{os.path.abspath(mnist)}')
+      labels.append('MNIST')
+    elif stand_in:
+      overrides.append(f'--config.data.{field}=npz:{write_stand_in(stand_in, folder)}')
+      labels.append(f'{stand_in} stand-in')
+    elif given:
+      labels.append(given)
+  return overrides, labels
+
+
 def _rows(workdir: str) -> list[dict[str, Any]]:
   rows = []
   try:
@@ -262,21 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name in NOT_MEASURED:
           rows.append({'config': name, 'rounds': int(c.rounds), 'skipped': NOT_MEASURED[name]})
           continue
-        overrides, labels = [], []
-        for field in ('source', 'public_source'):
-          given = str(c.data[field])
-          stand_in = stand_in_name(given)
-          if stand_in == 'cifar100' and field == 'source' and c.data.label_key:
-            stand_in = 'cifar100_coarse'   # a tfds label feature: the stand-in has its classes
-            overrides.append('--config.data.label_key=')
-          if stand_in == 'mnist' and a.mnist and os.path.exists(a.mnist):
-            overrides.append(f'--config.data.{field}=npz:{os.path.abspath(a.mnist)}')
-            labels.append('MNIST')
-          elif stand_in:
-            overrides.append(f'--config.data.{field}=npz:{write_stand_in(stand_in, folder)}')
-            labels.append(f'{stand_in} stand-in')
-          elif given:
-            labels.append(given)
+        overrides, labels = stand_in_overrides(c, folder, a.mnist)
         row = measure(name, int(c.rounds), overrides, a.timeout, folder)
         fit = re.search(r'would fit: (--config\.eval\.chunk=\d+)', row.get('error') or '')
         if fit:   # the planner names an evaluation chunk that fits: the rounds are the same

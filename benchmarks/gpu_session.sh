@@ -8,9 +8,12 @@
 #   bash benchmarks/gpu_session.sh [OUT_DIR [PART ...]]   # all default parts: about 7 minutes
 #   TINY=1 bash benchmarks/gpu_session.sh /tmp/gs dsfl    # a CPU smoke run of the script
 #
-# Parts: env dsfl blazefl profile_dsfl resnet20 (the default), and memory (the memory planner's
-# estimates against measured peaks, benchmarks/memory_plan.py; 70 s), e.g. a second call
-# `bash benchmarks/gpu_session.sh "$OUT" memory`. A part that runs out of time leaves its log
+# Parts: env dsfl blazefl profile_dsfl resnet20 (the default), memory (the memory planner's
+# estimates against measured peaks, benchmarks/memory_plan.py; 70 s) and memory_resnet20
+# (SCARLET's ResNet-20 round at K = 100, scarlet_cifar10 on stand-in data, planned for a 24 GiB
+# device, FEDJAX_KD_DEVICE_MEMORY=24GiB: the clients at once the planner chooses, its figure,
+# XLA's, and two rounds' peak device memory (goal: at most 20 GiB) and time per round; about
+# 5 minutes), e.g. a second call `bash benchmarks/gpu_session.sh "$OUT" memory memory_resnet20`. A part that runs out of time leaves its log
 # (the finished runs are in it: `python benchmarks/gpu_suite.py --from_logs=...` rebuilds their
 # rows). The device machines have jax, flax, optax, chex, orbax and torch, but not
 # ml_collections: carry its wheel (pip download --no-deps ml_collections into an ignored
@@ -52,7 +55,10 @@ jax.devices(), torch.__version__, torch.cuda.get_device_name())'" ;;
       --rounds=1 --torch_sides=vmap_compiled,vmap --out="$out/resnet20.json" ;;
     memory) part memory 70 "$py" benchmarks/memory_plan.py --sizes=medium,large \
       --out="$out/memory.json" ;;
-    *) echo "error: unknown part '$p' (env dsfl blazefl profile_dsfl resnet20 memory)" >&2
+    memory_resnet20) part memory_resnet20 420 env FEDJAX_KD_DEVICE_MEMORY=24GiB "$py" \
+      benchmarks/memory_plan.py --configs=scarlet_cifar10 --measure \
+      --out="$out/memory_resnet20.json" ;;
+    *) echo "error: unknown part '$p' (env dsfl blazefl profile_dsfl resnet20 memory memory_resnet20)" >&2
        exit 2 ;;
   esac
 done

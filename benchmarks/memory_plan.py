@@ -1,7 +1,17 @@
-r"""The device-memory estimate (:mod:`fedjax_kd.memory`) against measured peaks.
+r"""The device-memory plan (:mod:`fedjax_kd.memory`) against XLA's own figure and measured peaks.
 
   python benchmarks/memory_plan.py [--sizes=small,medium,large] [--repeats=1] [--out=F.json]
   python benchmarks/memory_plan.py --from_json=docs/memory_plan_cpu.json   # the table again
+  python benchmarks/memory_plan.py --configs=all [--measure] [--out=F.json]   # shipped configs
+
+``--configs`` (``all`` or names): each shipped config, built as the command line builds it
+(data sets that cannot be read here replaced by stand-ins of their shapes, as in
+``benchmarks/config_costs.py``; real MNIST with ``--mnist``), in a fresh process: the clients
+at once the planner chose (``clients.chunk='auto'``), its figure (less the CPU runtime term),
+and XLA's own figure for the first round and its evaluation (:func:`fedjax_kd.memory.xla_figure`:
+every kernel program compiled, not run, with ``compiled.memory_analysis()``). ``--measure``
+also runs two rounds of it: the measured peak (as below) and round 2's time; where all clients
+at once also fit the machine, it runs them so too, for the time a round costs in chunks.
 
 Each size is a config run for one round in a fresh process (no checkpoint, no persistent
 compilation cache). On a CPU the device is the host, so the measured peak is the process's
@@ -53,10 +63,11 @@ SIZES = {
 }
 
 
-_CHILD = r'''
-import json, sys
+# What both child processes start with: JAX started, and the process's resident set.
+_PRELUDE = r'''
+import json, sys, time
 import jax, jax.numpy as jnp
-from fedjax_kd import config as config_lib, experiment, memory, runner
+from fedjax_kd import config as config_lib, experiment, memory, runner, workdir
 from fedjax_kd import main as main_lib
 
 def rss(field):
@@ -66,6 +77,9 @@ def rss(field):
         return int(line.split()[1]) * 1024
 
 jnp.zeros(1).block_until_ready()
+'''
+
+_CHILD = _PRELUDE + r'''
 fv = main_lib.parse(['x', '--config=default'] + json.loads(sys.argv[1]))
 spec = config_lib.validate(fv.config)
 dev = jax.local_devices()[0]
@@ -119,6 +133,84 @@ HEADER = ('| size | data MiB | state MiB | largest step MiB | estimate MiB | mea
           '(median) | error |\n|---|---|---|---|---|---|---|')
 
 
+_CONFIG_CHILD = _PRELUDE + r'''
+args, work, measure = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3] == '1'
+spec = config_lib.validate(main_lib.parse(['x'] + args).config)
+dev = jax.local_devices()[0]
+cpu = dev.platform == 'cpu'
+base = rss('VmRSS') if cpu else dev.memory_stats()['bytes_in_use']
+t0 = time.time()
+exp = experiment.build(spec)
+p = exp.memory
+out = {'planned': p.total - p.runtime, 'runtime': p.runtime, 'phase': p.phase,
+       'choice': p.choice(), 'chunk': p.chunk, 'slots': p.slots, 'plan_s': time.time() - t0,
+       # all clients at once fit the machine itself (not a FEDJAX_KD_DEVICE_MEMORY cap)
+       'all_fit': memory.plan(exp, client_chunk=None).total <= (memory._device_memory()[0] or 0)}
+if not measure:
+  t0 = time.time()
+  x = memory.xla_figure(exp)
+  out.update(xla=x.total, programs=x.programs, xla_s=time.time() - t0)
+else:
+  del exp
+  runner.run(spec, work, progress=False, memory_check=False)
+  rows = workdir.read_metrics(work)
+  peak = rss('VmHWM') if cpu else dev.memory_stats()['peak_bytes_in_use']
+  out.update(measured=peak - base, round_s=rows[-1]['round_time_s'], device=dev.device_kind)
+print('RESULT ' + json.dumps(out))
+'''
+
+
+def _config_child(args: list[str], measure: bool) -> dict:
+  with tempfile.TemporaryDirectory() as work:
+    env = dict(os.environ, FEDJAX_KD_COMPILATION_CACHE='', XLA_PYTHON_CLIENT_PREALLOCATE='false',
+               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get('PYTHONPATH')])))
+    env['XLA_FLAGS'] = ' '.join(filter(None, [os.environ.get('XLA_FLAGS'),
+                                              '--xla_gpu_autotune_level=0']))
+    proc = subprocess.run([sys.executable, '-c', _CONFIG_CHILD, json.dumps(args),
+                           os.path.join(work, 'run'), '1' if measure else '0'], cwd=REPO,
+                          env=env, capture_output=True, text=True, check=False)
+  lines = [x for x in proc.stdout.splitlines() if x.startswith('RESULT ')]
+  if proc.returncode or not lines:
+    err = [x for x in proc.stderr.splitlines() if x.strip()]
+    return {'error': (err[-1] if err else f'exit {proc.returncode}')[:300]}
+  return json.loads(lines[-1][len('RESULT '):])
+
+
+def measure_config(name: str, folder: str, mnist: str, measure: bool) -> dict:
+  """One shipped config: the plan and XLA's figure; with ``measure``, two rounds run."""
+  sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+  import config_costs  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  c = config_lib.load_file(name)
+  overrides, labels = config_costs.stand_in_overrides(c, folder, mnist)
+  args = [f'--config={name}', *overrides]
+  row = dict(config=name, data=', '.join(labels), **_config_child(args, False))
+  if 'xla' in row:
+    row['error_pct'] = 100 * (row['planned'] / row['xla'] - 1)
+  if measure and 'error' not in row:
+    run = ['--config.rounds=2', '--config.checkpoint.every=0', '--config.log.tensorboard=false']
+    row.update(_config_child(args + run, True))
+    if row.get('chunk') is not None and row.get('all_fit'):   # all at once, where they fit
+      whole = _config_child(args + run + [f'--config.clients.chunk={row["slots"]}'], True)
+      if 'round_s' in whole:
+        row['unchunked_round_s'] = whole['round_s']
+  return row
+
+
+CONFIG_HEADER = ('| config | clients at once | planned | XLA\'s figure | planned / XLA | measured peak '
+                 '| a round | all at once |\n|---|---|---|---|---|---|---|---|')
+
+
+def config_row(r: dict) -> str:
+  from fedjax_kd.memory import fmt  # pylint: disable=g-import-not-at-top
+  if 'error' in r and 'planned' not in r:
+    return f'| `{r["config"]}` | {r["error"]} | | | | | | |'
+  sec = lambda k: f'{r[k]:.0f} s' if r.get(k) is not None else '–'
+  peak = fmt(r['measured']) if r.get('measured') else '–'
+  return (f'| `{r["config"]}` | {r["choice"]} | {fmt(r["planned"])} | {fmt(r["xla"])} | '
+          f'{r["error_pct"]:+.0f} % | {peak} | {sec("round_s")} | {sec("unchunked_round_s")} |')
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   ap.add_argument('--sizes', default='small,medium,large')
@@ -127,12 +219,38 @@ def main(argv=None) -> int:
   ap.add_argument('--from_json', default=None, help='print the table of a saved --out file')
   ap.add_argument('--autotune', action='store_true',
                   help="keep XLA's GPU autotuner on (its trial workspaces count in the peak)")
+  ap.add_argument('--configs', default='',
+                  help="shipped configs, comma-separated, or 'all': plan against XLA's figure")
+  ap.add_argument('--measure', action='store_true',
+                  help='--configs: also run two rounds (measured peak, time per round)')
   ap.add_argument('--mnist', default=os.environ.get(
       'FEDJAX_KD_MNIST', os.path.join(REPO, '..', 'shared', 'data', 'mnist.npz')))
   a = ap.parse_args(argv)
+  if a.configs:
+    sys.path.insert(0, REPO)
+    from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+    names = [n for n in config_lib.shipped_configs()
+             if a.configs == 'all' or n in a.configs.split(',')]
+    names = [n for n in names if not n.startswith('leaf_')]   # their clients are LEAF's files
+    rows = []
+    print(CONFIG_HEADER)
+    with tempfile.TemporaryDirectory(prefix='fedjax_kd_memory_') as folder:
+      for name in names:
+        rows.append(measure_config(name, folder, a.mnist if os.path.exists(a.mnist) else '',
+                                   a.measure))
+        print(config_row(rows[-1]), flush=True)
+    if a.out:
+      from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+      workdir_lib.write_json(a.out, {'configs': rows}, indent=2)
+    return 0
   if a.from_json:
     with open(a.from_json) as f:
-      rows = json.load(f)['rows']
+      doc = json.load(f)
+    if 'configs' in doc:
+      print(CONFIG_HEADER)
+      print('\n'.join(config_row(r) for r in doc['configs']))
+      return 0
+    rows = doc['rows']
     print(f'{rows[0]["device_kind"]} ({rows[0]["platform"]})')
     print(HEADER)
     print('\n'.join(table_row(r) for r in rows))

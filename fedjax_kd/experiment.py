@@ -16,6 +16,7 @@ import optax
 
 from fedjax_kd import algorithms
 from fedjax_kd import fields
+from fedjax_kd import memory as memory_lib
 from fedjax_kd import selection as selection_lib
 from fedjax_kd.algorithms.base import Algorithm, Context
 from fedjax_kd.core.federation import Federation, build_federated_data
@@ -40,9 +41,13 @@ def make_optimizer(o: OptimSpec) -> optax.GradientTransformation:
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
+  """A built run: its spec, context (data, federation, models) and algorithm, and the
+  device-memory plan it was built with (:func:`fedjax_kd.memory.choose`; its ``chunk`` is the
+  federation's clients at once)."""
   spec: ExperimentSpec
   ctx: Context
   algorithm: Algorithm
+  memory: memory_lib.MemoryPlan | None = None
 
 
 def make_store(spec: ExperimentSpec, workdir: str | None = None) -> ClientStore | None:
@@ -76,7 +81,12 @@ MODEL_FIELDS = {'init': 'model.init', 'bn_momentum': 'model.bn_momentum',
 
 
 def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
-  """Loads data, partitions it, builds models and the algorithm (no training).
+  """Loads data, partitions it, builds models, the federation and the algorithm, and plans
+  the device memory (no training, nothing compiled).
+
+  The order goes down the layers once: data, models, federation (and its client store),
+  algorithm, then the memory planner, which chooses how many clients each per-client phase
+  runs at once (``clients.chunk='auto'``) before anything runs.
 
   ``workdir`` only places a ``clients.store='disk'`` store.
   """
@@ -113,14 +123,19 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   if spec.distill.optimizer is not None:
     optimizers['distill'] = make_optimizer(spec.distill.optimizer)
   fed = Federation(data, spec.clients.models, modules, optimizers,
-                   store=make_store(spec, workdir), compute_dtype=spec.train.compute_dtype)
+                   store=make_store(spec, workdir), compute_dtype=spec.train.compute_dtype,
+                   client_chunk=spec.clients.chunk)
   selector = selection_lib.ClientSelector(spec, data.client_labels(), data.client_n)
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
                 optimizers=optimizers,
                 bytes_per_public_sample=per_sample,
                 selector=selector, input_stats=stats)
   algorithm = algorithms.ALGORITHMS[spec.algorithm](ctx)
-  return Experiment(spec=spec, ctx=ctx, algorithm=algorithm)
+  # The last step down: the planner, from everything built so far (nothing initialised or
+  # compiled), chooses the clients at once (clients.chunk); the federation's phases read it.
+  plan = memory_lib.choose(Experiment(spec=spec, ctx=ctx, algorithm=algorithm))
+  fed.client_chunk = plan.chunk
+  return Experiment(spec=spec, ctx=ctx, algorithm=algorithm, memory=plan)
 
 
 def participants(spec: ExperimentSpec, t: int) -> np.ndarray:

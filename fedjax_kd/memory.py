@@ -32,25 +32,20 @@ process still take.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd.core.federation import bucket  # the engine's slot buckets
+from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.errors import DeviceMemoryError
+from fedjax_kd.ops import losses
 
-# Primitives whose outputs a backward pass keeps (elementwise ops fuse into them) ...
-_KEPT = frozenset({'dot_general', 'conv_general_dilated', 'reduce_window_max',
-                   'reduce_window_sum', 'select_and_gather_add'})
-# ... and those that build a convolution's patches (the im2col lowering on a CPU): an
-# inference pass holds them, a training step fuses them into its products.
-_HEAVY = _KEPT | {'concatenate', 'pad', 'gather', 'dynamic_slice'}
-_CALLS = frozenset({'pjit', 'jit', 'closed_call', 'custom_jvp_call', 'custom_vjp_call',
-                    'custom_vjp_call_jaxpr', 'remat', 'checkpoint'})
 GIB = 1 << 30
 # A CPU process's own memory besides arrays (compiler, runtime, Python): the default config's
 # measured peak less its arrays was 518 MB (benchmarks/memory_plan.py, size small).
@@ -71,46 +66,82 @@ def fmt(n: float) -> str:
   return f'{int(n)} B'
 
 
-def _eqns(jaxpr):
-  for e in jaxpr.eqns:
-    yield e
-    for p in e.params.values():
-      for j in (p if isinstance(p, (list, tuple)) else (p,)):
-        inner = getattr(j, 'jaxpr', j)
-        if hasattr(inner, 'eqns'):
-          yield from _eqns(inner)
+PROBE_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 
 
-def activation_bytes(kernels: Any, params: Any, batch_stats: Any, input_shape: tuple[int, ...],
-                     input_dtype: str, *, train: bool) -> tuple[int, int]:
-  """Per-sample activation bytes of ``kernels``' model, from a traced forward pass of 2
-  samples: ``(train, peak)``. ``train`` is what a training step holds: twice the outputs
-  of the products, convolutions and poolings (the values a backward pass keeps, and their
-  gradients) and the largest output of any heavy op once (the layer being worked on: its
-  patches, with the im2col lowering). ``peak`` adds the two largest heavy outputs, what an
-  inference pass holds at once (a layer's input and output).
+@functools.lru_cache(maxsize=256)
+def _probe(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_dtype: str,
+           samples: int, kind: str, clients: int) -> int:
+  """XLA's working set of ``clients`` models' step of ``kind`` on ``samples`` inputs each
+  (:func:`step_bytes`), cached by its arguments."""
+  kernels = CohortKernels(module, {}, compute_dtype=compute_dtype)
+  shape, dtype = tuple(input_shape), jnp.dtype(input_dtype)
+  state = kernels.init_shapes(clients, shape, input_dtype)
+  # LLVM's level 0 on a CPU: half the compile time, and the same buffers (XLA assigns them
+  # before code generation).
+  options = PROBE_COMPILER_OPTIONS if jax.default_backend() == 'cpu' else None
+  if kind == 'predict':    # the kernels' own prediction program
+    m = kernels.predict_memory(state, jax.ShapeDtypeStruct((samples,) + shape, dtype),
+                               compiler_options=options)
+    return int(m.temp_size_in_bytes + m.output_size_in_bytes)
+
+  def train(p, s, x):      # one step's forward and backward, each client on its own batch
+    def loss(p):
+      kw = {'rngs': {'dropout': jax.random.PRNGKey(0)}}
+      if s:
+        logits, upd = kernels.apply_model(p, s, x, train=True, mutable=['batch_stats'], **kw)
+      else:
+        logits, upd = kernels.apply_model(p, s, x, train=True, **kw), s
+      y = jnp.zeros(logits.shape[:1], jnp.int32)
+      return jnp.mean(losses.cross_entropy(logits, y)), upd
+    return jax.value_and_grad(loss, has_aux=True)(p)
+
+  def score(p, s, x):      # an inference pass over a chunk every client shares
+    return kernels.apply_model(p, s, x, train=False)
+
+  if kind == 'train':
+    mapped, x = jax.vmap(train), jax.ShapeDtypeStruct((clients, samples) + shape, dtype)
+  else:
+    mapped, x = jax.vmap(score, in_axes=(0, 0, None)), jax.ShapeDtypeStruct((samples,) + shape,
+                                                                            dtype)
+  compiled = jax.jit(mapped, compiler_options=options).lower(
+      state.params, state.batch_stats, x).compile()
+  return int(compiled.memory_analysis().temp_size_in_bytes)
+
+
+STEP_KINDS = ('train', 'predict', 'evaluate')
+
+
+def step_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
+               clients: int, kind: str) -> int:
+  """What ``clients`` models of one cohort need at once besides their variables, by XLA's
+  own count (``compiled.memory_analysis()``): the temporaries of a training step (forward
+  and backward: the activations kept for the backward pass, their gradients, a
+  convolution's patches on a CPU), of the kernels' prediction program (and its outputs), or
+  of an inference pass that scores, on ``samples`` inputs each.
+
+  The planner compiles these small programs, not the run's: a training step is one forward
+  and backward pass, not the epochs' loop and the optimizer, so it compiles in well under a
+  second for the digits models and in seconds for ResNet-20 on 2 CPU cores; each is compiled
+  once per process and setting. It compiles them for the clients that run at once, as XLA's
+  figure is not a multiple of one client's: one client is another program (no batched
+  convolution), and from two on the figure grows by a little more than a line (the digits
+  CNN's prediction on 100 inputs: 4.2 MB for two clients, 6.5 MB for four, 15.0 MB for ten).
+  Counting the traced program's outputs, the estimate before, was 30 % low for ResNet-20's
+  training step and 40 % high for its inference: XLA's fusion and its lowering of
+  convolutions decide, so the planner asks XLA.
 
   Args:
-    kernels: a :class:`~fedjax_kd.core.kernels.CohortKernels` (its ``apply_model`` casts to the
-      compute dtype, so bfloat16 activations count 2 bytes).
-    params, batch_stats: one model's variables, arrays or ``ShapeDtypeStruct``.
+    kernels: a :class:`~fedjax_kd.core.kernels.CohortKernels` (its module and compute dtype).
     input_shape, input_dtype: one sample's model input.
-    train: the training-mode forward pass (dropout, batch statistics) or inference.
+    samples: the batch (training) or the chunk (prediction, evaluation), per client.
+    clients: the clients at once.
+    kind: ``'train'``, ``'predict'`` or ``'evaluate'`` (:data:`STEP_KINDS`).
   """
-  def fwd(p, s, x):
-    kw = {'rngs': {'dropout': jax.random.PRNGKey(0)}} if train else {}
-    if train and s:
-      return kernels.apply_model(p, s, x, train=True, mutable=['batch_stats'], **kw)[0]
-    return kernels.apply_model(p, s, x, train=train, **kw)
-
-  x = jax.ShapeDtypeStruct((2,) + tuple(input_shape), jnp.dtype(input_dtype))
-  jaxpr = jax.make_jaxpr(fwd)(params, batch_stats, x).jaxpr
-  sizes = [(e.primitive.name, tree_bytes([v.aval for v in e.outvars
-                                          if hasattr(v.aval, 'dtype')]))
-           for e in _eqns(jaxpr) if e.primitive.name in _HEAVY]
-  kept = sum(n for name, n in sizes if name in _KEPT)
-  two = sorted(n for _, n in sizes)[-2:]
-  return (2 * kept + max(two, default=0) + 1) // 2, (sum(two) + 1) // 2
+  if kind not in STEP_KINDS:
+    raise ValueError(f'kind={kind!r}: expected one of {STEP_KINDS}')
+  return _probe(kernels.module, kernels.compute_dtype, tuple(input_shape), str(input_dtype),
+                int(samples), kind, int(clients))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +157,10 @@ class MemoryPlan:
     runtime: on a CPU, where the device is the host, what the process itself takes besides
       arrays (the compiler, XLA's runtime and thread pools, Python): :data:`CPU_RUNTIME`.
     devices: the devices the clients are spread over.
+    chunk: the clients each device runs at once in a per-client phase (``clients.chunk``);
+      None: all of a phase's slots.
+    slots: the most clients a phase runs on one device (the chunk's upper end).
+    phase: the phase of the largest step (training, prediction, evaluation, initialisation).
   """
   data: int
   state: int
@@ -133,6 +168,9 @@ class MemoryPlan:
   store_rows: int
   runtime: int = 0
   devices: int = 1
+  chunk: int | None = None
+  slots: int = 1
+  phase: str = ''
 
   @property
   def total(self) -> int:
@@ -140,8 +178,17 @@ class MemoryPlan:
 
   def describe(self) -> str:
     runtime = f', runtime {fmt(self.runtime)}' if self.runtime else ''
+    phase = f' ({self.phase})' if self.phase else ''
     return (f'{fmt(self.total)} (data {fmt(self.data)}, state {fmt(self.state)}, largest '
-            f'step {fmt(self.step)}{runtime})')
+            f'step {fmt(self.step)}{phase}{runtime})')
+
+  def choice(self) -> str:
+    """The clients at once it plans for, for the run's header: ``'all clients at once'`` or
+    ``'clients 25 at a time (of 100 a phase)'`` (per device where there are several)."""
+    per = ' per device' if self.devices > 1 else ''
+    if self.chunk is None or self.chunk >= self.slots:
+      return f'all clients at once{per}'
+    return f'clients {self.chunk} at a time{per} (of {self.slots} a phase)'
 
 
 def _round_clients(spec: Any) -> int:
@@ -154,13 +201,11 @@ def _round_clients(spec: Any) -> int:
 
 
 class _Cohort(NamedTuple):
-  """One cohort's sizes: clients, and bytes per client or per sample."""
+  """One cohort's sizes: clients, bytes per client, and XLA's figure for one client's step."""
   size: int               # clients
   row: int                # state per client (parameters, statistics, optimizer states)
   params: int             # parameters per client (their gradients)
-  train: int              # what a training step holds per sample (activation_bytes)
-  peak: int               # what an inference pass holds per sample
-  sample: int             # one stored input
+  step: Callable[..., int]   # (samples, clients, kind) -> step_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +216,7 @@ class _Parts:
   table_row: int          # client-table bytes per client
   server: int             # server model + extra
   public: int             # public samples a round predicts on
+  scored: int             # the rows an evaluation pass scores a client model on
   classes: int
   visits_all: bool        # some pass runs every client model (client evaluation, selection)
 
@@ -186,23 +232,29 @@ def _parts(experiment: Any) -> _Parts:
   data = tree_bytes([getattr(d, f.name) for f in dataclasses.fields(d)
                      if isinstance(getattr(d, f.name), jax.Array)])   # NumPy fields: host
   in_shape, in_dtype = tuple(d.input_shape), str(d.model_input_dtype)
-  in_bytes = math.prod(in_shape) * np.dtype(in_dtype).itemsize
   cohorts = []
   for cohort, st in zip(fed.cohorts, shapes.clients):
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), st)
-    act_train, _ = activation_bytes(cohort.kernels, one.params, one.batch_stats, in_shape,
-                                    in_dtype, train=True)
-    _, act_peak = activation_bytes(cohort.kernels, one.params, one.batch_stats, in_shape,
-                                   in_dtype, train=False)
+    step = functools.partial(_cohort_step, cohort.kernels, in_shape, in_dtype)
     cohorts.append(_Cohort(size=cohort.size, row=tree_bytes(one), params=tree_bytes(one.params),
-                           train=act_train, peak=act_peak, sample=in_bytes))
+                           step=step))
   k = max(fed.num_clients, 1)
+  spec = experiment.spec
+  # A round predicts on its open samples (distill.public_per_round of the public set);
+  # evaluation scores each client model on its own test rows or on the whole test set.
+  public = min(int(getattr(d, 'x_public', np.zeros(0)).shape[0]), spec.distill.public_per_round)
+  scored = (d.test_idx.shape[-1] if spec.data.per_client_test and d.test_idx is not None
+            else int(d.x_test.shape[0]))
   return _Parts(data=data, cohorts=tuple(cohorts), table_row=tree_bytes(shapes.table) // k,
-                server=tree_bytes((shapes.server, shapes.extra)),
-                public=int(getattr(d, 'x_public', np.zeros(0)).shape[0]),
-                classes=int(d.num_classes),
-                visits_all=bool(experiment.spec.eval.clients or algo.server_model is None
-                                or experiment.spec.selection.method != 'uniform'))
+                server=tree_bytes((shapes.server, shapes.extra)), public=public,
+                scored=int(scored), classes=int(d.num_classes),
+                visits_all=bool(spec.eval.clients or algo.server_model is None
+                                or spec.selection.method == 'power_of_choice'))
+
+
+def _cohort_step(kernels: Any, in_shape: tuple[int, ...], in_dtype: str, samples: int,
+                 clients: int, kind: str) -> int:
+  return step_bytes(kernels, in_shape, in_dtype, samples, clients, kind)
 
 
 def plan(experiment: Any, **override: Any) -> MemoryPlan:
@@ -211,7 +263,8 @@ def plan(experiment: Any, **override: Any) -> MemoryPlan:
   Args:
     experiment: a built :class:`~fedjax_kd.experiment.Experiment` (nothing initialised).
     **override: settings to plan for instead of the spec's, for the advice: ``store``
-      (``'device'|'host'|'disk'``), ``num_clients``, ``eval_chunk``.
+      (``'device'|'host'|'disk'``), ``num_clients``, ``eval_chunk``, ``client_chunk`` (None:
+      all at once).
 
   Returns:
     A :class:`MemoryPlan`.
@@ -219,9 +272,13 @@ def plan(experiment: Any, **override: Any) -> MemoryPlan:
   return _plan(experiment.spec, _parts(experiment), **override)
 
 
+_SPEC = object()   # an override left at the spec's value
+
+
 def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: int | None = None,
-          eval_chunk: int | None = None) -> MemoryPlan:
+          eval_chunk: int | None = None, client_chunk: Any = _SPEC) -> MemoryPlan:
   store = store or spec.clients.store
+  at_once = spec.clients.chunk if client_chunk is _SPEC else client_chunk
   k0 = spec.clients.num_clients
   k = num_clients or k0
   scale = k / k0                                   # fewer clients: fewer rows, same models
@@ -229,13 +286,16 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
   multiple = devices if devices > 1 else 1
   per_round = min(k, max(1, round(_round_clients(spec) * scale)))
   chunk = eval_chunk or spec.eval.chunk
-  batch = max(spec.train.batch_size, spec.distill.batch_size)
-  rows = state = step = 0
+  # Clients distil on open samples only where there are some (a round's are parts.public).
+  batch = max(spec.train.batch_size, spec.distill.batch_size if parts.public else 0)
+  rows = state = step = most = 0
+  phase = ''
+
   for c in parts.cohorts:
     size = max(1, round(c.size * scale))
     rows += size * c.row
     slots = bucket(min(size, per_round), size, multiple)
-    read = size if parts.visits_all else slots    # the slots of a prediction/evaluation pass
+    read = size if parts.visits_all else slots    # the slots of an evaluation pass
     if store == 'device':
       state += -(-size // multiple) * c.row
     else:                                         # a round view: the participants' rows only
@@ -243,15 +303,147 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
       read = min(read, spec.clients.store_chunk)  # a stored cohort is read a chunk at a time
     read = -(-read // multiple)
     per_slot = -(-slots // multiple)
-    fit = per_slot * (2 * c.row + c.params + batch * (c.train + c.sample))
-    predict = read * (chunk * (c.peak + c.sample) + parts.public * parts.classes * 4)
-    step = max(step, fit, predict)
+    most = max(most, per_slot, read)
+    once = lambda n: min(n, at_once or n)          # clients at once of a pass over n
+    # Per slot: the gathered and the updated state; per client run at once (a chunk of
+    # them, in a lax.map): its gradients and XLA's figure for its training step.
+    fit = (per_slot * 2 * c.row + once(per_slot) * c.params
+           + c.step(batch, once(per_slot), 'train'))
+    # A round's prediction: per slot, its probabilities on the open samples (the stacked
+    # chunks and the softmax); per clients at once, XLA's figure for the prediction program
+    # over a chunk of them. An evaluation pass: an inference pass over the rows it scores.
+    pub = min(chunk, parts.public)
+    predict = (per_slot * parts.public * parts.classes * 4 * 2
+               + c.step(pub, once(per_slot), 'predict')) if parts.public else 0
+    # (Without a pass over every client model, evaluation scores the server model alone.)
+    evaluate = c.step(min(chunk, parts.scored), once(read) if parts.visits_all else 1,
+                      'evaluate')
+    # Initialisation builds the cohort's states: as many bytes again in temporaries.
+    init = size * c.row if store == 'device' else 0
+    for name, n in (('training', fit), ('prediction', predict), ('evaluation', evaluate),
+                    ('initialisation', init)):
+      if n > step:
+        step, phase = n, name
   table = parts.table_row * k
   rows += table
   state += table if store == 'device' else parts.table_row * per_round
   runtime = CPU_RUNTIME if jax.local_devices()[0].platform == 'cpu' else 0
   return MemoryPlan(data=parts.data, state=state + parts.server, step=step, store_rows=rows,
-                    runtime=runtime, devices=devices)
+                    runtime=runtime, devices=devices,
+                    chunk=None if at_once is None or at_once >= most else at_once, slots=most,
+                    phase=phase)
+
+
+# Where clients.chunk='auto' must choose, the share of the device a plan may fill: room for the
+# estimate's error (benchmarks/memory_plan.py measures it) and for what it does not count.
+HEADROOM = 0.85
+
+
+def choose(experiment: Any, limit: int | None = None, parts: _Parts | None = None) -> MemoryPlan:
+  """The plan of the run, with the clients at once ``clients.chunk`` asks for.
+
+  A number is planned as given. ``'auto'`` takes all of a phase's clients at once where that
+  fits :data:`HEADROOM` of the device, else the largest chunk ``ceil(S / n)`` (``S`` the most
+  clients a phase runs on a device, ``n = 2, 3, ...``: chunks that divide the slots as evenly
+  as they can) whose plan fits; 1 where none does (:func:`check` then refuses). Each plan
+  compiles its probes (:func:`step_bytes`), so the search does not try every chunk: the line
+  through the plans for 2 and for ``S`` clients (XLA's figure grows a little faster than a
+  line, so the line errs high between them) names the candidate, whose own plan decides,
+  and the next larger candidate is tried once it fits.
+
+  Args:
+    experiment: a built experiment (nothing initialised).
+    limit: bytes per device (default: :func:`device_memory`; None there: all at once).
+    parts: the experiment's measured parts, where the caller has them.
+
+  Returns:
+    The :class:`MemoryPlan`; its ``chunk`` is what the federation runs with.
+  """
+  spec = experiment.spec
+  parts = parts or _parts(experiment)
+  if spec.clients.chunk is not None:
+    return _plan(spec, parts)
+  full = _plan(spec, parts, client_chunk=None)
+  if limit is None:
+    limit, _ = device_memory()
+  if limit is None or full.total <= HEADROOM * limit:
+    return full
+  budget = HEADROOM * limit
+  if full.slots <= 2:
+    return _plan(spec, parts, client_chunk=1)
+  two = _plan(spec, parts, client_chunk=2)
+  if two.total > budget:
+    return _plan(spec, parts, client_chunk=1)
+  candidates = sorted({-(-full.slots // n) for n in range(2, full.slots)} - {1}, reverse=True)
+  slope = (full.total - two.total) / (full.slots - 2)
+  first = next(j for j, c in enumerate(candidates) if two.total + slope * (c - 2) <= budget
+               or c == 2)
+  for i in range(first, len(candidates)):   # the candidate's own plan; smaller until one fits
+    p = two if candidates[i] == 2 else _plan(spec, parts, client_chunk=candidates[i])
+    if p.total <= budget:
+      break
+  if i == first and i > 0:                   # the next larger one, where the line erred high
+    bigger = _plan(spec, parts, client_chunk=candidates[i - 1])
+    if bigger.total <= budget:
+      return bigger
+  return p
+
+
+# ---------------------------------------------------------------- XLA's own figure
+@dataclasses.dataclass(frozen=True)
+class XlaFigure:
+  """What XLA itself says a run's first round needs (:func:`xla_figure`), per device.
+
+  Attributes:
+    data: the device-resident data (exact).
+    resident: the data and the initialised state (exact).
+    programs: ``{phase: its largest working set}`` over the kernel programs run: their
+      temporaries and the outputs that do not reuse a donated argument, from XLA's
+      ``compiled.memory_analysis()``.
+  """
+  data: int
+  resident: int
+  programs: dict
+
+  @property
+  def working_set(self) -> int:
+    """The largest working set of a round's programs (initialisation aside)."""
+    return max([v for k, v in self.programs.items() if k != 'init'], default=0)
+
+  @property
+  def total(self) -> int:
+    """The most the device holds at once: the data and initialisation's working set (its
+    outputs are the state), or the data, the state and a round program's working set."""
+    return max(self.data + self.programs.get('init', 0), self.resident + self.working_set)
+
+
+def xla_figure(experiment: Any, *, dry: bool = True) -> XlaFigure:
+  """XLA's figure for ``experiment``'s first round and evaluation, to hold a plan against.
+
+  Initialises the state, then plays round 1 and the evaluation with every kernel program
+  recorded (:func:`fedjax_kd.core.kernels.recording`). ``dry`` (the default) compiles the
+  programs without running them (their outputs are zeros), so a paper-sized round costs its
+  compilation only; the figures are the same, as XLA plans a program before it runs.
+
+  Compare with the plan's ``total - runtime``: XLA knows nothing of the process around it.
+  """
+  from fedjax_kd.algorithms import base   # pylint: disable=import-outside-toplevel
+  from fedjax_kd.core import kernels      # pylint: disable=import-outside-toplevel
+  algo, fed = experiment.algorithm, experiment.ctx.fed
+  with kernels.recording(dry=dry) as programs:
+    state = base.init_state(algo)
+    d = fed.data
+    data = tree_bytes([getattr(d, f.name) for f in dataclasses.fields(d)
+                       if isinstance(getattr(d, f.name), jax.Array)])
+    selector = experiment.ctx.selector
+    active = selector.plan(1, lambda mask: algo.selection_losses(state, mask)).active
+    state, _ = base.play_round(algo, state, 1, active)
+    algo.evaluate(state)
+  per: dict[str, int] = {}
+  for phase, m in programs.seen:
+    n = m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+    per[phase] = max(per.get(phase, 0), n)
+  return XlaFigure(data=data, resident=data + tree_bytes(state), programs=per)
 
 
 # ---------------------------------------------------------------- the device's memory
@@ -285,9 +477,36 @@ def host_available() -> int | None:
   return avail
 
 
+def _size(text: str) -> int | None:
+  """``'20GiB'``, ``'512MiB'`` or a number of bytes; None if it is none of these."""
+  text = text.strip().replace(' ', '')
+  for unit, size in (('GiB', GIB), ('MiB', 1 << 20), ('KiB', 1 << 10), ('', 1)):
+    if text.endswith(unit):
+      try:
+        return int(float(text[:len(text) - len(unit)] if unit else text) * size)
+      except ValueError:
+        return None
+  return None
+
+
 def device_memory() -> tuple[int | None, str]:
   """``(bytes, what)`` the run may use on one device: an accelerator's allocator limit, or
-  on a CPU the host memory still available plus what the process's arrays already hold."""
+  on a CPU the host memory still available plus what the process's arrays already hold;
+  ``$FEDJAX_KD_DEVICE_MEMORY`` (e.g. ``24GiB``) caps it, to plan for a smaller device."""
+  cap = os.environ.get('FEDJAX_KD_DEVICE_MEMORY', '')
+  if cap:
+    size = _size(cap)
+    if size is None or size <= 0:
+      raise DeviceMemoryError(f'FEDJAX_KD_DEVICE_MEMORY={cap!r} is not a size: give bytes or '
+                              "a number with GiB, MiB or KiB, e.g. '24GiB'")
+    limit, what = _device_memory()
+    if limit is None or size < limit:
+      return size, 'FEDJAX_KD_DEVICE_MEMORY'
+    return limit, what
+  return _device_memory()
+
+
+def _device_memory() -> tuple[int | None, str]:
   dev = jax.local_devices()[0]
   stats = None
   try:
@@ -305,15 +524,22 @@ def device_memory() -> tuple[int | None, str]:
 
 # ---------------------------------------------------------------- refuse, with advice
 def advice(experiment: Any, limit: int, parts: _Parts | None = None) -> str:
-  """The settings whose estimate fits in ``limit`` bytes, ``'; or '``-joined: a client
-  store, a smaller ``eval.chunk``, the most clients that fit ('' when none does)."""
+  """The settings whose estimate fits in ``limit`` bytes, ``'; or '``-joined: fewer clients at
+  once, a client store, a smaller ``eval.chunk``, the most clients that fit ('' when none
+  does). With ``clients.chunk='auto'`` the others are planned one client at a time, the least
+  'auto' can choose."""
   spec = experiment.spec
   parts = parts or _parts(experiment)
   cpu = jax.local_devices()[0].platform == 'cpu'
   fits = []
+  at_once = 1 if spec.clients.chunk is None else _SPEC
+  if spec.clients.chunk is not None and spec.clients.chunk > 1:
+    p = _plan(spec, parts, client_chunk=1)
+    if p.total <= limit:
+      fits.append(f"--config.clients.chunk=auto (one client at a time: {fmt(p.total)})")
   if spec.clients.store == 'device':
     for store in (('disk',) if cpu else ('host', 'disk')):
-      p = _plan(spec, parts, store=store)
+      p = _plan(spec, parts, store=store, client_chunk=at_once)
       if p.total <= limit:
         where = 'on disk' if store == 'disk' else 'in host memory'
         fits.append(f'--config.clients.store={store} ({fmt(p.total)}; client states '
@@ -322,14 +548,15 @@ def advice(experiment: Any, limit: int, parts: _Parts | None = None) -> str:
   chunk = spec.eval.chunk
   while chunk > 16:
     chunk //= 2
-    p = _plan(spec, parts, eval_chunk=chunk)
+    p = _plan(spec, parts, eval_chunk=chunk, client_chunk=at_once)
     if p.total <= limit:
       fits.append(f'--config.eval.chunk={chunk} ({fmt(p.total)})')
       break
   lo, hi = 0, spec.clients.num_clients    # the most clients that fit, by bisection
   while hi - lo > 1:
     mid = (lo + hi) // 2
-    lo, hi = (mid, hi) if _plan(spec, parts, num_clients=mid).total <= limit else (lo, mid)
+    fit = _plan(spec, parts, num_clients=mid, client_chunk=at_once).total <= limit
+    lo, hi = (mid, hi) if fit else (lo, mid)
   if lo >= 2:
     fits.append(f'--config.clients.num_clients={lo} or fewer')
   return '; or '.join(fits)
@@ -338,6 +565,9 @@ def advice(experiment: Any, limit: int, parts: _Parts | None = None) -> str:
 def check(experiment: Any, *, limit: int | None = None) -> MemoryPlan:
   """The run's :class:`MemoryPlan`; raises DeviceMemoryError if it exceeds the device.
 
+  The plan is the one the experiment was built with (:func:`choose`, in
+  :func:`fedjax_kd.experiment.build`), whose clients at once the federation runs.
+
   Args:
     experiment: a built experiment, before its state is initialised.
     limit: bytes per device (default: :func:`device_memory`; None there: nothing is checked).
@@ -345,16 +575,15 @@ def check(experiment: Any, *, limit: int | None = None) -> MemoryPlan:
   Raises:
     DeviceMemoryError: one line with the estimate, the device's memory and what would fit.
   """
-  parts = _parts(experiment)
-  p = _plan(experiment.spec, parts)
   what = 'the given limit'
   if limit is None:
     limit, what = device_memory()
+  p = getattr(experiment, 'memory', None) or choose(experiment, limit)
   if limit is not None and p.total > limit:
     per = ' per device' if p.devices > 1 else ''
-    fits = advice(experiment, limit, parts)
-    fits = (f'would fit: {fits}' if fits else 'none of a client store, a smaller eval.chunk '
-            'or fewer clients would fit: use a device with more memory')
+    fits = advice(experiment, limit)
+    fits = (f'would fit: {fits}' if fits else 'none of fewer clients at once, a client store, '
+            'a smaller eval.chunk or fewer clients would fit: use a device with more memory')
     raise DeviceMemoryError(
         f'this run needs about {p.describe()}{per}, more than the {fmt(limit)} of {what}; '
         f'{fits} (--nomemory_check runs it anyway)')
@@ -369,7 +598,7 @@ def exhausted_advice(experiment: Any, error: BaseException) -> DeviceMemoryError
   first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
   try:
     parts = _parts(experiment)
-    p = _plan(experiment.spec, parts)
+    p = _plan(experiment.spec, parts, client_chunk=experiment.ctx.fed.client_chunk)
     fits = advice(experiment, p.runtime + (p.total - p.runtime) // 2, parts)
     est = f'the estimate was {p.describe()}' + (f'; settings that halve it: {fits}' if fits
                                                 else '')

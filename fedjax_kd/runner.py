@@ -372,7 +372,7 @@ class _Session:
       workdir_lib.read_round_rows(metrics)   # rows a resume cannot continue: refused at once
     self.exp = experiment_lib.build(spec, workdir)
     # A run the device cannot hold is refused here, before anything compiles or is written.
-    self.memory = memory_lib.check(self.exp) if memory_check else None
+    self.memory = memory_lib.check(self.exp) if memory_check else self.exp.memory
     self.algo, self.selector = self.exp.algorithm, self.exp.ctx.selector
     self.ledger = comm.Ledger(comm.get_rules(spec.comm.rules, self.algo.paper_rules))
     self.t_start = time.time()
@@ -384,8 +384,8 @@ class _Session:
     if latest is not None:   # refuse a resume that cannot be right, before any compute
       _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
     if progress:   # what runs, once nothing can refuse it any more
-      log(results.header_line(spec, self.exp, self.env, memory=memory_lib.fmt(
-          self.memory.total) if self.memory else ''))
+      log(results.header_line(spec, self.exp, self.env, memory=(
+          f'{memory_lib.fmt(self.memory.total)}, {self.memory.choice()}' if self.memory else '')))
     self.compiling = None   # the "compiling ..." lines: the models' initialisation and round 1
     if progress and (latest or 0) < spec.rounds:
       self.compiling = cleanup.enter_context(_CompileProgress(log, (latest or 0) + 1))

@@ -87,6 +87,19 @@ def _own_or_unit(value: Any, field: str) -> float | None:
   return None if v == -1.0 else v
 
 
+def _client_chunk(value: Any, field: str) -> int | None:
+  """``'auto'`` as None (the memory planner chooses), else a number of clients >= 1."""
+  if isinstance(value, str) and value.strip().lower() == 'auto':
+    return None
+  try:
+    n = int(str(value).strip())
+  except ValueError:
+    n = 0
+  if n < 1 or isinstance(value, float) and value != n:
+    raise ConfigError(field, value, "'auto' or a number of clients >= 1")
+  return n
+
+
 def _comm_rules(value: Any, field: str) -> str:
   try:
     comm.get_rules(value)
@@ -187,6 +200,10 @@ class ClientsSpec:
                           'client_store)')
   store_chunk: int = option(256, 'clients per transfer when all are visited (eval, init)',
                             ge=1)
+  chunk: int | None = option('auto', 'clients each device trains, predicts and evaluates at '
+                             "once, in one program (memory for time); 'auto': the most that "
+                             'fit, all where everything fits', check=_client_chunk,
+                             allowed="'auto' or a number of clients >= 1")
   listed: tuple[str, ...] = derived((), 'clients.models as the config lists them')
 
   def validate(self, spec, algorithm) -> ClientsSpec:

@@ -480,6 +480,11 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'test_memory_plan_prints_the_saved_tables', 'quick',
         "as written: its table is docs/performance.md's H100 table (and --from_json of the "
         "CPU file gives the CPU table)"),
+    ('python benchmarks/memory_plan.py --configs=all --mnist=mnist.npz '
+     '--out=docs/memory_plan_configs.json'): Elsewhere(
+        'tests/test_memory.py::test_the_plan_of_each_digits_config_is_within_15_percent_of_'
+        'xlas_figure', 'the same plan and memory.xla_figure on the digits configs, in-process '
+        '(the whole list compiles every paper-sized config: most of an hour on 2 cores)'),
     'python benchmarks/memory_plan.py --out=docs/memory_plan_cpu.json': Run(
         'test_memory_plan_measures_the_small_size', 'slow',
         '--sizes=small (medium takes 14 GB on a CPU), --out in a temporary folder: the small '

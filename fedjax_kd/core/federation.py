@@ -256,11 +256,18 @@ class Federation:
       memory or disk; rounds then run on a :meth:`round_view` of the
       participants and only their rows travel to the device).
     compute_dtype: forward-pass dtype of the kernels, see `CohortKernels`.
+    client_chunk: how many clients each device runs at once in every per-client phase
+      (training, prediction, evaluation, per-client maps), in a ``lax.map`` over chunks
+      inside one program (:func:`fedjax_kd.core.kernels.in_chunks`); ``None``: all of a
+      cohort's slots at once. Memory for time: a step holds one chunk's activations. The
+      attribute of the same name may be set before the first phase runs (the memory planner
+      chooses it once the experiment is built, :func:`fedjax_kd.memory.choose`).
   """
 
   def __init__(self, data: FederatedData, client_models: Sequence[str],
                modules: dict[str, Any], optimizers: dict[str, optax.GradientTransformation],
-               use_mesh: bool = True, store: Any = None, compute_dtype: str = 'float32'):
+               use_mesh: bool = True, store: Any = None, compute_dtype: str = 'float32',
+               client_chunk: int | None = None):
     mesh = client_mesh() if use_mesh else None
     specs = sorted(set(client_models), key=tuple(client_models).index)
     kernels = {s: CohortKernels(modules[s], optimizers, mesh, compute_dtype,
@@ -268,18 +275,21 @@ class Federation:
     scatter = jax.jit(lambda full, ids, vals: full.at[ids].set(vals, mode='drop'))
     k = len(client_models)
     self._setup(data, client_models, kernels, optimizers, mesh, store, scatter,
-                np.arange(k, dtype=np.int32), k)
+                np.arange(k, dtype=np.int32), k, client_chunk)
 
   def _setup(self, data: FederatedData, client_models: Sequence[str],
              kernels: dict[str, CohortKernels], optimizers, mesh, store, scatter,
-             global_ids: np.ndarray, population: int) -> None:
+             global_ids: np.ndarray, population: int, client_chunk: int | None = None) -> None:
     """Every attribute of a federation; clients are grouped into cohorts by spec.
 
     Cohorts come in order of first appearance of each spec. ``global_ids`` are
     the experiment's ids of these clients (a view's clients are a subset) and
     ``population`` is K, the experiment's client count.
     """
+    if client_chunk is not None and int(client_chunk) < 1:
+      raise ValueError(f'client_chunk must be a positive number of clients, got {client_chunk}')
     self.data = data
+    self.client_chunk = None if client_chunk is None else int(client_chunk)
     self.client_models = tuple(client_models)
     self.mesh = mesh
     self.multiple = 1 if mesh is None else mesh.size
@@ -327,7 +337,8 @@ class Federation:
     view = Federation.__new__(Federation)
     view._setup(self.data.subset(pos_all), [self.client_models[i] for i in pos_all],
                 {c.spec: c.kernels for c in self.cohorts}, self.optimizers, self.mesh,
-                None, self._scatter, self.global_ids[pos_all], self.population)
+                None, self._scatter, self.global_ids[pos_all], self.population,
+                self.client_chunk)
     # The view's cohorts come in the parent's cohort order; rows follow the sorted ids.
     rows_by_cohort = []
     for vc in view.cohorts:
@@ -405,6 +416,14 @@ class Federation:
         g = jnp.asarray(gids)
         rows = lambda a, g=g: jnp.take(a, g, axis=0, mode='clip')
         yield c, cohort.kernels, st, slots, valid, gids, rows
+
+  def _chunk(self, slots: Array) -> int | None:
+    """The client chunk of a phase over ``slots``: ``client_chunk`` where it is smaller than
+    the slots each device runs, else None (all at once: the same program as no chunking)."""
+    per_device = -(-int(slots.shape[0]) // self.multiple)
+    if self.client_chunk is None or self.client_chunk >= per_device:
+      return None
+    return self.client_chunk
 
   def _put(self, full: Any, valid: np.ndarray, gids: np.ndarray, vals: Any) -> Any:
     """``full`` (leaves ``[K, ...]``) with the real slots' rows set to ``vals``."""
@@ -500,7 +519,8 @@ class Federation:
           epochs_k=None if local.epochs_k is None else rows(jnp.asarray(local.epochs_k)),
           client=jax.tree.map(rows, local.client))
       out[c], loss = kernels.fit(state, slots, jnp.asarray(valid), keys, cidx, rows(n), shared,
-                                 jax.tree.map(rows, aux), rule, clocal, loss_fn=loss_fn)
+                                 jax.tree.map(rows, aux), rule, clocal, loss_fn=loss_fn,
+                                 client_chunk=self._chunk(slots))
       loss_full = self._put(loss_full, valid, gids, loss)
     return tuple(out), loss_full
 
@@ -579,7 +599,7 @@ class Federation:
     for _, kernels, state, slots, valid, gids, rows in self._each_cohort(states, active):
       keys = rng.client_keys(root, t, self._key_ids(gids), phase)
       outs = kernels.map_clients(fn, state, slots, keys, jax.tree.map(rows, per_client),
-                                 shared, options)
+                                 shared, options, client_chunk=self._chunk(slots))
       fill = self._put(fill, valid, gids, outs)
     return fill
 
@@ -597,7 +617,8 @@ class Federation:
       keys = None
       if augment is not None:
         keys = rng.client_keys(root, t, self._key_ids(gids), 'predict')
-      probs = kernels.predict(st, slots, x, chunk=chunk, log=log, keys=keys, augment=augment)
+      probs = kernels.predict(st, slots, x, chunk=chunk, log=log, keys=keys, augment=augment,
+                              client_chunk=self._chunk(slots))
       full = self._put(full, valid, gids, probs)
     return full
 
@@ -615,7 +636,8 @@ class Federation:
     n_all = jnp.asarray(d.client_n)
     for _, kernels, st, slots, valid, gids, rows in self._each_cohort(states, active, True):
       s, n = kernels.class_prob_sums(st, slots, d.x_private, d.y_private, rows(d.client_idx),
-                                     rows(n_all), c, chunk=chunk)
+                                     rows(n_all), c, chunk=chunk,
+                                     client_chunk=self._chunk(slots))
       sums, counts = self._put((sums, counts), valid, gids, (s, n))
     means = sums / jnp.maximum(counts, 1.0)[:, :, None]
     return means, counts
@@ -656,9 +678,10 @@ class Federation:
     for _, kernels, st, slots, valid, gids, rows in self._each_cohort(states, active, True):
       if idx is not None:
         a, l, _ = kernels.evaluate(st, slots, x, y, rows(idx), rows(jnp.asarray(n)),
-                                   chunk=chunk)
+                                   chunk=chunk, client_chunk=self._chunk(slots))
       else:
-        a, l, _ = kernels.evaluate(st, slots, x, y, chunk=chunk)
+        a, l, _ = kernels.evaluate(st, slots, x, y, chunk=chunk,
+                                   client_chunk=self._chunk(slots))
       acc, nll = self._put((acc, nll), valid, gids, (a, l))
     acc, nll = jax.device_get((acc, nll))   # one read for both
     return np.asarray(acc), np.asarray(nll)

@@ -30,8 +30,10 @@ the gathered rows are ever float32, never the pooled arrays.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import flax.linen as nn
 import jax
@@ -66,7 +68,8 @@ def _constrain(tree: Any, mesh: Mesh | None) -> Any:
   return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
 
 
-def over_slots(fn: Callable, mesh: Mesh | None, in_axes: tuple, *args: Any) -> Any:
+def over_slots(fn: Callable, mesh: Mesh | None, in_axes: tuple, *args: Any,
+               chunk: int | None = None) -> Any:
   """``jax.vmap(fn, in_axes)(*args)``, each device running only its own slots.
 
   With a mesh, the vmapped function runs under ``jax.shard_map``: arguments with
@@ -85,15 +88,18 @@ def over_slots(fn: Callable, mesh: Mesh | None, in_axes: tuple, *args: Any) -> A
     mesh: the slot mesh (``None``: one device, a plain vmap).
     in_axes: ``0`` (per slot) or ``None`` (shared) for each argument.
     *args: the arguments.
+    chunk: run each device's slots ``chunk`` at a time (:func:`in_chunks`); None: all at once.
 
   Returns:
     ``fn``'s outputs with a leading slot axis.
   """
-  return shard_slots(jax.vmap(fn, in_axes=in_axes), mesh, in_axes, *args)
+  return shard_slots(jax.vmap(fn, in_axes=in_axes), mesh, in_axes, *args, chunk=chunk)
 
 
-def shard_slots(mapped: Callable, mesh: Mesh | None, in_axes: tuple, *args: Any) -> Any:
+def shard_slots(mapped: Callable, mesh: Mesh | None, in_axes: tuple, *args: Any,
+                chunk: int | None = None) -> Any:
   """:func:`over_slots` for a function that already maps over the leading slot axis."""
+  mapped = in_chunks(mapped, chunk, in_axes)
   if mesh is None:
     return mapped(*args)
   per_slot = [a for a, ax in zip(args, in_axes) if ax == 0]
@@ -104,6 +110,47 @@ def shard_slots(mapped: Callable, mesh: Mesh | None, in_axes: tuple, *args: Any)
   specs = tuple(PartitionSpec('clients') if ax == 0 else PartitionSpec() for ax in in_axes)
   return jax.shard_map(mapped, mesh=mesh, in_specs=specs, out_specs=PartitionSpec('clients'),
                        check_vma=False)(*args)
+
+
+def in_chunks(mapped: Callable, chunk: int | None, in_axes: tuple) -> Callable:
+  """``mapped`` (a function mapped over the leading slot axis of its ``in_axes`` 0
+  arguments) run ``chunk`` slots at a time, in a ``lax.map`` inside the same program.
+
+  A step then holds one chunk's activations instead of every slot's: memory for time
+  (``clients.chunk``). Each slot's arithmetic is the same as in one batch of all slots.
+  A slot count ``chunk`` does not divide is padded with copies of the last slot, whose
+  outputs are dropped.
+
+  Args:
+    mapped: ``mapped(*args)`` with a leading slot axis on the arguments whose axis is 0.
+    chunk: slots at a time; None (or at least the slot count): ``mapped`` itself.
+    in_axes: ``0`` (per slot) or ``None`` (shared) for each argument.
+
+  Returns:
+    A function of the same arguments and outputs.
+  """
+  if chunk is None:
+    return mapped
+
+  def run(*args):
+    s = jax.tree.leaves([a for a, ax in zip(args, in_axes) if ax == 0])[0].shape[0]
+    if chunk >= s:
+      return mapped(*args)
+    n = -(-s // chunk)
+
+    def split(a):
+      a = jnp.concatenate([a, jnp.repeat(a[-1:], n * chunk - s, axis=0)]) if n * chunk > s else a
+      return a.reshape((n, chunk) + a.shape[1:])
+
+    per = [jax.tree.map(split, a) if ax == 0 else None for a, ax in zip(args, in_axes)]
+
+    def one(part):
+      return mapped(*[p if ax == 0 else a for a, p, ax in zip(args, part, in_axes)])
+
+    out = jax.lax.map(one, per)
+    return jax.tree.map(lambda o: o.reshape((n * chunk,) + o.shape[2:])[:s], out)
+
+  return run
 
 
 def epoch_positions(key: Array, n_max: int, n: Array, epochs: int,
@@ -158,6 +205,47 @@ def batch_rows(idx: Array, pos: Array, n: Array) -> tuple[Array, Array]:
 COMPUTE_DTYPES: tuple[str, ...] = ('float32', 'bfloat16')
 
 
+@dataclasses.dataclass
+class Programs:
+  """What :func:`recording` keeps: each kernel program run, by phase, with XLA's own
+  ``compiled.memory_analysis()``.
+
+  Attributes:
+    dry: the programs are compiled, not run: each call returns zeros of its outputs' shapes
+      (a round's programs and their memory without its compute, for a planner's check).
+    seen: ``(phase, stats)`` for every call, in order (``stats`` a ``CompiledMemoryStats``).
+  """
+  dry: bool = False
+  seen: list = dataclasses.field(default_factory=list)
+
+
+_RECORDING: list[Programs] = []
+
+
+@contextlib.contextmanager
+def recording(dry: bool = False) -> Iterator[Programs]:
+  """Keeps ``compiled.memory_analysis()`` of every kernel program called inside (each is
+  lowered and compiled first, which the call then reuses); ``dry`` compiles without running."""
+  programs = Programs(dry=dry)
+  _RECORDING.append(programs)
+  try:
+    yield programs
+  finally:
+    _RECORDING.remove(programs)
+
+
+def _call(phase: str, jitted: Callable, *args: Any, **kwargs: Any) -> Any:
+  """``jitted(*args, **kwargs)``, seen by an active :func:`recording`."""
+  if not _RECORDING:
+    return jitted(*args, **kwargs)
+  programs = _RECORDING[-1]
+  compiled = jitted.lower(*args, **kwargs).compile()
+  programs.seen.append((phase, compiled.memory_analysis()))
+  if programs.dry:
+    return jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), compiled.out_info)
+  return jitted(*args, **kwargs)
+
+
 def _cast_floats(tree: Any, dtype: Any) -> Any:
   """Casts the floating-point leaves of ``tree`` to ``dtype`` (others unchanged)."""
   return jax.tree.map(
@@ -198,15 +286,18 @@ class CohortKernels:
     self.normalize = normalize or Normalize()
     self._dtype = jnp.dtype(compute_dtype)
     self._fit = jax.jit(self._fit_impl, donate_argnums=(0,),
-                        static_argnames=('loss_fn', 'rule', 'idx_shared'))
-    self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment'))
-    self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared'))
+                        static_argnames=('loss_fn', 'rule', 'idx_shared', 'client_chunk'))
+    self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment',
+                                                                  'client_chunk'))
+    self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared',
+                                                                    'client_chunk'))
     # One jit per answer of `init_compiler_options` (lighter on its own, plain when traced).
     self._inits = {traced: jax.jit(self._init_impl, static_argnames=('input_shape', 'input_dtype'),
                                    compiler_options=None if traced else init_compiler_options())
                    for traced in (False, True)}
-    self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk'))
-    self._map = jax.jit(self._map_impl, static_argnames=('fn', 'options'))
+    self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk',
+                                                                        'client_chunk'))
+    self._map = jax.jit(self._map_impl, static_argnames=('fn', 'options', 'client_chunk'))
 
   # ------------------------------------------------------------ forward
   def inputs(self, x: Array) -> Array:
@@ -245,12 +336,19 @@ class CohortKernels:
 
     return jax.vmap(one)(keys)
 
+  def init_shapes(self, clients: int, input_shape: tuple[int, ...],
+                  input_dtype: str = 'float32') -> ModelState:
+    """The shapes of ``clients`` initial states (``jax.ShapeDtypeStruct`` leaves; nothing
+    is allocated or compiled)."""
+    keys = jax.random.split(jax.random.PRNGKey(0), clients)
+    return jax.eval_shape(lambda: self._init_impl(keys, tuple(input_shape), str(input_dtype)))
+
   def init(self, keys: Array, input_shape: tuple[int, ...],
            input_dtype: str = 'float32') -> ModelState:
     """Initial stacked state, one model per key, from a dummy batch of ``input_dtype`` model
     inputs (``'int32'`` for token ids, see `FederatedData.model_input_dtype`)."""
     init = self._inits[init_compiler_options(keys) is None]
-    return init(keys, tuple(input_shape), str(input_dtype))
+    return _call('init', init, keys, tuple(input_shape), str(input_dtype))
 
   # ------------------------------------------------------------------- fit
   def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array, shared: dict,
@@ -304,20 +402,21 @@ class CohortKernels:
     return state, jnp.sum(losses * used) / jnp.maximum(jnp.sum(used), 1.0)
 
   def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, local, *, loss_fn, rule,
-                idx_shared):
+                idx_shared, client_chunk):
     sub = take_clients(state, slots)
     n = jnp.where(valid, n, 0)
     fit = functools.partial(self._fit_one, loss_fn=loss_fn, rule=rule)
     new, loss = over_slots(
         fit, self.mesh, (0, 0, None if idx_shared else 0, 0, None, 0, 0, 0, None, None),
         sub, keys, idx, n, shared, aux, local.epochs_k, local.client, local.lr_scale,
-        local.shared)
+        local.shared, chunk=client_chunk)
     write = jnp.where(valid, slots, jnp.iinfo(jnp.int32).max)
     return put_clients(state, write, new), loss
 
   def fit(self, state: ModelState, slots: Array, valid: Array, keys: Array,
           idx: Array, n: Array, shared: dict, aux: dict, rule: LocalRule,
-          local: Local | None = None, *, loss_fn: LossFn) -> tuple[ModelState, Array]:
+          local: Local | None = None, *, loss_fn: LossFn,
+          client_chunk: int | None = None) -> tuple[ModelState, Array]:
     """Runs ``rule.epochs`` epochs of minibatch training on the slotted clients.
 
     Args:
@@ -336,6 +435,7 @@ class CohortKernels:
       local: this call's epoch budgets, learning-rate factor and hook data, with
         per-client leaves for the ``S`` slots (:class:`Local`).
       loss_fn: per-sample loss; a module-level function (it is a static arg).
+      client_chunk: train the slots this many at a time (:func:`in_chunks`); None: all.
 
     Returns:
       The new cohort state and the mean training loss of each slot ``[S]``.
@@ -347,8 +447,8 @@ class CohortKernels:
       epochs_k = jnp.full((s,), rule.epochs, jnp.int32)
     local = local.replace(epochs_k=jnp.asarray(epochs_k, jnp.int32),
                           lr_scale=jnp.asarray(local.lr_scale, jnp.float32))
-    return self._fit(state, slots, valid, keys, idx, n, shared, aux, local, loss_fn=loss_fn,
-                     rule=rule, idx_shared=(idx.ndim == 1))
+    return _call('fit', self._fit, state, slots, valid, keys, idx, n, shared, aux, local, loss_fn=loss_fn,
+                     rule=rule, idx_shared=(idx.ndim == 1), client_chunk=client_chunk)
 
   # --------------------------------------------------------------- predict
   def _logits_chunks(self, sub: ModelState, x: Array, chunk: int, keys: Array | None = None,
@@ -378,28 +478,39 @@ class CohortKernels:
     out = jnp.moveaxis(out, 1, 0).reshape(sub_size(sub), -1, out.shape[-1])
     return out[:, :m]
 
-  def _predict_impl(self, state, slots, x, keys, *, chunk, log, augment):
+  def _predict_impl(self, state, slots, x, keys, *, chunk, log, augment, client_chunk):
     logits = shard_slots(
         lambda sub, k, x: self._logits_chunks(sub, x, chunk, k, augment), self.mesh,
-        (0, 0, None), take_clients(state, slots), keys, x)
+        (0, 0, None), take_clients(state, slots), keys, x, chunk=client_chunk)
     return jax.nn.log_softmax(logits, -1) if log else jax.nn.softmax(logits, -1)
 
   def predict(self, state: ModelState, slots: Array, x: Array, *, chunk: int = 512,
               log: bool = False, keys: Array | None = None,
-              augment: Callable | None = None) -> Array:
+              augment: Callable | None = None, client_chunk: int | None = None) -> Array:
     """Softmax outputs ``[S, m, C]`` (inference-mode BN) on shared inputs ``x``.
 
     ``augment`` (with per-slot ``keys``) transforms the inputs of each slot
     independently, as a client's data loader would (SCARLET's code augments
-    the public images it predicts on).
+    the public images it predicts on). ``client_chunk`` runs the slots that many at a time.
     """
     chunk = max(1, min(chunk, x.shape[0]))
     if augment is None:
       keys = None
-    return self._predict(state, slots, x, keys, chunk=chunk, log=log, augment=augment)
+    return _call('predict', self._predict, state, slots, x, keys, chunk=chunk, log=log, augment=augment,
+                         client_chunk=client_chunk)
+
+  def predict_memory(self, state: ModelState, x: Any, *,
+                     compiler_options: dict | None = None) -> Any:
+    """XLA's ``memory_analysis()`` of the prediction program of every slot of ``state`` on
+    ``x`` in one chunk (arrays or ``jax.ShapeDtypeStruct``; compiled, not run)."""
+    s = jax.tree.leaves(state)[0].shape[0]
+    program = jax.jit(self._predict_impl, compiler_options=compiler_options,
+                      static_argnames=('chunk', 'log', 'augment', 'client_chunk'))
+    return program.lower(state, jnp.arange(s, dtype=jnp.int32), x, None, chunk=x.shape[0],
+                         log=False, augment=None, client_chunk=None).compile().memory_analysis()
 
   # -------------------------------------------------------------- evaluate
-  def _evaluate_impl(self, state, slots, x, y, idx, n, *, chunk, idx_shared):
+  def _evaluate_impl(self, state, slots, x, y, idx, n, *, chunk, idx_shared, client_chunk):
     m = idx.shape[-1]
     pad = (-m) % chunk
     pad_cfg = [(0, pad)] if idx_shared else [(0, 0), (0, pad)]
@@ -423,26 +534,26 @@ class CohortKernels:
       return correct / denom, nll / denom, correct5 / denom
 
     return over_slots(one_client, self.mesh, (0, None if idx_shared else 0, 0, None, None),
-                      take_clients(state, slots), idxp, n, x, y)
+                      take_clients(state, slots), idxp, n, x, y, chunk=client_chunk)
 
   def evaluate(self, state: ModelState, slots: Array, x: Array, y: Array,
                idx: Array | None = None, n: Array | None = None, *,
-               chunk: int = 512) -> tuple[Array, Array, Array]:
+               chunk: int = 512, client_chunk: int | None = None) -> tuple[Array, Array, Array]:
     """Top-1 accuracy, mean cross-entropy and top-5 accuracy ``[S]`` on ``x[idx]``, ``y[idx]``.
 
     ``idx=None`` evaluates every slot on all of ``x``; ``idx`` ``[S, m]`` with
-    counts ``n`` ``[S]`` gives per-client test sets.
+    counts ``n`` ``[S]`` gives per-client test sets. ``client_chunk``: slots at a time.
     """
     s = slots.shape[0]
     if idx is None:
       idx = jnp.arange(x.shape[0], dtype=jnp.int32)
       n = jnp.full((s,), x.shape[0], jnp.int32)
     chunk = max(1, min(chunk, idx.shape[-1]))
-    return self._evaluate(state, slots, x, y, idx, n, chunk=chunk,
-                          idx_shared=(idx.ndim == 1))
+    return _call('evaluate', self._evaluate, state, slots, x, y, idx, n, chunk=chunk,
+                          idx_shared=(idx.ndim == 1), client_chunk=client_chunk)
 
   # ----------------------------------------------------------- class sums
-  def _class_sums_impl(self, state, slots, x, y, idx, n, *, num_classes, chunk):
+  def _class_sums_impl(self, state, slots, x, y, idx, n, *, num_classes, chunk, client_chunk):
     m = idx.shape[-1]
     pad = (-m) % chunk
     idxp = jnp.pad(idx, [(0, 0), (0, pad)])
@@ -461,27 +572,29 @@ class CohortKernels:
       return sums, counts
 
     return over_slots(one_client, self.mesh, (0, 0, 0, None, None), take_clients(state, slots),
-                      idxp, n, x, y)
+                      idxp, n, x, y, chunk=client_chunk)
 
   def class_prob_sums(self, state: ModelState, slots: Array, x: Array, y: Array,
                       idx: Array, n: Array, num_classes: int,
-                      chunk: int = 512) -> tuple[Array, Array]:
+                      chunk: int = 512, client_chunk: int | None = None) -> tuple[Array, Array]:
     """Per-client sums of predicted probabilities grouped by true label.
 
     Returns ``sums [S, C, C]`` (row = true label) and ``counts [S, C]`` over each
     slot's rows ``x[idx[s, :n[s]]]`` in inference mode (FD, Jeong et al. eq. 4).
     """
     chunk = max(1, min(chunk, idx.shape[-1]))
-    return self._class_sums(state, slots, x, y, idx, n, num_classes=num_classes, chunk=chunk)
+    return _call('class_sums', self._class_sums, state, slots, x, y, idx, n, num_classes=num_classes, chunk=chunk,
+                            client_chunk=client_chunk)
 
   # ------------------------------------------------------- any per-client map
-  def _map_impl(self, state, slots, keys, per_client, shared, *, fn, options):
+  def _map_impl(self, state, slots, keys, per_client, shared, *, fn, options, client_chunk):
     one = lambda st, key, row, shared: fn(self, st, key, row, shared, options=options)
     return over_slots(one, self.mesh, (0, 0, 0, None), take_clients(state, slots), keys,
-                      per_client, shared)
+                      per_client, shared, chunk=client_chunk)
 
   def map_clients(self, fn: Callable, state: ModelState, slots: Array, keys: Array,
-                  per_client: Any, shared: Any, options: Any = ()) -> Any:
+                  per_client: Any, shared: Any, options: Any = (),
+                  client_chunk: int | None = None) -> Any:
     """``fn`` of each slotted client's model, vmapped over the slots (the state is read only).
 
     Args:
@@ -495,11 +608,13 @@ class CohortKernels:
       per_client: pytree with a leading axis ``S`` (each slot's ``row``).
       shared: pytree every slot sees.
       options: hashable static options of ``fn``.
+      client_chunk: run the slots this many at a time; None: all at once.
 
     Returns:
       ``fn``'s outputs stacked over the slots.
     """
-    return self._map(state, slots, keys, per_client, shared, fn=fn, options=options)
+    return _call('map_clients', self._map, state, slots, keys, per_client, shared, fn=fn, options=options,
+                     client_chunk=client_chunk)
 
   def apply(self, params: Any, batch_stats: Any, x: Array, **kwargs) -> Any:
     """``module.apply`` in float32 with the variables of one model."""
