@@ -197,18 +197,23 @@ def measure_config(name: str, folder: str, mnist: str, measure: bool) -> dict:
   return row
 
 
-CONFIG_HEADER = ('| config | clients at once | planned | XLA\'s figure | planned / XLA | measured peak '
-                 '| a round | all at once |\n|---|---|---|---|---|---|---|---|')
+def config_header(measured: bool) -> str:
+  cols = ['config', 'clients at once', 'planned', "XLA's figure", 'planned / XLA']
+  cols += ['measured peak', 'a round', 'all at once'] if measured else []
+  return '| ' + ' | '.join(cols) + ' |\n|' + '---|' * len(cols)
 
 
-def config_row(r: dict) -> str:
+def config_row(r: dict, measured: bool) -> str:
   from fedjax_kd.memory import fmt  # pylint: disable=g-import-not-at-top
   if 'error' in r and 'planned' not in r:
-    return f'| `{r["config"]}` | {r["error"]} | | | | | | |'
-  sec = lambda k: f'{r[k]:.0f} s' if r.get(k) is not None else '–'
-  peak = fmt(r['measured']) if r.get('measured') else '–'
-  return (f'| `{r["config"]}` | {r["choice"]} | {fmt(r["planned"])} | {fmt(r["xla"])} | '
-          f'{r["error_pct"]:+.0f} % | {peak} | {sec("round_s")} | {sec("unchunked_round_s")} |')
+    return f'| `{r["config"]}` | {r["error"]} |' + ' |' * (6 if measured else 3)
+  row = (f'| `{r["config"]}` | {r["choice"]} | {fmt(r["planned"])} | {fmt(r["xla"])} | '
+         f'{r["error_pct"]:+.0f} % |')
+  if measured:
+    sec = lambda k: f' {r[k]:.0f} s |' if r.get(k) is not None else ' – |'
+    row += (f' {fmt(r["measured"]) if r.get("measured") else "–"} |' + sec('round_s')
+            + sec('unchunked_round_s'))
+  return row
 
 
 def main(argv=None) -> int:
@@ -233,12 +238,12 @@ def main(argv=None) -> int:
              if a.configs == 'all' or n in a.configs.split(',')]
     names = [n for n in names if not n.startswith('leaf_')]   # their clients are LEAF's files
     rows = []
-    print(CONFIG_HEADER)
+    print(config_header(a.measure))
     with tempfile.TemporaryDirectory(prefix='fedjax_kd_memory_') as folder:
       for name in names:
         rows.append(measure_config(name, folder, a.mnist if os.path.exists(a.mnist) else '',
                                    a.measure))
-        print(config_row(rows[-1]), flush=True)
+        print(config_row(rows[-1], a.measure), flush=True)
     if a.out:
       from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
       workdir_lib.write_json(a.out, {'configs': rows}, indent=2)
@@ -247,8 +252,9 @@ def main(argv=None) -> int:
     with open(a.from_json) as f:
       doc = json.load(f)
     if 'configs' in doc:
-      print(CONFIG_HEADER)
-      print('\n'.join(config_row(r) for r in doc['configs']))
+      measured = any('measured' in r for r in doc['configs'])
+      print(config_header(measured))
+      print('\n'.join(config_row(r, measured) for r in doc['configs']))
       return 0
     rows = doc['rows']
     print(f'{rows[0]["device_kind"]} ({rows[0]["platform"]})')

@@ -215,6 +215,7 @@ class _Parts:
   cohorts: tuple[_Cohort, ...]
   table_row: int          # client-table bytes per client
   server: int             # server model + extra
+  batch: int              # the largest batch of a client's training step (step_batch)
   public: int             # public samples a round predicts on
   scored: int             # the rows an evaluation pass scores a client model on
   classes: int
@@ -246,7 +247,8 @@ def _parts(experiment: Any) -> _Parts:
   scored = (d.test_idx.shape[-1] if spec.data.per_client_test and d.test_idx is not None
             else int(d.x_test.shape[0]))
   return _Parts(data=data, cohorts=tuple(cohorts), table_row=tree_bytes(shapes.table) // k,
-                server=tree_bytes((shapes.server, shapes.extra)), public=public,
+                server=tree_bytes((shapes.server, shapes.extra)),
+                batch=int(algo.step_batch()), public=public,
                 scored=int(scored), classes=int(d.num_classes),
                 visits_all=bool(spec.eval.clients or algo.server_model is None
                                 or spec.selection.method == 'power_of_choice'))
@@ -286,8 +288,7 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
   multiple = devices if devices > 1 else 1
   per_round = min(k, max(1, round(_round_clients(spec) * scale)))
   chunk = eval_chunk or spec.eval.chunk
-  # Clients distil on open samples only where there are some (a round's are parts.public).
-  batch = max(spec.train.batch_size, spec.distill.batch_size if parts.public else 0)
+  batch = parts.batch
   rows = state = step = most = 0
   phase = ''
 

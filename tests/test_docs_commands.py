@@ -485,6 +485,9 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'tests/test_memory.py::test_the_plan_of_each_digits_config_is_within_15_percent_of_'
         'xlas_figure', 'the same plan and memory.xla_figure on the digits configs, in-process '
         '(the whole list compiles every paper-sized config: most of an hour on 2 cores)'),
+    'python benchmarks/memory_plan.py --from_json=docs/memory_plan_configs.json': Run(
+        'test_memory_plan_prints_the_saved_config_table', 'quick',
+        "as written: its table is docs/performance.md's table of the shipped configs"),
     'python benchmarks/memory_plan.py --out=docs/memory_plan_cpu.json': Run(
         'test_memory_plan_measures_the_small_size', 'slow',
         '--sizes=small (medium takes 14 GB on a CPU), --out in a temporary folder: the small '
@@ -660,7 +663,7 @@ def work(tmp_path_factory) -> pathlib.Path:
     (root / name).symlink_to(REPO / name)
   (root / 'docs').mkdir()
   for name in ('reproduction_runs', 'gpu_suite', 'memory_plan_h100.json',
-               'memory_plan_cpu.json'):
+               'memory_plan_cpu.json', 'memory_plan_configs.json'):
     (root / 'docs' / name).symlink_to(REPO / 'docs' / name)
   return root
 
@@ -906,6 +909,16 @@ def test_memory_plan_prints_the_saved_tables(work):
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith('|')]
     assert len(rows) == 5 and rows[0].startswith('| size |'), r.stdout
     assert all(row in doc for row in rows), (command, rows)
+
+
+def test_memory_plan_prints_the_saved_config_table(work):
+  key = 'python benchmarks/memory_plan.py --from_json=docs/memory_plan_configs.json'
+  _entry(key)
+  doc = _doc_text('docs/performance.md').splitlines()
+  r = _run(_argv(key), work, timeout=60)
+  rows = [ln for ln in r.stdout.splitlines() if ln.startswith('|')]
+  assert len(rows) > 20 and rows[0].startswith('| config | clients at once |'), r.stdout
+  assert all(row in doc for row in rows), rows
 
 
 def test_scarlet_official_refuses_a_missing_checkout(work):

@@ -212,6 +212,13 @@ class Algorithm:
       server = self.server_model.init(key)
     return AlgState(clients=clients, server=server)
 
+  def step_batch(self) -> int:
+    """The largest batch one client's training step takes in a round (the memory planner
+    compiles a step of it): local training's, and distillation's where clients distil on
+    open samples."""
+    spec = self.spec
+    return max(spec.train.batch_size, spec.distill.batch_size if self.uses_public else 0)
+
   def setup_payloads(self) -> list[comm.Payload]:
     """One-time traffic before round 1 (the open-data multicast, ComU@I)."""
     if not self.uses_public:

@@ -150,6 +150,11 @@ class FedCache2(base.Algorithm):
                                     jnp.tile(jnp.asarray(self.slot_class), d.num_clients)])
 
   # ------------------------------------------------------------ lifecycle
+  def step_batch(self) -> int:
+    # The synthetic-data distillation's step runs the model on a batch of private rows and
+    # on the client's synthetic samples, with gradients to both (eqs. 8-12).
+    return max(self.spec.train.batch_size, self.options.dd_batch_size + self.slots)
+
   def setup_payloads(self):
     # Each client sends its label distribution p^k once (Algorithm 1, initialisation).
     return [comm.Payload('label_distribution', comm.UP, 'float', self.num_classes,
