@@ -141,9 +141,11 @@ cpu = dev.platform == 'cpu'
 base = rss('VmRSS') if cpu else dev.memory_stats()['bytes_in_use']
 t0 = time.time()
 exp = experiment.build(spec)
-p = exp.memory
+rough = exp.memory     # what the build chose with (on a CPU, the bound where it fits)
+p = memory.plan(exp, client_chunk=exp.ctx.fed.client_chunk)   # XLA's figure per step
 out = {'planned': p.total - p.runtime, 'runtime': p.runtime, 'phase': p.phase,
        'choice': p.choice(), 'chunk': p.chunk, 'slots': p.slots, 'plan_s': time.time() - t0,
+       'bound': rough.total - rough.runtime if rough.bound else None,
        # all clients at once fit the machine itself (not a FEDJAX_KD_DEVICE_MEMORY cap)
        'all_fit': memory.plan(exp, client_chunk=None).total <= (memory._device_memory()[0] or 0)}
 if not measure:

@@ -1,5 +1,6 @@
 """Device-memory planning: what a run needs, worked out from its experiment before anything
-compiles, and a one-line refusal (with what would fit) when the device cannot hold it.
+of the run compiles, the clients each per-client phase runs at once (``clients.chunk``), and
+a one-line refusal (with what would fit) when the device cannot hold it.
 
 A run's device memory has three parts, and a fourth on a CPU:
 
@@ -10,23 +11,21 @@ A run's device memory has three parts, and a fourth on a CPU:
   ``jax.eval_shape`` of the algorithm's ``init`` (shapes only, nothing is allocated). With
   ``clients.store='host'|'disk'`` the device holds only a round's participants' rows of the
   per-client parts (the rest lives in host memory or on disk);
-* **step**: the largest working set of one compiled step: local training of a cohort's
-  participants (``S`` slots at once) needs, per slot, the gathered and the updated client
-  state, the gradients, and the activations kept for the backward pass of a batch; a
-  prediction or evaluation pass over ``eval.chunk`` samples needs the largest layer's input
-  and output per slot. Activations come from the model's forward pass traced to a jaxpr (no
-  compile): the outputs of its products, convolutions and poolings per sample, twice
-  (forward values kept for the backward pass, and their gradients), and the largest layer
-  being worked on;
+* **step**: the largest working set of a round's phases (training, prediction, evaluation,
+  initialisation) for the clients it runs at once. Each phase's compiled step is counted by
+  XLA itself: :func:`step_bytes` compiles a small program of the step (one training step's
+  forward and backward, the prediction program, a scoring pass) for those clients and reads
+  ``compiled.memory_analysis()``. On a CPU the planner first tries :func:`bound_bytes`, an
+  upper bound from the traced program that compiles nothing, and compiles only where the
+  bound does not fit with room to spare (:func:`choose`);
 * **runtime**: on a CPU, where the device is the host, the process's own memory besides
   arrays (compiler, runtime, Python): :data:`CPU_RUNTIME`.
 
-The step term is the estimate's uncertain part (XLA fuses and reuses buffers);
-``docs/performance.md`` ("Planning device memory") has the estimate against measured peaks
-(``benchmarks/memory_plan.py``): within -3% to +21% where arrays dominate, on a CPU and on
-an H100. On a GPU the device's memory is XLA's allocator limit; on a CPU the device is the
-host, whose memory is what the kernel (and a cgroup limit, in a container) lets this
-process still take.
+``docs/performance.md`` ("Planning device memory") has the plan against XLA's figure for a
+whole round (:func:`xla_figure`) on every shipped config (``benchmarks/memory_plan.py``).
+On a GPU the device's memory is XLA's allocator limit; on a CPU the device is the host,
+whose memory is what the kernel (and a cgroup limit, in a container) lets this process
+still take.
 """
 
 from __future__ import annotations
@@ -69,21 +68,17 @@ def fmt(n: float) -> str:
 PROBE_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 
 
-@functools.lru_cache(maxsize=256)
-def _probe(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_dtype: str,
-           samples: int, kind: str, clients: int) -> int:
-  """XLA's working set of ``clients`` models' step of ``kind`` on ``samples`` inputs each
-  (:func:`step_bytes`), cached by its arguments."""
-  kernels = CohortKernels(module, {}, compute_dtype=compute_dtype)
+def _step_program(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
+                  kind: str, clients: int | None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+  """The function a step of ``kind`` runs and its arguments' shapes, for ``clients`` models
+  at once (vmapped), or one model unbatched where ``clients`` is None (the prediction
+  program: one slot)."""
   shape, dtype = tuple(input_shape), jnp.dtype(input_dtype)
-  state = kernels.init_shapes(clients, shape, input_dtype)
-  # LLVM's level 0 on a CPU: half the compile time, and the same buffers (XLA assigns them
-  # before code generation).
-  options = PROBE_COMPILER_OPTIONS if jax.default_backend() == 'cpu' else None
+  state = kernels.init_shapes(clients or 1, shape, input_dtype)
   if kind == 'predict':    # the kernels' own prediction program
-    m = kernels.predict_memory(state, jax.ShapeDtypeStruct((samples,) + shape, dtype),
-                               compiler_options=options)
-    return int(m.temp_size_in_bytes + m.output_size_in_bytes)
+    x = jax.ShapeDtypeStruct((samples,) + shape, dtype)
+    return kernels.predict_program(samples), (state, jnp.arange(clients or 1, dtype=jnp.int32),
+                                              x, None)
 
   def train(p, s, x):      # one step's forward and backward, each client on its own batch
     def loss(p):
@@ -99,14 +94,64 @@ def _probe(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_
   def score(p, s, x):      # an inference pass over a chunk every client shares
     return kernels.apply_model(p, s, x, train=False)
 
-  if kind == 'train':
-    mapped, x = jax.vmap(train), jax.ShapeDtypeStruct((clients, samples) + shape, dtype)
+  if clients is None:
+    state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), state)
+    fn = train if kind == 'train' else score
+    x = jax.ShapeDtypeStruct((samples,) + shape, dtype)
+  elif kind == 'train':
+    fn, x = jax.vmap(train), jax.ShapeDtypeStruct((clients, samples) + shape, dtype)
   else:
-    mapped, x = jax.vmap(score, in_axes=(0, 0, None)), jax.ShapeDtypeStruct((samples,) + shape,
-                                                                            dtype)
-  compiled = jax.jit(mapped, compiler_options=options).lower(
-      state.params, state.batch_stats, x).compile()
-  return int(compiled.memory_analysis().temp_size_in_bytes)
+    fn, x = jax.vmap(score, in_axes=(0, 0, None)), jax.ShapeDtypeStruct((samples,) + shape,
+                                                                        dtype)
+  return fn, (state.params, state.batch_stats, x)
+
+
+@functools.lru_cache(maxsize=256)
+def _probe(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_dtype: str,
+           samples: int, kind: str, clients: int) -> int:
+  """XLA's working set of ``clients`` models' step of ``kind`` on ``samples`` inputs each
+  (:func:`step_bytes`), cached by its arguments."""
+  kernels = CohortKernels(module, {}, compute_dtype=compute_dtype)
+  fn, args = _step_program(kernels, input_shape, input_dtype, samples, kind, clients)
+  # LLVM's level 0 on a CPU: half the compile time, and the same buffers (XLA assigns them
+  # before code generation).
+  options = PROBE_COMPILER_OPTIONS if jax.default_backend() == 'cpu' else None
+  m = jax.jit(fn, compiler_options=options).lower(*args).compile().memory_analysis()
+  # The prediction program's outputs (every client's probabilities) are its own; the other
+  # steps' outputs are the gradients and logits the plan counts apart.
+  return int(m.temp_size_in_bytes + (m.output_size_in_bytes if kind == 'predict' else 0))
+
+
+def _eqn_bytes(jaxpr: Any) -> int:
+  """Bytes of every value a jaxpr makes, its sub-programs' included (a loop's body once, a
+  branch's largest), plus each convolution's patches (a convolution lowered as a matrix
+  product of ``out_positions x window*features`` patches)."""
+  n = 0
+  for eqn in jaxpr.eqns:
+    for v in eqn.outvars:
+      aval = getattr(v, 'aval', None)
+      if hasattr(aval, 'shape') and hasattr(aval, 'dtype'):   # (a PRNG key's too)
+        n += math.prod(aval.shape) * aval.dtype.itemsize
+    subs = [u.jaxpr if hasattr(u, 'jaxpr') and hasattr(u, 'consts') else u
+            for v in eqn.params.values() for u in (v if isinstance(v, (tuple, list)) else (v,))
+            if hasattr(u, 'eqns') or (hasattr(u, 'jaxpr') and hasattr(u, 'consts'))]
+    sizes = [_eqn_bytes(sub) for sub in subs]
+    n += (max(sizes, default=0) if eqn.primitive.name == 'cond' else sum(sizes))
+    if eqn.primitive.name == 'conv_general_dilated':
+      rhs, out = eqn.invars[1].aval, eqn.outvars[0].aval
+      dims = eqn.params['dimension_numbers']
+      features = out.shape[dims.out_spec[1]]
+      n += ((math.prod(out.shape) // features) * (math.prod(rhs.shape) // features)
+            * out.dtype.itemsize)
+  return n
+
+
+@functools.lru_cache(maxsize=256)
+def _bound_one(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_dtype: str,
+               samples: int, kind: str) -> int:
+  kernels = CohortKernels(module, {}, compute_dtype=compute_dtype)
+  fn, args = _step_program(kernels, input_shape, input_dtype, samples, kind, None)
+  return _eqn_bytes(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
 STEP_KINDS = ('train', 'predict', 'evaluate')
@@ -144,6 +189,22 @@ def step_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, sam
                 int(samples), kind, int(clients))
 
 
+def bound_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
+                clients: int, kind: str) -> int:
+  """An upper bound on :func:`step_bytes`, from the step's traced program, nothing compiled:
+  every value it makes held at once (no buffer reused, nothing fused) plus each
+  convolution's patches, for one client, times ``clients``. It costs a trace (a tenth to
+  four tenths of a second) where :func:`step_bytes` costs a compilation (up to seconds a
+  step on a CPU), and it is 2 to 40 times XLA's figure (``tests/test_memory.py`` holds it
+  above XLA's figure on every model of the zoo): the planner uses it to see at once that a
+  run fits with room to spare (:func:`choose`), and asks XLA only where it might not.
+  Arguments as :func:`step_bytes`."""
+  if kind not in STEP_KINDS:
+    raise ValueError(f'kind={kind!r}: expected one of {STEP_KINDS}')
+  return int(clients) * _bound_one(kernels.module, kernels.compute_dtype, tuple(input_shape),
+                                   str(input_dtype), int(samples), kind)
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryPlan:
   """A run's estimated device memory, per device, in bytes.
@@ -161,6 +222,8 @@ class MemoryPlan:
       None: all of a phase's slots.
     slots: the most clients a phase runs on one device (the chunk's upper end).
     phase: the phase of the largest step (training, prediction, evaluation, initialisation).
+    bound: the steps are counted by :func:`bound_bytes` (an upper bound; the run needs at
+      most ``total``), not by XLA's figure (:func:`step_bytes`; it needs about ``total``).
   """
   data: int
   state: int
@@ -171,10 +234,16 @@ class MemoryPlan:
   chunk: int | None = None
   slots: int = 1
   phase: str = ''
+  bound: bool = False
 
   @property
   def total(self) -> int:
     return self.data + self.state + self.step + self.runtime
+
+  @property
+  def about(self) -> str:
+    """``'about 539 MiB'``, or ``'at most 1.2 GiB'`` for a bound."""
+    return f"{'at most' if self.bound else 'about'} {fmt(self.total)}"
 
   def describe(self) -> str:
     runtime = f', runtime {fmt(self.runtime)}' if self.runtime else ''
@@ -201,11 +270,12 @@ def _round_clients(spec: Any) -> int:
 
 
 class _Cohort(NamedTuple):
-  """One cohort's sizes: clients, bytes per client, and XLA's figure for one client's step."""
+  """One cohort's sizes: clients, bytes per client, and its steps' working sets."""
   size: int               # clients
   row: int                # state per client (parameters, statistics, optimizer states)
   params: int             # parameters per client (their gradients)
   step: Callable[..., int]   # (samples, clients, kind) -> step_bytes
+  bound: Callable[..., int]  # (samples, clients, kind) -> bound_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,9 +306,10 @@ def _parts(experiment: Any) -> _Parts:
   cohorts = []
   for cohort, st in zip(fed.cohorts, shapes.clients):
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), st)
-    step = functools.partial(_cohort_step, cohort.kernels, in_shape, in_dtype)
-    cohorts.append(_Cohort(size=cohort.size, row=tree_bytes(one), params=tree_bytes(one.params),
-                           step=step))
+    cohorts.append(_Cohort(
+        size=cohort.size, row=tree_bytes(one), params=tree_bytes(one.params),
+        step=functools.partial(step_bytes, cohort.kernels, in_shape, in_dtype),
+        bound=functools.partial(bound_bytes, cohort.kernels, in_shape, in_dtype)))
   k = max(fed.num_clients, 1)
   spec = experiment.spec
   # A round predicts on its open samples (distill.public_per_round of the public set);
@@ -252,11 +323,6 @@ def _parts(experiment: Any) -> _Parts:
                 scored=int(scored), classes=int(d.num_classes),
                 visits_all=bool(spec.eval.clients or algo.server_model is None
                                 or spec.selection.method == 'power_of_choice'))
-
-
-def _cohort_step(kernels: Any, in_shape: tuple[int, ...], in_dtype: str, samples: int,
-                 clients: int, kind: str) -> int:
-  return step_bytes(kernels, in_shape, in_dtype, samples, clients, kind)
 
 
 def plan(experiment: Any, **override: Any) -> MemoryPlan:
@@ -278,7 +344,8 @@ _SPEC = object()   # an override left at the spec's value
 
 
 def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: int | None = None,
-          eval_chunk: int | None = None, client_chunk: Any = _SPEC) -> MemoryPlan:
+          eval_chunk: int | None = None, client_chunk: Any = _SPEC,
+          bound: bool = False) -> MemoryPlan:
   store = store or spec.clients.store
   at_once = spec.clients.chunk if client_chunk is _SPEC else client_chunk
   k0 = spec.clients.num_clients
@@ -293,6 +360,7 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
   phase = ''
 
   for c in parts.cohorts:
+    figure = c.bound if bound else c.step
     size = max(1, round(c.size * scale))
     rows += size * c.row
     slots = bucket(min(size, per_round), size, multiple)
@@ -309,15 +377,15 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
     # Per slot: the gathered and the updated state; per client run at once (a chunk of
     # them, in a lax.map): its gradients and XLA's figure for its training step.
     fit = (per_slot * 2 * c.row + once(per_slot) * c.params
-           + c.step(batch, once(per_slot), 'train'))
+           + figure(batch, once(per_slot), 'train'))
     # A round's prediction: per slot, its probabilities on the open samples (the stacked
     # chunks and the softmax); per clients at once, XLA's figure for the prediction program
     # over a chunk of them. An evaluation pass: an inference pass over the rows it scores.
     pub = min(chunk, parts.public)
     predict = (per_slot * parts.public * parts.classes * 4 * 2
-               + c.step(pub, once(per_slot), 'predict')) if parts.public else 0
+               + figure(pub, once(per_slot), 'predict')) if parts.public else 0
     # (Without a pass over every client model, evaluation scores the server model alone.)
-    evaluate = c.step(min(chunk, parts.scored), once(read) if parts.visits_all else 1,
+    evaluate = figure(min(chunk, parts.scored), once(read) if parts.visits_all else 1,
                       'evaluate')
     # Initialisation builds the cohort's states: as many bytes again in temporaries.
     init = size * c.row if store == 'device' else 0
@@ -332,7 +400,7 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
   return MemoryPlan(data=parts.data, state=state + parts.server, step=step, store_rows=rows,
                     runtime=runtime, devices=devices,
                     chunk=None if at_once is None or at_once >= most else at_once, slots=most,
-                    phase=phase)
+                    phase=phase, bound=bound)
 
 
 # Where clients.chunk='auto' must choose, the share of the device a plan may fill: room for the
@@ -342,6 +410,12 @@ HEADROOM = 0.85
 
 def choose(experiment: Any, limit: int | None = None, parts: _Parts | None = None) -> MemoryPlan:
   """The plan of the run, with the clients at once ``clients.chunk`` asks for.
+
+  On a CPU it plans first with :func:`bound_bytes`, compiling nothing: where that upper
+  bound fits :data:`HEADROOM` of the device (every CPU config the project ships, on a
+  machine with a few GiB free), that plan is the run's, and the header says "at most".
+  Otherwise (and on an accelerator, where the bound was never held against XLA's figure)
+  the plan counts with XLA's figure (:func:`step_bytes`).
 
   A number is planned as given. ``'auto'`` takes all of a phase's clients at once where that
   fits :data:`HEADROOM` of the device, else the largest chunk ``ceil(S / n)`` (``S`` the most
@@ -362,11 +436,15 @@ def choose(experiment: Any, limit: int | None = None, parts: _Parts | None = Non
   """
   spec = experiment.spec
   parts = parts or _parts(experiment)
+  if limit is None:
+    limit, _ = device_memory()
+  if jax.local_devices()[0].platform == 'cpu':
+    rough = _plan(spec, parts, bound=True)
+    if limit is None or rough.total <= HEADROOM * limit:
+      return rough
   if spec.clients.chunk is not None:
     return _plan(spec, parts)
   full = _plan(spec, parts, client_chunk=None)
-  if limit is None:
-    limit, _ = device_memory()
   if limit is None or full.total <= HEADROOM * limit:
     return full
   budget = HEADROOM * limit
@@ -580,6 +658,8 @@ def check(experiment: Any, *, limit: int | None = None) -> MemoryPlan:
   if limit is None:
     limit, what = device_memory()
   p = getattr(experiment, 'memory', None) or choose(experiment, limit)
+  if limit is not None and p.total > limit and p.bound:   # XLA's figure decides
+    p = _plan(experiment.spec, _parts(experiment), client_chunk=experiment.ctx.fed.client_chunk)
   if limit is not None and p.total > limit:
     per = ' per device' if p.devices > 1 else ''
     fits = advice(experiment, limit)

@@ -238,7 +238,7 @@ def fmt_stat(s: dict[str, Any] | None, kind: str = 'acc') -> str:
 
 def header_line(spec: Any, exp: Any, env: dict[str, Any], memory: str = '') -> str:
   """What runs, in one line: algorithm, clients, data, models, device (and ``memory``, the
-  estimated device memory, when given)."""
+  device memory it plans for, ``'about 539 MiB, all clients at once'``, when given)."""
   d = exp.ctx.data
   share = f'{spec.clients.participation:.0%} a round' if spec.clients.participation < 1 else 'all every round'
   models = ', '.join(dict.fromkeys(spec.clients.models))
@@ -248,7 +248,7 @@ def header_line(spec: Any, exp: Any, env: dict[str, Any], memory: str = '') -> s
           f'clients ({share}) | data {spec.data.source}: {int(np.sum(d.client_n)):,} private, '
           f'{int(d.x_public.shape[0]):,} public, {int(d.x_test.shape[0]):,} test | clients '
           f'{models}{server} | seed {spec.seed} | {dev["platform"]} x{dev["count"]}'
-          + (f' | memory about {memory}' if memory else ''))
+          + (f' | memory {memory}' if memory else ''))
 
 
 def summary_table(summary: dict[str, Any], workdir: str) -> str:

@@ -385,7 +385,7 @@ class _Session:
       _check_resumable(workdir, cfg_path, cfg_json, latest, spec.rounds)
     if progress:   # what runs, once nothing can refuse it any more
       log(results.header_line(spec, self.exp, self.env, memory=(
-          f'{memory_lib.fmt(self.memory.total)}, {self.memory.choice()}' if self.memory else '')))
+          f'{self.memory.about}, {self.memory.choice()}' if self.memory else '')))
     self.compiling = None   # the "compiling ..." lines: the models' initialisation and round 1
     if progress and (latest or 0) < spec.rounds:
       self.compiling = cleanup.enter_context(_CompileProgress(log, (latest or 0) + 1))

@@ -2,6 +2,7 @@
 anything compiles, and XLA running out of memory mid-run."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +60,52 @@ def test_a_steps_figure_is_xlas_own_for_the_clients_at_once():
     memory.step_bytes(k, (784,), 'float32', 50, 4, 'fit')
 
 
+def _bound_and_figure(name, width, clients, side=32):
+  """``{kind: (bound, XLA's figure)}`` of a zoo model's steps for ``clients`` at once, on a
+  small input of its kind (a ``side`` image, or the side it needs; token ids; a feature
+  vector)."""
+  e = registry.entry(name)
+  if e.inputs == 'image':
+    shape, dtype, kw = (max(e.min_side, side),) * 2 + (3,), 'float32', {}
+  elif e.inputs == 'tokens':
+    shape, dtype, kw = (24,), 'int32', {'vocab_size': 50}
+  else:
+    shape, dtype, kw = (64,), 'float32', {}
+  m = registry.get_model(f'{name}@{width}', num_classes=10, input_shape=shape, **kw)
+  k = CohortKernels(m, {})
+  return {kind: (memory.bound_bytes(k, shape, dtype, samples, clients, kind),
+                 memory.step_bytes(k, shape, dtype, samples, clients, kind))
+          for kind, samples in (('train', 8), ('predict', 16), ('evaluate', 16))}
+
+
+def test_the_bound_is_above_xlas_figure_and_linear_in_the_clients():
+  """The planner's quick bound (nothing compiled) holds above XLA's figure for a CNN and an
+  MLP, each kind of step, one client and three; three clients' bound is three of one."""
+  for name in ('cnn', 'mlp'):
+    one, three = _bound_and_figure(name, 0.5, 1, 8), _bound_and_figure(name, 0.5, 3, 8)
+    for kind in memory.STEP_KINDS:
+      assert one[kind][0] >= one[kind][1] > 0 and three[kind][0] >= three[kind][1] > 0, kind
+      assert three[kind][0] == 3 * one[kind][0]
+
+
+# Every model of the zoo. The deeper variants of a family tested here (resnet32, resnet_m,
+# resnet_l: more of resnet20's and resnet_t's blocks) and the ImageNet-style three (googlenet,
+# resnet34, resnet50: up to a minute of compiling each) run with
+# FEDJAX_KD_TEST_DEEP_MODELS=1 (all held at the commit that made the bound).
+DEEP = ('resnet32', 'resnet_m', 'resnet_l', 'googlenet', 'resnet34', 'resnet50')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', [
+    pytest.param(n, marks=pytest.mark.skipif(
+        n in DEEP and not os.environ.get('FEDJAX_KD_TEST_DEEP_MODELS'),
+        reason='a deep model: FEDJAX_KD_TEST_DEEP_MODELS=1 runs it'))
+    for n in registry.available() if registry.entry(n).builtin])
+def test_the_bound_is_above_xlas_figure_for_the_models_of_the_zoo(name):
+  for kind, (bound, figure) in _bound_and_figure(name, 0.25, 2).items():
+    assert bound >= figure, (kind, bound, figure)
+
+
 @pytest.mark.parametrize('algorithm', [
     'dsfl', *[pytest.param(a, marks=pytest.mark.slow) for a in ('scarlet', 'fedcache2', 'fedmd',
                                                                'fedavg', 'acepfl')]])
@@ -81,7 +128,11 @@ PLAN_TOLERANCE = 0.15
 
 
 def _plan_error(exp):
-  p, x = exp.memory, memory.xla_figure(exp)
+  """The plan's error against XLA's figure, and whether the bound the build took holds."""
+  p = memory.plan(exp, client_chunk=exp.ctx.fed.client_chunk)
+  x = memory.xla_figure(exp)
+  rough = exp.memory
+  assert rough.bound and rough.total - rough.runtime >= x.total   # what the header says holds
   return (p.total - p.runtime) / x.total - 1
 
 
@@ -107,8 +158,9 @@ def test_a_client_store_keeps_only_a_rounds_rows_on_the_device():
 def test_a_run_that_does_not_fit_is_refused_in_one_line_naming_what_fits(tmp_path, monkeypatch):
   spec = config_lib.validate(tiny_config(rounds=2, **{'clients.chunk': '2'}))  # all at once
   exp = experiment_lib.build(spec)
-  plan = exp.memory
-  assert plan.chunk is None and plan.total == memory.plan(exp).total
+  plan = memory.plan(exp)
+  assert plan.chunk is None and not plan.bound
+  assert exp.memory.bound and exp.memory.total >= plan.total   # the build's bound: room to spare
   need = plan.total
   limit = memory.plan(exp, client_chunk=1).total     # one client at a time fits, two do not
   assert limit < need
@@ -136,21 +188,22 @@ def test_a_run_that_does_not_fit_is_refused_in_one_line_naming_what_fits(tmp_pat
   assert not work.exists()
 
 
+@pytest.mark.slow
 def test_auto_runs_a_device_too_small_for_all_clients_in_chunks(tmp_path, monkeypatch):
   """The same device, with clients.chunk='auto': the planner runs one client at a time and
-  says so on the header line; the run's rows are those of a run with room for all."""
+  says so on the header line (that the numbers are those of all at once:
+  tests/test_chunks.py)."""
   spec = config_lib.validate(tiny_config(rounds=1))
   exp = experiment_lib.build(spec)
   one = memory.plan(exp, client_chunk=1)
   limit = int(one.total / memory.HEADROOM) + 1
   assert memory.plan(exp, client_chunk=None).total > memory.HEADROOM * limit
-  ref = runner.run(spec, str(tmp_path / 'ref'), progress=False)
   monkeypatch.setattr(memory, 'device_memory', lambda: (limit, 'host memory available'))
   lines = []
   summary = runner.run(spec, str(tmp_path / 'run'), log=lines.append)
   assert lines[0].endswith(f'| memory about {memory.fmt(one.total)}, clients 1 at a time (of 2 '
                            'a phase)'), lines[0]
-  assert summary['final_acc'] == pytest.approx(ref['final_acc'], abs=1e-6)
+  assert summary['rounds_run_this_call'] == 1
 
 
 @pytest.mark.slow

@@ -499,15 +499,12 @@ class CohortKernels:
     return _call('predict', self._predict, state, slots, x, keys, chunk=chunk, log=log, augment=augment,
                          client_chunk=client_chunk)
 
-  def predict_memory(self, state: ModelState, x: Any, *,
-                     compiler_options: dict | None = None) -> Any:
-    """XLA's ``memory_analysis()`` of the prediction program of every slot of ``state`` on
-    ``x`` in one chunk (arrays or ``jax.ShapeDtypeStruct``; compiled, not run)."""
-    s = jax.tree.leaves(state)[0].shape[0]
-    program = jax.jit(self._predict_impl, compiler_options=compiler_options,
-                      static_argnames=('chunk', 'log', 'augment', 'client_chunk'))
-    return program.lower(state, jnp.arange(s, dtype=jnp.int32), x, None, chunk=x.shape[0],
-                         log=False, augment=None, client_chunk=None).compile().memory_analysis()
+  def predict_program(self, chunk: int) -> Callable[..., Array]:
+    """The prediction program's function, not jitted: ``(state, slots, x, None)`` to every
+    slot's probabilities on ``x`` in chunks of ``chunk`` (the memory planner traces or
+    compiles it, :mod:`fedjax_kd.memory`)."""
+    return functools.partial(self._predict_impl, chunk=chunk, log=False, augment=None,
+                             client_chunk=None)
 
   # -------------------------------------------------------------- evaluate
   def _evaluate_impl(self, state, slots, x, y, idx, n, *, chunk, idx_shared, client_chunk):
