@@ -2,7 +2,7 @@ r"""The device-memory plan (:mod:`fedjax_kd.memory`) against XLA's own figure an
 
   python benchmarks/memory_plan.py [--sizes=small,medium,large] [--repeats=1] [--out=F.json]
   python benchmarks/memory_plan.py --from_json=docs/memory_plan_cpu.json   # the table again
-  python benchmarks/memory_plan.py --configs=all [--measure] [--out=F.json]   # shipped configs
+  python benchmarks/memory_plan.py --configs=all [--measure] [--out=F.json [--update]]   # shipped configs
 
 ``--configs`` (``all`` or names): each shipped config, built as the command line builds it
 (data sets that cannot be read here replaced by stand-ins of their shapes, as in
@@ -230,6 +230,8 @@ def main(argv=None) -> int:
                   help="shipped configs, comma-separated, or 'all': plan against XLA's figure")
   ap.add_argument('--measure', action='store_true',
                   help='--configs: also run two rounds (measured peak, time per round)')
+  ap.add_argument('--update', action='store_true',
+                  help="--configs: replace these configs' rows of the --out file, keep the rest")
   ap.add_argument('--mnist', default=os.environ.get(
       'FEDJAX_KD_MNIST', os.path.join(REPO, '..', 'shared', 'data', 'mnist.npz')))
   a = ap.parse_args(argv)
@@ -240,15 +242,27 @@ def main(argv=None) -> int:
              if a.configs == 'all' or n in a.configs.split(',')]
     names = [n for n in names if not n.startswith('leaf_')]   # their clients are LEAF's files
     rows = []
+    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, text=True,
+                            capture_output=True, check=False).stdout.strip()
+    dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=REPO,
+                           text=True, capture_output=True, check=False).stdout.strip()
     print(config_header(a.measure))
     with tempfile.TemporaryDirectory(prefix='fedjax_kd_memory_') as folder:
       for name in names:
-        rows.append(measure_config(name, folder, a.mnist if os.path.exists(a.mnist) else '',
-                                   a.measure))
+        rows.append(dict(measure_config(name, folder,
+                                        a.mnist if os.path.exists(a.mnist) else '', a.measure),
+                         commit=commit + ('+' if dirty else '')))
         print(config_row(rows[-1], a.measure), flush=True)
     if a.out:
       from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-      workdir_lib.write_json(a.out, {'configs': rows}, indent=2)
+      doc = {'configs': rows}
+      if a.update and os.path.exists(a.out):
+        with open(a.out) as f:
+          doc = json.load(f)
+        mine = {r['config'] for r in rows}
+        doc['configs'] = sorted([r for r in doc['configs'] if r['config'] not in mine] + rows,
+                                key=lambda r: r['config'])
+      workdir_lib.write_json(a.out, doc, indent=2)
     return 0
   if a.from_json:
     with open(a.from_json) as f:

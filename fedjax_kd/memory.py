@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd.core import rng
 from fedjax_kd.core.federation import bucket  # the engine's slot buckets
 from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.errors import DeviceMemoryError
@@ -69,12 +70,20 @@ PROBE_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 
 
 def _step_program(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
-                  kind: str, clients: int | None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                  kind: str, clients: int | None,
+                  map_step: Any = None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
   """The function a step of ``kind`` runs and its arguments' shapes, for ``clients`` models
   at once (vmapped), or one model unbatched where ``clients`` is None (the prediction
-  program: one slot)."""
+  program and a map: one slot)."""
   shape, dtype = tuple(input_shape), jnp.dtype(input_dtype)
   state = kernels.init_shapes(clients or 1, shape, input_dtype)
+  if kind == 'map':        # the kernels' own program of the algorithm's map
+    n = clients or 1
+    keys = jax.eval_shape(lambda: rng.client_keys(jax.random.PRNGKey(0), 1, np.arange(n),
+                                                  'distill'))   # (the keys' shape)
+    rows = jax.tree.map(lambda a: jax.ShapeDtypeStruct((n,) + a.shape, a.dtype), map_step.row)
+    return kernels.map_program(map_step), (state, jnp.arange(n, dtype=jnp.int32), keys, rows,
+                                           map_step.shared)
   if kind == 'predict':    # the kernels' own prediction program
     x = jax.ShapeDtypeStruct((samples,) + shape, dtype)
     return kernels.predict_program(samples), (state, jnp.arange(clients or 1, dtype=jnp.int32),
@@ -108,18 +117,20 @@ def _step_program(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, 
 
 @functools.lru_cache(maxsize=256)
 def _probe(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_dtype: str,
-           samples: int, kind: str, clients: int) -> int:
+           samples: int, kind: str, clients: int, map_step: Any = None) -> int:
   """XLA's working set of ``clients`` models' step of ``kind`` on ``samples`` inputs each
   (:func:`step_bytes`), cached by its arguments."""
   kernels = CohortKernels(module, {}, compute_dtype=compute_dtype)
-  fn, args = _step_program(kernels, input_shape, input_dtype, samples, kind, clients)
+  fn, args = _step_program(kernels, input_shape, input_dtype, samples, kind, clients, map_step)
   # LLVM's level 0 on a CPU: half the compile time, and the same buffers (XLA assigns them
   # before code generation).
   options = PROBE_COMPILER_OPTIONS if jax.default_backend() == 'cpu' else None
   m = jax.jit(fn, compiler_options=options).lower(*args).compile().memory_analysis()
-  # The prediction program's outputs (every client's probabilities) are its own; the other
-  # steps' outputs are the gradients and logits the plan counts apart.
-  return int(m.temp_size_in_bytes + (m.output_size_in_bytes if kind == 'predict' else 0))
+  # The prediction program's and a map's outputs (every client's probabilities, its results)
+  # are their own; the other steps' outputs are the gradients and logits the plan counts
+  # apart.
+  own = kind in ('predict', 'map')
+  return int(m.temp_size_in_bytes + (m.output_size_in_bytes if own else 0))
 
 
 def _eqn_bytes(jaxpr: Any) -> int:
@@ -148,17 +159,18 @@ def _eqn_bytes(jaxpr: Any) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _bound_one(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_dtype: str,
-               samples: int, kind: str) -> int:
+               samples: int, kind: str, map_step: Any = None) -> int:
   kernels = CohortKernels(module, {}, compute_dtype=compute_dtype)
-  fn, args = _step_program(kernels, input_shape, input_dtype, samples, kind, None)
+  fn, args = _step_program(kernels, input_shape, input_dtype, samples, kind, None, map_step)
+  # (A map's program gathers its slot's state, an output of the traced program too.)
   return _eqn_bytes(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
-STEP_KINDS = ('train', 'predict', 'evaluate')
+STEP_KINDS = ('train', 'predict', 'evaluate', 'map')
 
 
 def step_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
-               clients: int, kind: str) -> int:
+               clients: int, kind: str, map_step: Any = None) -> int:
   """What ``clients`` models of one cohort need at once besides their variables, by XLA's
   own count (``compiled.memory_analysis()``): the temporaries of a training step (forward
   and backward: the activations kept for the backward pass, their gradients, a
@@ -181,16 +193,19 @@ def step_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, sam
     input_shape, input_dtype: one sample's model input.
     samples: the batch (training) or the chunk (prediction, evaluation), per client.
     clients: the clients at once.
-    kind: ``'train'``, ``'predict'`` or ``'evaluate'`` (:data:`STEP_KINDS`).
+    kind: ``'train'``, ``'predict'``, ``'evaluate'`` or ``'map'`` (:data:`STEP_KINDS`).
+    map_step: for ``'map'``, the algorithm's map
+      (:class:`~fedjax_kd.core.kernels.MapStep`, ``samples`` unused): the kernels' program
+      of it, its gather of the clients' states and its outputs included.
   """
   if kind not in STEP_KINDS:
     raise ValueError(f'kind={kind!r}: expected one of {STEP_KINDS}')
   return _probe(kernels.module, kernels.compute_dtype, tuple(input_shape), str(input_dtype),
-                int(samples), kind, int(clients))
+                int(samples), kind, int(clients), map_step)
 
 
 def bound_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
-                clients: int, kind: str) -> int:
+                clients: int, kind: str, map_step: Any = None) -> int:
   """An upper bound on :func:`step_bytes`, from the step's traced program, nothing compiled:
   every value it makes held at once (no buffer reused, nothing fused) plus each
   convolution's patches, for one client, times ``clients``. It costs a trace (a tenth to
@@ -202,7 +217,7 @@ def bound_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, sa
   if kind not in STEP_KINDS:
     raise ValueError(f'kind={kind!r}: expected one of {STEP_KINDS}')
   return int(clients) * _bound_one(kernels.module, kernels.compute_dtype, tuple(input_shape),
-                                   str(input_dtype), int(samples), kind)
+                                   str(input_dtype), int(samples), kind, map_step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,6 +305,7 @@ class _Parts:
   scored: int             # the rows an evaluation pass scores a client model on
   classes: int
   visits_all: bool        # some pass runs every client model (client evaluation, selection)
+  maps: tuple = ()        # the algorithm's per-client maps (MapStep), each cohort runs
 
 
 def _parts(experiment: Any) -> _Parts:
@@ -322,7 +338,8 @@ def _parts(experiment: Any) -> _Parts:
                 batch=int(algo.step_batch()), public=public,
                 scored=int(scored), classes=int(d.num_classes),
                 visits_all=bool(spec.eval.clients or algo.server_model is None
-                                or spec.selection.method == 'power_of_choice'))
+                                or spec.selection.method == 'power_of_choice'),
+                maps=tuple(algo.planned_maps(shapes.table)))
 
 
 def plan(experiment: Any, **override: Any) -> MemoryPlan:
@@ -374,10 +391,12 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
     per_slot = -(-slots // multiple)
     most = max(most, per_slot, read)
     once = lambda n: min(n, at_once or n)          # clients at once of a pass over n
-    # Per slot: the gathered and the updated state; per client run at once (a chunk of
-    # them, in a lax.map): its gradients and XLA's figure for its training step.
-    fit = (per_slot * 2 * c.row + once(per_slot) * c.params
-           + figure(batch, once(per_slot), 'train'))
+    # The slots' gathered states, which the epochs' loop updates in place where all run at
+    # once; in chunks, the slots' new states too (the loop's output) and the chunk's own;
+    # per client run at once: its gradients and XLA's figure for its training step.
+    at = once(per_slot)
+    held = per_slot if at >= per_slot else 2 * per_slot + at
+    fit = held * c.row + at * c.params + figure(batch, at, 'train')
     # A round's prediction: per slot, its probabilities on the open samples (the stacked
     # chunks and the softmax); per clients at once, XLA's figure for the prediction program
     # over a chunk of them. An evaluation pass: an inference pass over the rows it scores.
@@ -387,10 +406,14 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
     # (Without a pass over every client model, evaluation scores the server model alone.)
     evaluate = figure(min(chunk, parts.scored), once(read) if parts.visits_all else 1,
                       'evaluate')
+    # The algorithm's per-client maps: XLA's figure for the program over the clients at once
+    # (their states gathered, its outputs), and the other slots' gathered states.
+    maps = max([(per_slot - at) * c.row + figure(0, at, 'map', m) for m in parts.maps],
+               default=0)
     # Initialisation builds the cohort's states: as many bytes again in temporaries.
     init = size * c.row if store == 'device' else 0
     for name, n in (('training', fit), ('prediction', predict), ('evaluation', evaluate),
-                    ('initialisation', init)):
+                    ('a per-client map', maps), ('initialisation', init)):
       if n > step:
         step, phase = n, name
   table = parts.table_row * k
@@ -420,7 +443,8 @@ def choose(experiment: Any, limit: int | None = None, parts: _Parts | None = Non
   A number is planned as given. ``'auto'`` takes all of a phase's clients at once where that
   fits :data:`HEADROOM` of the device, else the largest chunk ``ceil(S / n)`` (``S`` the most
   clients a phase runs on a device, ``n = 2, 3, ...``: chunks that divide the slots as evenly
-  as they can) whose plan fits; 1 where none does (:func:`check` then refuses). Each plan
+  as they can) whose plan fits; where none does, the smaller of one at a time and all at
+  once (:func:`check` then refuses). Each plan
   compiles its probes (:func:`step_bytes`), so the search does not try every chunk: the line
   through the plans for 2 and for ``S`` clients (XLA's figure grows a little faster than a
   line, so the line errs high between them) names the candidate, whose own plan decides,
@@ -448,11 +472,15 @@ def choose(experiment: Any, limit: int | None = None, parts: _Parts | None = Non
   if limit is None or full.total <= HEADROOM * limit:
     return full
   budget = HEADROOM * limit
+  # Nothing fits but one at a time, or nothing at all: the smaller of one at a time and all
+  # at once (where the clients' states outweigh their activations, chunks hold more: a
+  # chunked training holds the slots' new states besides their gathered ones).
+  least = lambda: min(_plan(spec, parts, client_chunk=1), full, key=lambda p: p.total)
   if full.slots <= 2:
-    return _plan(spec, parts, client_chunk=1)
+    return least()
   two = _plan(spec, parts, client_chunk=2)
   if two.total > budget:
-    return _plan(spec, parts, client_chunk=1)
+    return least()
   candidates = sorted({-(-full.slots // n) for n in range(2, full.slots)} - {1}, reverse=True)
   slope = (full.total - two.total) / (full.slots - 2)
   first = next(j for j, c in enumerate(candidates) if two.total + slope * (c - 2) <= budget
@@ -605,20 +633,26 @@ def _device_memory() -> tuple[int | None, str]:
 def advice(experiment: Any, limit: int, parts: _Parts | None = None) -> str:
   """The settings whose estimate fits in ``limit`` bytes, ``'; or '``-joined: fewer clients at
   once, a client store, a smaller ``eval.chunk``, the most clients that fit ('' when none
-  does). With ``clients.chunk='auto'`` the others are planned one client at a time, the least
-  'auto' can choose."""
+  does). With ``clients.chunk='auto'`` the others are planned with the least 'auto' can
+  choose: one client at a time, or all at once where the clients' states outweigh their
+  activations."""
   spec = experiment.spec
   parts = parts or _parts(experiment)
   cpu = jax.local_devices()[0].platform == 'cpu'
   fits = []
-  at_once = 1 if spec.clients.chunk is None else _SPEC
+
+  def least(**kw: Any) -> MemoryPlan:
+    return min(_plan(spec, parts, client_chunk=1, **kw),
+               _plan(spec, parts, client_chunk=None, **kw), key=lambda p: p.total)
+
+  planned = least if spec.clients.chunk is None else functools.partial(_plan, spec, parts)
   if spec.clients.chunk is not None and spec.clients.chunk > 1:
-    p = _plan(spec, parts, client_chunk=1)
+    p = least()
     if p.total <= limit:
-      fits.append(f"--config.clients.chunk=auto (one client at a time: {fmt(p.total)})")
+      fits.append(f"--config.clients.chunk=auto ({p.choice()}: {fmt(p.total)})")
   if spec.clients.store == 'device':
     for store in (('disk',) if cpu else ('host', 'disk')):
-      p = _plan(spec, parts, store=store, client_chunk=at_once)
+      p = planned(store=store)
       if p.total <= limit:
         where = 'on disk' if store == 'disk' else 'in host memory'
         fits.append(f'--config.clients.store={store} ({fmt(p.total)}; client states '
@@ -627,14 +661,14 @@ def advice(experiment: Any, limit: int, parts: _Parts | None = None) -> str:
   chunk = spec.eval.chunk
   while chunk > 16:
     chunk //= 2
-    p = _plan(spec, parts, eval_chunk=chunk, client_chunk=at_once)
+    p = planned(eval_chunk=chunk)
     if p.total <= limit:
       fits.append(f'--config.eval.chunk={chunk} ({fmt(p.total)})')
       break
   lo, hi = 0, spec.clients.num_clients    # the most clients that fit, by bisection
   while hi - lo > 1:
     mid = (lo + hi) // 2
-    fit = _plan(spec, parts, num_clients=mid, client_chunk=at_once).total <= limit
+    fit = planned(num_clients=mid).total <= limit
     lo, hi = (mid, hi) if fit else (lo, mid)
   if lo >= 2:
     fits.append(f'--config.clients.num_clients={lo} or fewer')

@@ -21,3 +21,13 @@ def tiny_config(algorithm: str = 'dsfl', rounds: int = 3, **overrides):
   c.distill.epochs = 1
   c.distill.public_per_round = 100
   return config_lib.override(c, overrides)
+
+
+def steps_of_activations(monkeypatch) -> None:
+  """Makes the memory planner's figure for a step 1 MiB per client at once (``monkeypatch``,
+  pytest's), as where activations dominate (a CNN's): on the tiny experiment's small MLPs
+  the clients' states do, and running them in chunks would not save memory (a chunked
+  training holds the slots' new states besides their gathered ones)."""
+  from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(memory, '_probe', lambda *args: args[6] << 20)   # args[6]: clients
+  monkeypatch.setattr(memory, '_bound_one', lambda *args: 1 << 20)     # one client's bound

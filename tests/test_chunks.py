@@ -20,7 +20,7 @@ from fedjax_kd.core.federation import ce_loss, soft_ce_loss
 from fedjax_kd.core.local import LocalRule
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
-from tests.shared import tiny_config
+from tests.shared import steps_of_activations, tiny_config
 
 
 def test_in_chunks_runs_every_slot_once_and_drops_the_padding():
@@ -54,8 +54,9 @@ def _cohort(model='cnn@0.5'):
 
 
 def test_reading_phases_give_the_same_numbers_in_chunks():
-  """Prediction, evaluation and class sums are one forward pass per client: bit-equal."""
-  k, state, x, y = _cohort()
+  """Prediction, evaluation and class sums are one forward pass per client: bit-equal (the
+  convolution's batching rule in chunks: the training test below)."""
+  k, state, x, y = _cohort('mlp@0.5')
   slots = jnp.asarray([0, 2, 3, 4], jnp.int32)
   idx = jnp.stack([jnp.arange(60) + 60 * i for i in range(4)]).astype(jnp.int32)
   n = jnp.asarray([60, 41, 17, 60], jnp.int32)
@@ -117,7 +118,8 @@ def test_the_option_takes_auto_or_a_number_and_names_itself():
                                    'a number of clients >= 1')
 
 
-def test_auto_takes_every_client_where_all_fit_and_chunks_where_they_do_not():
+def test_auto_takes_every_client_where_all_fit_and_chunks_where_they_do_not(monkeypatch):
+  steps_of_activations(monkeypatch)
   exp = experiment_lib.build(config_lib.validate(tiny_config(**{'clients.num_clients': 8})))
   assert exp.memory.chunk is None and exp.ctx.fed.client_chunk is None  # this machine holds all
   assert exp.memory.choice() == 'all clients at once'

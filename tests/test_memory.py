@@ -18,7 +18,7 @@ from fedjax_kd.algorithms import base
 from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.errors import DeviceMemoryError
 from fedjax_kd.models import registry
-from tests.shared import tiny_config
+from tests.shared import steps_of_activations, tiny_config
 
 
 def _build(algorithm='dsfl', **fields):
@@ -83,23 +83,42 @@ def test_the_bound_is_above_xlas_figure_and_linear_in_the_clients():
   MLP, each kind of step, one client and three; three clients' bound is three of one."""
   for name in ('cnn', 'mlp'):
     one, three = _bound_and_figure(name, 0.5, 1, 8), _bound_and_figure(name, 0.5, 3, 8)
-    for kind in memory.STEP_KINDS:
+    for kind in ('train', 'predict', 'evaluate'):
       assert one[kind][0] >= one[kind][1] > 0 and three[kind][0] >= three[kind][1] > 0, kind
       assert three[kind][0] == 3 * one[kind][0]
 
 
-# Every model of the zoo. The deeper variants of a family tested here (resnet32, resnet_m,
-# resnet_l: more of resnet20's and resnet_t's blocks) and the ImageNet-style three (googlenet,
-# resnet34, resnet50: up to a minute of compiling each) run with
-# FEDJAX_KD_TEST_DEEP_MODELS=1 (all held at the commit that made the bound).
-DEEP = ('resnet32', 'resnet_m', 'resnet_l', 'googlenet', 'resnet34', 'resnet50')
+@pytest.mark.slow
+def test_an_algorithms_map_is_planned_from_its_own_program():
+  """FedCache 2.0's synthetic-data distillation, a per-client map, is a phase of the plan:
+  XLA's figure for the kernels' program of it over the clients at once, under its bound."""
+  exp = _build('fedcache2')
+  parts = memory._parts(exp)  # pylint: disable=protected-access
+  assert len(parts.maps) == 1 and parts.maps[0].fn.__name__ == 'distill_synthetic'
+  fed = exp.ctx.fed
+  shape, dtype = tuple(fed.data.input_shape), str(fed.data.model_input_dtype)
+  for cohort, sizes in zip(fed.cohorts, parts.cohorts):
+    figure = memory.step_bytes(cohort.kernels, shape, dtype, 0, cohort.size, 'map',
+                               parts.maps[0])
+    bound = memory.bound_bytes(cohort.kernels, shape, dtype, 0, cohort.size, 'map',
+                               parts.maps[0])
+    assert bound >= figure > cohort.size * sizes.row   # (the gathered states, and more)
+  assert memory._plan(exp.spec, parts).step >= figure  # pylint: disable=protected-access
+
+
+# One model of each kind of layer the zoo has in the long tier: dense (mlp), convolution and
+# pooling (cnn, lenet5), BatchNorm (dsfl_cnn), residual blocks (resnet_t), dropout (fcn), an
+# LSTM over token ids (imdb_lstm), an embedding bag (text_dnn). Every other model of the zoo
+# (more of the same layers, up to a minute of compiling each) runs with
+# FEDJAX_KD_TEST_DEEP_MODELS=1; all held at the commit that made the bound.
+KINDS = ('mlp', 'cnn', 'lenet5', 'dsfl_cnn', 'resnet_t', 'fcn', 'imdb_lstm', 'text_dnn')
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('name', [
     pytest.param(n, marks=pytest.mark.skipif(
-        n in DEEP and not os.environ.get('FEDJAX_KD_TEST_DEEP_MODELS'),
-        reason='a deep model: FEDJAX_KD_TEST_DEEP_MODELS=1 runs it'))
+        n not in KINDS and not os.environ.get('FEDJAX_KD_TEST_DEEP_MODELS'),
+        reason='more of the layers tested: FEDJAX_KD_TEST_DEEP_MODELS=1 runs it'))
     for n in registry.available() if registry.entry(n).builtin])
 def test_the_bound_is_above_xlas_figure_for_the_models_of_the_zoo(name):
   for kind, (bound, figure) in _bound_and_figure(name, 0.25, 2).items():
@@ -156,6 +175,7 @@ def test_a_client_store_keeps_only_a_rounds_rows_on_the_device():
 
 
 def test_a_run_that_does_not_fit_is_refused_in_one_line_naming_what_fits(tmp_path, monkeypatch):
+  steps_of_activations(monkeypatch)
   spec = config_lib.validate(tiny_config(rounds=2, **{'clients.chunk': '2'}))  # all at once
   exp = experiment_lib.build(spec)
   plan = memory.plan(exp)
@@ -193,6 +213,7 @@ def test_auto_runs_a_device_too_small_for_all_clients_in_chunks(tmp_path, monkey
   """The same device, with clients.chunk='auto': the planner runs one client at a time and
   says so on the header line (that the numbers are those of all at once:
   tests/test_chunks.py)."""
+  steps_of_activations(monkeypatch)
   spec = config_lib.validate(tiny_config(rounds=1))
   exp = experiment_lib.build(spec)
   one = memory.plan(exp, client_chunk=1)

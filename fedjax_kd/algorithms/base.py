@@ -219,6 +219,14 @@ class Algorithm:
     spec = self.spec
     return max(spec.train.batch_size, spec.distill.batch_size if self.uses_public else 0)
 
+  def planned_maps(self, table: Any) -> tuple[Any, ...]:
+    """The per-client maps a round runs besides training (``Federation.map_clients``), as
+    :class:`~fedjax_kd.core.kernels.MapStep` s for the memory planner, which compiles each
+    for the clients at once. ``table`` is the client table's shapes
+    (``jax.eval_shape`` of :meth:`init`). None by default."""
+    del table
+    return ()
+
   def setup_payloads(self) -> list[comm.Payload]:
     """One-time traffic before round 1 (the open-data multicast, ComU@I)."""
     if not self.uses_public:

@@ -51,7 +51,7 @@ import optax
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
-from fedjax_kd.core.kernels import epoch_positions
+from fedjax_kd.core.kernels import MapStep, epoch_positions
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import codec, comm
 from fedjax_kd.ops import knowledge_cache as kc
@@ -150,10 +150,23 @@ class FedCache2(base.Algorithm):
                                     jnp.tile(jnp.asarray(self.slot_class), d.num_clients)])
 
   # ------------------------------------------------------------ lifecycle
-  def step_batch(self) -> int:
-    # The synthetic-data distillation's step runs the model on a batch of private rows and
-    # on the client's synthetic samples, with gradients to both (eqs. 8-12).
-    return max(self.spec.train.batch_size, self.options.dd_batch_size + self.slots)
+  def planned_maps(self, table):
+    # The synthetic-data distillation (eqs. 8-12): one client's starting set, its real
+    # slots, its rows of the pooled private data and their count.
+    d = self.ctx.fed.data
+    one = lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype)
+    row = (one(table.proto), one(table.proto_valid), one(d.client_idx),
+           jax.ShapeDtypeStruct((), jnp.int32))
+    shared = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                          (self.y_b, d.x_private, d.y_private))
+    return (MapStep(distill_synthetic, row, shared, self._distill_options(d)),)
+
+  def _distill_options(self, d) -> DistillOptions:
+    o = self.options
+    return DistillOptions(epochs=o.dd_epochs, batch_size=o.dd_batch_size, lr=float(o.dd_lr),
+                          reg=float(o.dd_reg), bn_mode=o.dd_bn_mode, augment=self.augment,
+                          chunk=max(1, min(self.spec.eval.chunk, 256, d.client_idx.shape[-1])),
+                          value_range=tuple(float(v) for v in self.value_range))
 
   def setup_payloads(self):
     # Each client sends its label distribution p^k once (Algorithm 1, initialisation).
@@ -236,10 +249,7 @@ class FedCache2(base.Algorithm):
     x0, v0, init_payloads = self._starting_points(state, r)
     payloads += init_payloads
     d = r.fed.data
-    opts = DistillOptions(epochs=o.dd_epochs, batch_size=o.dd_batch_size, lr=float(o.dd_lr),
-                          reg=float(o.dd_reg), bn_mode=o.dd_bn_mode, augment=self.augment,
-                          chunk=max(1, min(self.spec.eval.chunk, 256, d.client_idx.shape[-1])),
-                          value_range=tuple(float(v) for v in self.value_range))
+    opts = self._distill_options(d)
     x_new, dd_loss, skipped = r.fed.map_clients(
         state.clients, self.ctx.root, t, 'distill', distill_synthetic, active=active,
         per_client=(x0, v0, d.client_idx, jnp.asarray(np.where(active, d.client_n, 0),

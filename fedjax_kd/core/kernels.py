@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -257,6 +257,16 @@ def _variables(params, batch_stats):
   if batch_stats:
     v['batch_stats'] = batch_stats
   return v
+
+
+class MapStep(NamedTuple):
+  """A per-client map a round runs (:meth:`CohortKernels.map_clients`), described for the
+  memory planner: its function, one client's ``row`` and the ``shared`` inputs (pytrees of
+  ``jax.ShapeDtypeStruct``), and its static ``options``."""
+  fn: Callable
+  row: Any
+  shared: Any
+  options: Any = ()
 
 
 class CohortKernels:
@@ -588,6 +598,12 @@ class CohortKernels:
     one = lambda st, key, row, shared: fn(self, st, key, row, shared, options=options)
     return over_slots(one, self.mesh, (0, 0, 0, None), take_clients(state, slots), keys,
                       per_client, shared, chunk=client_chunk)
+
+  def map_program(self, step: MapStep) -> Callable[..., Any]:
+    """The map's program function, not jitted: ``(state, slots, keys, per_client, shared)``
+    to every slot's outputs (the memory planner traces or compiles it)."""
+    return functools.partial(self._map_impl, fn=step.fn, options=step.options,
+                             client_chunk=None)
 
   def map_clients(self, fn: Callable, state: ModelState, slots: Array, keys: Array,
                   per_client: Any, shared: Any, options: Any = (),
