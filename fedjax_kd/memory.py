@@ -444,8 +444,8 @@ def choose(experiment: Any, limit: int | None = None, parts: _Parts | None = Non
   fits :data:`HEADROOM` of the device, else the largest chunk ``ceil(S / n)`` (``S`` the most
   clients a phase runs on a device, ``n = 2, 3, ...``: chunks that divide the slots as evenly
   as they can) whose plan fits; where none does, the smaller of one at a time and all at
-  once (:func:`check` then refuses). Each plan
-  compiles its probes (:func:`step_bytes`), so the search does not try every chunk: the line
+  once (:func:`check` then refuses). Each plan compiles its probes (:func:`step_bytes`),
+  so the search does not try every chunk: the line
   through the plans for 2 and for ``S`` clients (XLA's figure grows a little faster than a
   line, so the line errs high between them) names the candidate, whose own plan decides,
   and the next larger candidate is tried once it fits.

@@ -80,7 +80,7 @@ def test_reading_phases_give_the_same_numbers_in_chunks():
 FIT_ATOL = 1e-6
 
 
-@pytest.mark.parametrize('loss', ['ce', 'soft'])
+@pytest.mark.parametrize('loss', ['ce', pytest.param('soft', marks=pytest.mark.slow)])
 def test_training_in_chunks_matches_all_at_once(loss):
   k, state, x, y = _cohort('cnn@0.5' if loss == 'ce' else 'mlp@0.5')
   slots = jnp.arange(5, dtype=jnp.int32)

@@ -78,6 +78,7 @@ def _bound_and_figure(name, width, clients, side=32):
           for kind, samples in (('train', 8), ('predict', 16), ('evaluate', 16))}
 
 
+@pytest.mark.slow
 def test_the_bound_is_above_xlas_figure_and_linear_in_the_clients():
   """The planner's quick bound (nothing compiled) holds above XLA's figure for a CNN and an
   MLP, each kind of step, one client and three; three clients' bound is three of one."""
