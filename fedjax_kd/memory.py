@@ -426,6 +426,14 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
                     phase=phase, bound=bound)
 
 
+def _least(spec: Any, parts: _Parts, **override: Any) -> MemoryPlan:
+  """The smaller of the plans for one client at a time and all at once: the least
+  ``clients.chunk='auto'`` can choose (all at once where the clients' states outweigh their
+  activations: a chunked training holds the slots' new states besides their gathered ones)."""
+  return min(_plan(spec, parts, client_chunk=1, **override),
+             _plan(spec, parts, client_chunk=None, **override), key=lambda p: p.total)
+
+
 # Where clients.chunk='auto' must choose, the share of the device a plan may fill: room for the
 # estimate's error (benchmarks/memory_plan.py measures it) and for what it does not count.
 HEADROOM = 0.85
@@ -472,15 +480,11 @@ def choose(experiment: Any, limit: int | None = None, parts: _Parts | None = Non
   if limit is None or full.total <= HEADROOM * limit:
     return full
   budget = HEADROOM * limit
-  # Nothing fits but one at a time, or nothing at all: the smaller of one at a time and all
-  # at once (where the clients' states outweigh their activations, chunks hold more: a
-  # chunked training holds the slots' new states besides their gathered ones).
-  least = lambda: min(_plan(spec, parts, client_chunk=1), full, key=lambda p: p.total)
-  if full.slots <= 2:
-    return least()
+  if full.slots <= 2:                    # nothing fits but one at a time, or nothing
+    return _least(spec, parts)
   two = _plan(spec, parts, client_chunk=2)
   if two.total > budget:
-    return least()
+    return _least(spec, parts)
   candidates = sorted({-(-full.slots // n) for n in range(2, full.slots)} - {1}, reverse=True)
   slope = (full.total - two.total) / (full.slots - 2)
   first = next(j for j, c in enumerate(candidates) if two.total + slope * (c - 2) <= budget
@@ -640,14 +644,9 @@ def advice(experiment: Any, limit: int, parts: _Parts | None = None) -> str:
   parts = parts or _parts(experiment)
   cpu = jax.local_devices()[0].platform == 'cpu'
   fits = []
-
-  def least(**kw: Any) -> MemoryPlan:
-    return min(_plan(spec, parts, client_chunk=1, **kw),
-               _plan(spec, parts, client_chunk=None, **kw), key=lambda p: p.total)
-
-  planned = least if spec.clients.chunk is None else functools.partial(_plan, spec, parts)
+  planned = functools.partial(_least if spec.clients.chunk is None else _plan, spec, parts)
   if spec.clients.chunk is not None and spec.clients.chunk > 1:
-    p = least()
+    p = _least(spec, parts)
     if p.total <= limit:
       fits.append(f"--config.clients.chunk=auto ({p.choice()}: {fmt(p.total)})")
   if spec.clients.store == 'device':
@@ -692,11 +691,14 @@ def check(experiment: Any, *, limit: int | None = None) -> MemoryPlan:
   if limit is None:
     limit, what = device_memory()
   p = getattr(experiment, 'memory', None) or choose(experiment, limit)
-  if limit is not None and p.total > limit and p.bound:   # XLA's figure decides
-    p = _plan(experiment.spec, _parts(experiment), client_chunk=experiment.ctx.fed.client_chunk)
-  if limit is not None and p.total > limit:
+  if limit is None or p.total <= limit:
+    return p
+  parts = _parts(experiment)       # (the shapes of the state, once for all that follows)
+  if p.bound:                      # XLA's figure decides
+    p = _plan(experiment.spec, parts, client_chunk=experiment.ctx.fed.client_chunk)
+  if p.total > limit:
     per = ' per device' if p.devices > 1 else ''
-    fits = advice(experiment, limit)
+    fits = advice(experiment, limit, parts)
     fits = (f'would fit: {fits}' if fits else 'none of fewer clients at once, a client store, '
             'a smaller eval.chunk or fewer clients would fit: use a device with more memory')
     raise DeviceMemoryError(
