@@ -14,7 +14,10 @@ for two rounds, in a process of its own with a time limit. From its ``metrics.js
 * ``round``: round 2's ``round_time_s`` (a round once compiled, evaluation included where the
   config evaluates that round); where round 2 did not finish in time, round 1's
   ``round_time_s`` less its ``compile_s``;
-* ``total``: ``first + (rounds - 1) x round``, the config's whole run.
+* ``total``: ``first + (rounds - 1) x round``, the config's whole run;
+* ``peak_rss``: the process's resident-set high-water mark (on a CPU the device is the host),
+  and ``memory_plan``: what the run's header line says the memory planner chose (the table
+  adds the clients at a time where they are fewer than all).
 
 A run that did not reach round 1 within ``--timeout`` is recorded as a lower bound (its round
 takes longer than the limit), and one the memory planner refuses says so. Data sets that cannot
@@ -25,7 +28,10 @@ UrbanSound8K's size; real MNIST with ``--mnist``. LEAF's configs read one client
 speaker from LEAF's own files, whose number sets the cost; they are listed as not measured.
 
 The markdown table goes between ``<!-- config-costs:begin -->`` and ``<!-- config-costs:end -->``
-of ``--markdown``; the JSON keeps every number with the machine it was measured on.
+of ``--markdown``, and the configs that ran in chunks, with their plan and measured peak,
+between ``<!-- config-memory:begin -->`` and ``<!-- config-memory:end -->`` of
+``--memory_markdown`` (docs/performance.md); the JSON keeps every number with the machine it
+was measured on.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN, END = '<!-- config-costs:begin -->', '<!-- config-costs:end -->'
+MEMORY_BEGIN, MEMORY_END = '<!-- config-memory:begin -->', '<!-- config-memory:end -->'
 
 # Stand-ins: (train rows, test rows, a row's shape, classes, kind) by data set.
 STAND_INS = {
@@ -144,24 +151,34 @@ def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, fo
   stand-in data) and times it."""
   workdir = os.path.join(folder, name)
   cmd = [sys.executable, '-m', 'fedjax_kd.main', f'--config={name}', f'--workdir={workdir}',
-         '--noresume', '--noprogress', '--compilation_cache=none', '--config.rounds=2',
+         '--noresume', '--compilation_cache=none', '--config.rounds=2',
          '--config.log.tensorboard=False', *overrides]
   t0 = time.monotonic()
   first = None
-  proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
-  while proc.poll() is None and time.monotonic() - t0 < timeout:
-    time.sleep(0.5)
-    if first is None and _rows(workdir):
-      first = time.monotonic() - t0
-  if proc.poll() is None:
-    proc.kill()
-  err = proc.communicate()[1] or ''
-  wall = time.monotonic() - t0
+  # Progress (the header with the memory plan) goes to a file: a pipe nobody reads fills up.
+  with open(os.path.join(folder, f'{name}.log'), 'w+') as log:
+    proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    usage = None
+    while usage is None and time.monotonic() - t0 < timeout:
+      time.sleep(0.5)
+      pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+      if pid:
+        usage, proc.returncode = rusage, os.waitstatus_to_exitcode(status)
+      if first is None and _rows(workdir):
+        first = time.monotonic() - t0
+    if usage is None:
+      proc.kill()
+      usage = os.wait4(proc.pid, 0)[2]
+    wall = time.monotonic() - t0
+    log.seek(0)
+    err = log.read()
   rows = _rows(workdir)
   if first is None and rows:
     first = wall
-  out = {'config': name, 'rounds': rounds, 'limit_s': timeout, 'first_s': first}
+  plan = re.search(r'\| memory (.*)$', err, flags=re.M)
+  out = {'config': name, 'rounds': rounds, 'limit_s': timeout, 'first_s': first,
+         # the process's resident-set high-water mark: on a CPU the device is the host
+         'peak_rss': usage.ru_maxrss * 1024, 'memory_plan': plan.group(1) if plan else None}
   if len(rows) >= 2:
     out['round_s'] = rows[1]['round_time_s']
     out['round_from'] = 'round 2'
@@ -234,18 +251,39 @@ def table(rows: Sequence[dict[str, Any]], machine: str) -> str:
                  f'{fmt(r["lower_bound_s"])} | > {fmt(r["lower_bound_s"])} | > '
                  f'{fmt(r["lower_bound_s"] * r["rounds"])} | {size_word(r)} |')
       continue
-    out.append(f'| `{r["config"]}` | {r["rounds"]} | {r["data"]} | {fmt(r["first_s"])} | '
+    chunks = re.search(r'clients (\d+) at a time \(of (\d+)', r.get('memory_plan') or '')
+    data = r['data'] + (f', {chunks[1]} of {chunks[2]} clients at a time' if chunks else '')
+    out.append(f'| `{r["config"]}` | {r["rounds"]} | {data} | {fmt(r["first_s"])} | '
                f'{fmt(r["round_s"])} | {fmt(r["total_s"])} | {size_word(r)} |')
   return '\n'.join(out)
 
 
-def write_markdown(path: str, text: str) -> None:
+def memory_table(rows: Sequence[dict[str, Any]], machine: str) -> str:
+  """The rows measured with their memory: the planner's choice (the run's header line), the
+  process's peak resident set (on a CPU the device is the host: an upper bound of the device
+  memory the run held) and the times, for the configs whose round chose clients in chunks."""
+  from fedjax_kd.memory import fmt as fmt_bytes  # pylint: disable=g-import-not-at-top
+  out = [f'Measured by `python benchmarks/config_costs.py --only=...` on {machine}, one run '
+         'each, two rounds as the command line runs the config, the chunk chosen by the '
+         "planner (`clients.chunk='auto'`). The peak is the process's resident-set high-water "
+         'mark, compiling and the host copies of the data included.',
+         '', '| config | data | the plan (header line) | measured peak | start to round 1 | '
+         'a round |', '|---|---|---|---|---|---|']
+  for r in rows:
+    if 'at a time' not in (r.get('memory_plan') or '') or r.get('round_s') is None:
+      continue
+    out.append(f'| `{r["config"]}` | {r["data"]} | {r["memory_plan"]} | '
+               f'{fmt_bytes(r["peak_rss"])} | {fmt(r["first_s"])} | {fmt(r["round_s"])} |')
+  return '\n'.join(out)
+
+
+def write_markdown(path: str, text: str, begin: str = BEGIN, end: str = END) -> None:
   with open(path) as f:
     doc = f.read()
-  pattern = re.compile(re.escape(BEGIN) + '.*?' + re.escape(END), flags=re.S)
+  pattern = re.compile(re.escape(begin) + '.*?' + re.escape(end), flags=re.S)
   if not pattern.search(doc):
-    raise SystemExit(f'error: {path} has no {BEGIN} ... {END} section to fill')
-  doc = pattern.sub(lambda _: f'{BEGIN}\n{text}\n{END}', doc)
+    raise SystemExit(f'error: {path} has no {begin} ... {end} section to fill')
+  doc = pattern.sub(lambda _: f'{begin}\n{text}\n{end}', doc)
   with open(path, 'w') as f:
     f.write(doc)
 
@@ -266,9 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--only', default='', help='comma-separated config names (default: all)')
   p.add_argument('--mnist', default='', help='a Keras-layout mnist.npz (else a stand-in)')
   p.add_argument('--timeout', type=float, default=240.0, help='seconds per config')
-  p.add_argument('--out', default='', help='JSON file for the numbers')
+  p.add_argument('--out', default='',
+                 help='JSON file for the numbers (with --only: its rows for those configs replaced)')
   p.add_argument('--from_json', default='', help='rewrite the table from an earlier --out')
   p.add_argument('--markdown', default='', help='markdown file with the config-costs markers')
+  p.add_argument('--memory_markdown', default='',
+                 help='markdown file with the config-memory markers: the chunked rows')
   a = p.parse_args(argv)
   sys.path.insert(0, REPO)
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
@@ -295,12 +336,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
         rows.append(row)
     doc = {'machine': machine(), 'date': time.strftime('%Y-%m-%d'), 'rows': rows}
+    if a.out and a.only and os.path.exists(a.out):   # --only: replace those rows, keep the rest
+      with open(a.out) as f:
+        old = json.load(f)
+      mine = {r['config']: dict(r, date=doc['date']) for r in rows}
+      kept = [mine.pop(r['config'], r) for r in old['rows']]
+      doc = dict(old, rows=kept + list(mine.values()))
     if a.out:
       with open(a.out, 'w') as f:
         json.dump(doc, f, indent=1)
   text = table(doc['rows'], doc['machine'])
   if a.markdown:
     write_markdown(a.markdown, text)
+  if a.memory_markdown:
+    write_markdown(a.memory_markdown, memory_table(doc['rows'], doc['machine']), MEMORY_BEGIN,
+                   MEMORY_END)
   else:
     print(text)
   return 0

@@ -13,7 +13,8 @@
 # (SCARLET's ResNet-20 round at K = 100, scarlet_cifar10 on stand-in data, planned for a 24 GiB
 # device, FEDJAX_KD_DEVICE_MEMORY=24GiB: the clients at once the planner chooses, its figure,
 # XLA's, and two rounds' peak device memory (goal: at most 20 GiB) and time per round; about
-# 5 minutes), e.g. a second call `bash benchmarks/gpu_session.sh "$OUT" memory memory_resnet20`. A part that runs out of time leaves its log
+# 5 minutes) and remat (benchmarks/remat.py: does recomputing ResNet-20's blocks give memory
+# back on this device, and at what time; XLA:CPU gives none; 2 minutes), e.g. a second call `bash benchmarks/gpu_session.sh "$OUT" memory memory_resnet20`. A part that runs out of time leaves its log
 # (the finished runs are in it: `python benchmarks/gpu_suite.py --from_logs=...` rebuilds their
 # rows). The device machines have jax, flax, optax, chex, orbax and torch, but not
 # ml_collections: carry its wheel (pip download --no-deps ml_collections into an ignored
@@ -58,7 +59,9 @@ jax.devices(), torch.__version__, torch.cuda.get_device_name())'" ;;
     memory_resnet20) part memory_resnet20 420 env FEDJAX_KD_DEVICE_MEMORY=24GiB "$py" \
       benchmarks/memory_plan.py --configs=scarlet_cifar10 --measure \
       --out="$out/memory_resnet20.json" ;;
-    *) echo "error: unknown part '$p' (env dsfl blazefl profile_dsfl resnet20 memory memory_resnet20)" >&2
+    remat) part remat 150 "$py" benchmarks/remat.py --clients=$((k < 34 ? k : 34)) --repeats=5 \
+      --out="$out/remat.json" ;;
+    *) echo "error: unknown part '$p' (env dsfl blazefl profile_dsfl resnet20 memory memory_resnet20 remat)" >&2
        exit 2 ;;
   esac
 done

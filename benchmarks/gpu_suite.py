@@ -148,13 +148,13 @@ def rows_from_logs(paths: Sequence[str], device_kind: str = '',
   with tempfile.TemporaryDirectory() as tmp:
     for name, runs in found.items():
       cfg, desc = vs_torch.CONFIGS[name](args, tmp)
-      spec, exp, _ = vs_torch.build(cfg)
+      spec, data = vs_torch.shapes(cfg)
       j = float(np.median(runs['fedjax_kd']))
       p = float(np.median(runs['pytorch'])) if runs['pytorch'] else None
       row = {'workload': name, 'data': desc, 'clients': runs['clients'],
              'fedjax_round_s': j, 'torch_round_s': p, 'ratio': p / j if p else None,
-             'round_gflop': vs_torch.round_flops(spec, exp.ctx.data) / 1e9,
-             'round_gbytes': vs_torch.round_bytes(spec, exp.ctx.data) / 1e9,
+             'round_gflop': vs_torch.round_flops(spec, data) / 1e9,
+             'round_gbytes': vs_torch.round_bytes(spec, data) / 1e9,
              'fedjax_runs': runs['fedjax_kd'], 'torch_runs': runs['pytorch']}
       for word, side in _SIDE_WORDS.items():
         v = float(np.median(runs[word])) if runs[word] else None

@@ -236,6 +236,20 @@ def build(cfg):
   return spec, exp, state
 
 
+def shapes(cfg):
+  """(spec, data) of a config without building it: the data's class count, input shape and
+  clients' sizes (what :func:`round_flops` and :func:`round_bytes` read), from the prepared
+  split alone; no models, no memory plan, nothing initialised."""
+  import types  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.data import prepare  # pylint: disable=g-import-not-at-top
+  spec = config_lib.validate(cfg)
+  p = prepare.prepare(spec.data, num_clients=spec.clients.num_clients, seed=spec.seed)
+  return spec, types.SimpleNamespace(num_classes=p.split.num_classes,
+                                     input_shape=tuple(p.split.x_private.shape[1:]),
+                                     client_n=np.array([len(ix) for ix in p.client_indices]))
+
+
 def play(exp, state, t: int):
   """Round ``t`` of a built experiment, its result on the host's side of the device."""
   import jax  # pylint: disable=g-import-not-at-top

@@ -45,8 +45,14 @@ def test_the_total_is_the_first_round_plus_the_rest_at_the_steady_rate():
            'error': 'error: out of device memory (22 GiB of host memory available): INTERNAL: '
                     'Error dispatching computation: Out of memory allocating 30980685560 '
                     'bytes.; the estimate was 21 GiB'}]
+  rows.append({'config': 'f', 'rounds': 2000, 'data': 'cifar10 stand-in', 'first_s': 2400.0,
+               'round_s': 2000.0, 'total_s': 2400.0 + 1999 * 2000.0,
+               'memory_plan': 'about 14 GiB, clients 34 at a time (of 100 a phase)'})
   text = costs.table(rows, '2 cores (test)')
   assert '| `a` | 30 | digits | 60 s | 0.8 s | 83 s | minutes |' in text
+  # The planner's chunk, from the run's header line; 2400 + 1999 x 2000 s = 46.3 days.
+  assert ('| `f` | 2000 | cifar10 stand-in, 34 of 100 clients at a time | 40 min | 33 min | '
+          '46.3 days | days |') in text
   # Round 1 not done in 150 s: at least 150 s a round, 2000 x 150 s = 3.5 days.
   assert ('| `b` | 2000 | cifar10 stand-in | round 1 not done in 2 min | > 2 min | > 3.5 days '
           '| days or more |') in text
@@ -100,3 +106,35 @@ def test_the_docs_table_is_what_the_archived_numbers_give(tmp_path):
   numbers = os.path.join(REPO, 'docs', 'config_costs.json')
   assert costs.main([f'--from_json={numbers}', f'--markdown={page}']) == 0
   assert page.read_text() == committed
+  # docs/performance.md's section of the configs that ran in chunks, the same way.
+  page = tmp_path / 'performance.md'
+  with open(os.path.join(REPO, 'docs', 'performance.md')) as f:
+    committed = f.read()
+  page.write_text(committed)
+  assert costs.main([f'--from_json={numbers}', f'--memory_markdown={page}']) == 0
+  assert page.read_text() == committed
+
+
+def test_the_memory_table_lists_the_chunked_runs_with_their_plan_and_peak():
+  rows = [{'config': 'a', 'rounds': 30, 'data': 'digits', 'first_s': 60.0, 'round_s': 0.8,
+           'peak_rss': 800 << 20, 'memory_plan': 'at most 658 MiB, all clients at once'},
+          {'config': 's', 'rounds': 2000, 'data': 'cifar10 stand-in', 'first_s': 2400.0,
+           'round_s': 2000.0, 'peak_rss': 15 << 30,
+           'memory_plan': 'about 14 GiB, clients 34 at a time (of 100 a phase)'},
+          {'config': 'x', 'rounds': 3000, 'data': 'cifar100 stand-in', 'first_s': None,
+           'round_s': None, 'lower_bound_s': 7200.0, 'peak_rss': 9 << 30,
+           'memory_plan': 'about 13 GiB, clients 20 at a time (of 100 a phase)'}]
+  lines = costs.memory_table(rows, '2 cores (test)').splitlines()
+  # All clients at once (a) and a run that did not finish a round (x) are not listed.
+  assert [l for l in lines if l.startswith('| `')] == [
+      '| `s` | cifar10 stand-in | about 14 GiB, clients 34 at a time (of 100 a phase) | '
+      '15 GiB | 40 min | 33 min |']
+
+
+def test_both_tables_go_between_their_own_markers(tmp_path):
+  path = tmp_path / 'doc.md'
+  path.write_text(f'a\n{costs.MEMORY_BEGIN}\nold\n{costs.MEMORY_END}\nb\n')
+  costs.write_markdown(str(path), 'new', costs.MEMORY_BEGIN, costs.MEMORY_END)
+  assert path.read_text() == f'a\n{costs.MEMORY_BEGIN}\nnew\n{costs.MEMORY_END}\nb\n'
+  with pytest.raises(SystemExit, match='config-costs:begin'):
+    costs.write_markdown(str(path), 'new')

@@ -466,6 +466,15 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
      '--markdown=docs/configs.md'): Elsewhere(
         'tests/test_config_costs.py::test_the_docs_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/configs.md: the table equals the committed one'),
+    ('python benchmarks/config_costs.py --from_json=docs/config_costs.json '
+     '--memory_markdown=docs/performance.md'): Elsewhere(
+        'tests/test_config_costs.py::test_the_docs_table_is_what_the_archived_numbers_give',
+        'as written, into a copy of docs/performance.md: the section equals the committed one'),
+    'python benchmarks/remat.py --out=docs/remat_cpu.json': Elsewhere(
+        'tests/test_remat.py::test_remat_gives_memory_back_on_the_cpu_only_in_a_loop',
+        "remat.main with 1 client of 8 images, 1 repeat, --out in a temporary folder: the "
+        "docs' three findings (ResNet-20 and the written-out control give nothing back, the "
+        'scanned control does)'),
     'python -m fedjax_kd.config --option_tables=docs/configs.md': Elsewhere(
         'tests/test_options.py::test_the_committed_option_tables_are_generated_from_the_'
         'declarations', 'config.write_option_tables on a copy of docs/configs.md: the tables '

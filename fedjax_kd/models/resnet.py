@@ -99,12 +99,15 @@ class CifarResNet(nn.Module):
     lowering: convolution lowering ('auto', 'im2col' or 'xla'), see `layers.Conv`.
     shortcut: 'a' (option A, He et al.) or 'conv' (1x1 projection without BatchNorm,
       FedCache 2.0) where a block changes the shape; see `BasicBlock`.
+    block: the block's module class: `BasicBlock`, or a transform of it with the same
+      variables, e.g. ``nn.remat(BasicBlock, static_argnums=(2,))`` (benchmarks/remat.py).
   """
   num_classes: int
   blocks_per_stage: int = 3
   width: float = 1.0
   lowering: str = 'auto'
   shortcut: str = 'a'
+  block: type[nn.Module] = BasicBlock
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None,
@@ -127,10 +130,13 @@ class CifarResNet(nn.Module):
     x = layers.Conv(s(16), 3, padding=1, use_bias=False, kernel_init=_kaiming,
                     lowering=self.lowering)(x)
     x = nn.relu(layers.BatchNorm(momentum=0.9, epsilon=1e-5)(x, train=train, mask=mask))
+    i = 0   # the blocks' names are BasicBlock_<i> whatever class `block` is
     for stage, feats in enumerate((16, 32, 64)):
       for block in range(self.blocks_per_stage):
         strides = 2 if stage > 0 and block == 0 else 1
-        x = BasicBlock(s(feats), strides, self.lowering, self.shortcut)(x, train, mask)
+        x = self.block(s(feats), strides, self.lowering, self.shortcut, name=f'BasicBlock_{i}')(
+            x, train, mask)
+        i += 1
     x = jnp.mean(x, axis=(1, 2))
     if embed:
       return x
