@@ -23,7 +23,7 @@ from fedjax_kd import runner
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError, DeviceMemoryError, DiskFullError
 from fedjax_kd.sweep import workers
-from tests.shared import tiny_config
+from tests.shared import steps_of_activations, tiny_config
 from tests.test_main import REPO
 
 # The multi-process rows of docs/workdir.md's table, checked by tests/test_faults_multiprocess.py.
@@ -379,7 +379,9 @@ def test_the_faults_table_says_what_the_code_says(tmp_path, monkeypatch):
   with pytest.raises(DataError) as e:
     workdir_lib.read_round_rows(str(path))
   assert _matches(table['metrics edited by hand'], f'error: {e.value}')
-  # Device memory: refused before compiling, and out of memory mid-run.
+  # Device memory: refused before compiling, and out of memory mid-run. The steps' figures
+  # are stood in for (the lines' wording is under test, not XLA's figures).
+  steps_of_activations(monkeypatch)
   c = tiny_config(rounds=2)
   c.clients.num_clients, c.train.batch_size = 8, 5     # fewer clients would halve its steps
   exp = experiment_lib.build(config_lib.validate(c))

@@ -29,7 +29,7 @@ from fedjax_kd.sweep import planning, workers
 from tests import test_faults
 from tests.test_sweep import REPO, TINY_SETS, sweep_env
 
-pytestmark = pytest.mark.serial   # it times its processes: alone (tests/conftest.py)
+# Its long-tier tests time their processes: they run alone (`serial`, tests/conftest.py).
 
 ROUNDS = 8
 SEEDS = (0, 1, 2)
@@ -150,6 +150,7 @@ def _start_and_catch(out, log_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize('signum', [signal.SIGKILL, signal.SIGTERM, signal.SIGINT],
                          ids=['SIGKILL', 'SIGTERM', 'SIGINT'])
 def test_a_killed_sweep_reruns_to_the_uninterrupted_result(tmp_path, reference, signum):
@@ -355,6 +356,7 @@ def _disk_full_line(path, err):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_the_sweep_outputs_on_a_full_disk_are_one_line_and_intact(tmp_path, monkeypatch,
                                                                    capsys):
   out = tmp_path / 'out'

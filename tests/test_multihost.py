@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.serial   # it times its processes: alone (tests/conftest.py)
+# Its long-tier tests time their processes: they run alone (`serial`, tests/conftest.py).
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = 'from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config(rounds=2)\n'
@@ -73,6 +73,7 @@ def _assert_same_rows(got, want):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_two_processes_match_one_process(tmp_path):
   cfg = tmp_path / 'cfg.py'
   cfg.write_text(CONFIG)

@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
 
 import warm_start  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-pytestmark = pytest.mark.serial   # it times its processes: alone (tests/conftest.py)
+# Its long-tier tests time their processes: they run alone (`serial`, tests/conftest.py).
 
 
 def test_bad_repeats_is_one_line(capsys):
@@ -20,6 +20,7 @@ def test_bad_repeats_is_one_line(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_warm_run_is_ready_before_it_ends(tmp_path, capsys):
   out = tmp_path / 'warm.json'
   assert warm_start.main(['--repeats=1', f'--out={out}']) == 0
