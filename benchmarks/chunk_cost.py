@@ -3,6 +3,7 @@ time (``clients.chunk``), in one invocation, on whatever device JAX has.
 
   python benchmarks/chunk_cost.py --mnist=/path/to/mnist.npz [--config=dsfl_mnist]
       [--fractions=1,0.5,0.25] [--repeats=3] [--out=F.json]
+  python benchmarks/chunk_cost.py --from_json=docs/chunk_cost_cpu.json --markdown=docs/performance.md
 
 Each (C, repeat) is a fresh process running round 1 of the config (``--config.rounds=1``, no
 checkpoint, no compilation cache), interleaved over C so that drift on a shared machine falls
@@ -43,6 +44,23 @@ def one_round(config: str, chunk: int, mnist: str, folder: str, tag: str) -> dic
           'compile_s': row.get('compile_s', 0.0)}
 
 
+BEGIN, END = '<!-- chunk-cost:begin -->', '<!-- chunk-cost:end -->'
+
+
+def table(doc: dict) -> str:
+  """The markdown table of a saved ``--out`` document: per C, the median round and its ratio
+  to all clients at once, with the runs it is the median of."""
+  out = [f'`{doc["config"]}`, K = {doc["clients"]}, on {doc.get("machine", "this machine")}: '
+         f'a round (compilation excluded), median of {len(doc["rows"][0]["runs"])} fresh '
+         'processes each',
+         '', '| clients at a time | a round | against all at once | the runs |',
+         '|---|---|---|---|']
+  for r in doc['rows']:
+    runs = ', '.join(f'{x:.0f}' for x in r['runs'])
+    out.append(f'| {r["chunk"]} | {r["round_s"]:.0f} s | {r["ratio"]:.2f}x | {runs} s |')
+  return '\n'.join(out)
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   ap.add_argument('--config', default='dsfl_mnist')
@@ -51,9 +69,33 @@ def main(argv=None) -> int:
   ap.add_argument('--mnist', default=os.environ.get(
       'FEDJAX_KD_MNIST', os.path.join(REPO, '..', 'shared', 'data', 'mnist.npz')))
   ap.add_argument('--out', default='')
+  ap.add_argument('--from_json', default='', help='the table of a saved --out file')
+  ap.add_argument('--markdown', default='',
+                  help=f'write the table between {BEGIN} and {END} of this file')
   a = ap.parse_args(argv)
   sys.path.insert(0, REPO)
+  if a.from_json:
+    with open(a.from_json) as f:
+      doc = json.load(f)
+  else:
+    doc = measure(a)
+    if a.out:
+      with open(a.out, 'w') as f:
+        json.dump(doc, f, indent=1)
+  text = table(doc)
+  print(text)
+  if a.markdown:
+    sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+    import config_costs  # pylint: disable=g-import-not-at-top
+    config_costs.write_markdown(a.markdown, text, BEGIN, END)
+  return 0
+
+
+def measure(a: argparse.Namespace) -> dict:
+  """Every (C, repeat) round in a fresh process, interleaved over C."""
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+  import config_costs  # pylint: disable=g-import-not-at-top
   k = int(config_lib.load_file(a.config).clients.num_clients)
   chunks = [max(1, round(k * float(f))) for f in a.fractions.split(',')]
   mnist = a.mnist if os.path.exists(a.mnist) else ''
@@ -65,18 +107,12 @@ def main(argv=None) -> int:
         print(f'C={c} repeat {r + 1}: {runs[c][-1]["round_s"]:.1f} s', file=sys.stderr,
               flush=True)
   base = statistics.median(x['round_s'] for x in runs[chunks[0]])
-  print(f'{a.config}, K = {k}: a round (compilation excluded), median of {a.repeats}')
-  print('| clients at a time | a round | against all at once |\n|---|---|---|')
   rows = []
   for c in chunks:
     med = statistics.median(x['round_s'] for x in runs[c])
     rows.append({'chunk': c, 'round_s': med, 'ratio': med / base,
                  'runs': [x['round_s'] for x in runs[c]]})
-    print(f'| {c} | {med:.1f} s | {med / base:.2f}x |')
-  if a.out:
-    with open(a.out, 'w') as f:
-      json.dump({'config': a.config, 'clients': k, 'rows': rows}, f, indent=1)
-  return 0
+  return {'config': a.config, 'clients': k, 'machine': config_costs.machine(), 'rows': rows}
 
 
 if __name__ == '__main__':
