@@ -24,6 +24,8 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+import config_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def one_round(config: str, chunk: int, mnist: str, folder: str, tag: str) -> dict:
@@ -85,8 +87,6 @@ def main(argv=None) -> int:
   text = table(doc)
   print(text)
   if a.markdown:
-    sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
-    import config_costs  # pylint: disable=g-import-not-at-top
     config_costs.write_markdown(a.markdown, text, BEGIN, END)
   return 0
 
@@ -94,8 +94,6 @@ def main(argv=None) -> int:
 def measure(a: argparse.Namespace) -> dict:
   """Every (C, repeat) round in a fresh process, interleaved over C."""
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
-  sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
-  import config_costs  # pylint: disable=g-import-not-at-top
   k = int(config_lib.load_file(a.config).clients.num_clients)
   chunks = [max(1, round(k * float(f))) for f in a.fractions.split(',')]
   mnist = a.mnist if os.path.exists(a.mnist) else ''

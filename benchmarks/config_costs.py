@@ -195,6 +195,15 @@ def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, fo
   return out
 
 
+def merge_rows(rows: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+  """``rows`` with each of ``new`` in place of the row of the same ``'config'`` (in its
+  place), and the configs ``rows`` did not have appended: a rerun of a few configs updates a
+  saved file without losing the others."""
+  mine = {r['config']: r for r in new}
+  return [mine.pop(r['config'], r) for r in rows] + list(mine.values())
+
+
 def fmt(seconds: float | None) -> str:
   """``'45 s'``, ``'3.2 min'``, ``'4.1 h'``, ``'2.3 days'``."""
   if seconds is None:
@@ -339,9 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.out and a.only and os.path.exists(a.out):   # --only: replace those rows, keep the rest
       with open(a.out) as f:
         old = json.load(f)
-      mine = {r['config']: dict(r, date=doc['date']) for r in rows}
-      kept = [mine.pop(r['config'], r) for r in old['rows']]
-      doc = dict(old, rows=kept + list(mine.values()))
+      doc = dict(old, rows=merge_rows(old['rows'], [dict(r, date=doc['date']) for r in rows]))
     if a.out:
       with open(a.out, 'w') as f:
         json.dump(doc, f, indent=1)
@@ -351,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if a.memory_markdown:
     write_markdown(a.memory_markdown, memory_table(doc['rows'], doc['machine']), MEMORY_BEGIN,
                    MEMORY_END)
-  else:
+  if not (a.markdown or a.memory_markdown):
     print(text)
   return 0
 

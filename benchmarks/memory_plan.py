@@ -259,8 +259,9 @@ def main(argv=None) -> int:
       if a.update and os.path.exists(a.out):
         with open(a.out) as f:
           doc = json.load(f)
-        mine = {r['config'] for r in rows}
-        doc['configs'] = sorted([r for r in doc['configs'] if r['config'] not in mine] + rows,
+        sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+        import config_costs  # pylint: disable=g-import-not-at-top
+        doc['configs'] = sorted(config_costs.merge_rows(doc['configs'], rows),
                                 key=lambda r: r['config'])
       workdir_lib.write_json(a.out, doc, indent=2)
     return 0

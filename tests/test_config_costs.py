@@ -138,3 +138,10 @@ def test_both_tables_go_between_their_own_markers(tmp_path):
   assert path.read_text() == f'a\n{costs.MEMORY_BEGIN}\nnew\n{costs.MEMORY_END}\nb\n'
   with pytest.raises(SystemExit, match='config-costs:begin'):
     costs.write_markdown(str(path), 'new')
+
+
+def test_a_rerun_of_a_few_configs_replaces_their_rows_in_place_and_keeps_the_rest():
+  old = [{'config': 'a', 'v': 1}, {'config': 'b', 'v': 2}, {'config': 'c', 'v': 3}]
+  got = costs.merge_rows(old, [{'config': 'd', 'v': 9}, {'config': 'b', 'v': 7}])
+  assert got == [{'config': 'a', 'v': 1}, {'config': 'b', 'v': 7}, {'config': 'c', 'v': 3},
+                 {'config': 'd', 'v': 9}]

@@ -130,13 +130,12 @@ class CifarResNet(nn.Module):
     x = layers.Conv(s(16), 3, padding=1, use_bias=False, kernel_init=_kaiming,
                     lowering=self.lowering)(x)
     x = nn.relu(layers.BatchNorm(momentum=0.9, epsilon=1e-5)(x, train=train, mask=mask))
-    i = 0   # the blocks' names are BasicBlock_<i> whatever class `block` is
     for stage, feats in enumerate((16, 32, 64)):
       for block in range(self.blocks_per_stage):
         strides = 2 if stage > 0 and block == 0 else 1
+        i = stage * self.blocks_per_stage + block   # named BasicBlock_<i> whatever `block` is
         x = self.block(s(feats), strides, self.lowering, self.shortcut, name=f'BasicBlock_{i}')(
             x, train, mask)
-        i += 1
     x = jnp.mean(x, axis=(1, 2))
     if embed:
       return x
