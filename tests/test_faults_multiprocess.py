@@ -24,7 +24,9 @@ import pytest
 from fedjax_kd import watchdog as watchdog_lib
 from tests import test_faults
 
-pytestmark = pytest.mark.serial   # it times its processes: alone (tests/conftest.py)
+# The end-to-end test times its processes, so it runs alone (`serial`, tests/conftest.py); the
+# watchdog's in-process tests wait on threads that beat every 10 ms against a 1 s timeout, which
+# a busy neighbour does not move.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = ('from tests.shared import tiny_config\n\ndef get_config():\n  c = tiny_config(rounds=8)\n'
@@ -129,6 +131,7 @@ def _assert_newest(m, workdir, t) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_lost_process_stops_the_others_and_every_process_reruns_to_resume(tmp_path):
   cfg = tmp_path / 'cfg.py'
   cfg.write_text(CONFIG)

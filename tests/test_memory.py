@@ -289,16 +289,26 @@ def test_a_full_disk_is_not_taken_for_device_memory():
 def test_host_memory_reads_meminfo_and_a_cgroup_limit(tmp_path, monkeypatch):
   avail = memory.host_available()
   assert avail is None or avail > 0
+  # On a CPU the device is what is free plus what the process's arrays hold (a figure read once:
+  # the machine's free memory moves between two reads when something else runs beside it).
+  monkeypatch.setattr(memory, 'host_available', lambda: 3 << 30)
+  held = jax.numpy.zeros(1 << 20, jax.numpy.uint8)
   limit, what = memory.device_memory()
-  if jax.local_devices()[0].platform == 'cpu' and avail is not None:
-    assert what == 'host memory available' and limit >= avail
+  if jax.local_devices()[0].platform == 'cpu':
+    assert what == 'host memory available'
+    assert limit == (3 << 30) + sum(a.nbytes for a in jax.live_arrays()) >= (3 << 30) + held.nbytes
 
 
 def test_a_smaller_device_is_planned_for_by_an_environment_cap(monkeypatch):
+  # The device as found: 8 GiB (the machine's own free memory would make the test depend on
+  # what else runs beside it).
+  monkeypatch.setattr(memory, '_device_memory', lambda: (8 << 30, 'host memory available'))
   monkeypatch.setenv('FEDJAX_KD_DEVICE_MEMORY', '2GiB')
   assert memory.device_memory() == (2 << 30, 'FEDJAX_KD_DEVICE_MEMORY')
   monkeypatch.setenv('FEDJAX_KD_DEVICE_MEMORY', '512MiB')
   assert memory.device_memory()[0] == 512 << 20
+  monkeypatch.setenv('FEDJAX_KD_DEVICE_MEMORY', '9GiB')   # a cap above the device is no cap
+  assert memory.device_memory() == (8 << 30, 'host memory available')
   monkeypatch.setenv('FEDJAX_KD_DEVICE_MEMORY', 'lots')
   with pytest.raises(DeviceMemoryError) as e:
     memory.device_memory()
