@@ -19,6 +19,13 @@ for two rounds, in a process of its own with a time limit. From its ``metrics.js
   and ``memory_plan``: what the run's header line says the memory planner chose (the table
   adds the clients at a time where they are fewer than all).
 
+A run longer than one sitting (a paper setting on 2 cores: hours a round) is measured over
+several calls: ``--keep_in=DIR`` keeps its workdir and stand-ins in ``DIR``, ``--stop_after=S``
+sends it SIGTERM after ``S`` seconds (it stops after its current round with a checkpoint), and
+the same command later resumes it. Each call's wall time, peak resident set and rounds go to
+``DIR/<config>.calls.jsonl``; the row takes round 1 from the call that ran it, round 2 from
+its row (less the compiling of a resumed process) and the highest peak of all calls.
+
 A run that did not reach round 1 within ``--timeout`` is recorded as a lower bound (its round
 takes longer than the limit), and one the memory planner refuses says so. Data sets that cannot
 be downloaded here are replaced by stand-ins of the same shapes (the cost of a round depends on
@@ -37,10 +44,12 @@ was measured on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -145,18 +154,59 @@ def _rows(workdir: str) -> list[dict[str, Any]]:
   return rows
 
 
-def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, folder: str
-            ) -> dict[str, Any]:
+CALLS = '{name}.calls.jsonl'   # in a --keep_in folder: one line per call of a config's run
+
+
+def _checkpointed(workdir: str) -> bool:
+  ckpts = os.path.join(workdir, 'checkpoints')
+  return os.path.isdir(ckpts) and any(n.isdigit() for n in os.listdir(ckpts))
+
+
+def read_calls(folder: str, name: str) -> list[dict[str, Any]]:
+  """The earlier calls of config ``name``'s run kept in ``folder`` (``--keep_in``)."""
+  out = []
+  try:
+    with open(os.path.join(folder, CALLS.format(name=name))) as f:
+      for line in f:
+        try:
+          out.append(json.loads(line))
+        except ValueError:
+          pass
+  except OSError:
+    pass
+  return out
+
+
+def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, folder: str,
+            keep: bool = False, stop_after: float | None = None) -> dict[str, Any]:
   """Runs config ``name`` for two rounds with ``overrides`` (``--config.FIELD=VALUE``: the
-  stand-in data) and times it."""
+  stand-in data) and times it.
+
+  Args:
+    name, rounds, overrides: the config, its rounds as shipped, the stand-in data.
+    timeout: seconds this call may take; the run is then killed.
+    folder: where the run's workdir (and the stand-ins) live.
+    keep: ``folder`` is kept between calls (``--keep_in``): a run with a checkpoint there is
+      resumed, and each call's record (its wall time, peak resident set, rounds done) is
+      appended to ``<folder>/<name>.calls.jsonl``, so that a run longer than one sitting is
+      measured over several calls.
+    stop_after: seconds after which the run gets SIGTERM: it stops after its current round
+      and saves a checkpoint, for the next call to resume.
+
+  Returns:
+    The config's row (over every call where ``keep``).
+  """
   workdir = os.path.join(folder, name)
+  resume = keep and _checkpointed(workdir)
   cmd = [sys.executable, '-m', 'fedjax_kd.main', f'--config={name}', f'--workdir={workdir}',
-         '--noresume', '--compilation_cache=none', '--config.rounds=2',
+         *([] if resume else ['--noresume']), '--compilation_cache=none', '--config.rounds=2',
          '--config.log.tensorboard=False', *overrides]
+  before = len(_rows(workdir)) if resume else 0
   t0 = time.monotonic()
-  first = None
+  first, stopped = None, False
   # Progress (the header with the memory plan) goes to a file: a pipe nobody reads fills up.
-  with open(os.path.join(folder, f'{name}.log'), 'w+') as log:
+  with open(os.path.join(folder, f'{name}.log'), 'a' if keep else 'w+') as log:
+    start = log.tell()
     proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.DEVNULL, stderr=log, text=True)
     usage = None
     while usage is None and time.monotonic() - t0 < timeout:
@@ -164,34 +214,64 @@ def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, fo
       pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
       if pid:
         usage, proc.returncode = rusage, os.waitstatus_to_exitcode(status)
-      if first is None and _rows(workdir):
+      if first is None and len(_rows(workdir)) > before:
         first = time.monotonic() - t0
+      if stop_after is not None and not stopped and time.monotonic() - t0 > stop_after:
+        proc.send_signal(signal.SIGTERM)   # after its round, with a checkpoint
+        stopped = True
     if usage is None:
       proc.kill()
       usage = os.wait4(proc.pid, 0)[2]
     wall = time.monotonic() - t0
-    log.seek(0)
-    err = log.read()
+    with open(log.name) as again:
+      again.seek(start)
+      err = again.read()
   rows = _rows(workdir)
-  if first is None and rows:
+  if first is None and len(rows) > before:
     first = wall
   plan = re.search(r'\| memory (.*)$', err, flags=re.M)
-  out = {'config': name, 'rounds': rounds, 'limit_s': timeout, 'first_s': first,
+  call = {'date': time.strftime('%Y-%m-%d %H:%M'), 'wall_s': wall, 'first_s': first,
+          'peak_rss': usage.ru_maxrss * 1024, 'rounds_before': before, 'rounds_after': len(rows),
+          'resumed': resume, 'stopped': stopped}
+  calls = [call]
+  if keep:
+    with open(os.path.join(folder, CALLS.format(name=name)), 'a') as f:
+      f.write(json.dumps(call) + '\n')
+    calls = read_calls(folder, name)
+  return row_of(name, rounds, timeout, calls, rows, plan.group(1) if plan else None,
+                next((s for s in err.splitlines() if s.startswith('error:')), ''), wall)
+
+
+def row_of(name: str, rounds: int, timeout: float, calls: Sequence[dict[str, Any]],
+           rows: Sequence[dict[str, Any]], plan: str | None, error: str, wall: float
+           ) -> dict[str, Any]:
+  """A config's row from its run's calls (:func:`measure`'s records, oldest first) and its
+  metrics rows: round 1 from the call that ran it, round 2 from its row (less the compiling
+  of a process that resumed at round 2), the highest peak of every call."""
+  one = next((c for c in calls if c['rounds_before'] == 0 and c['rounds_after'] >= 1), None)
+  out = {'config': name, 'rounds': rounds, 'limit_s': timeout,
+         'first_s': one['first_s'] if one else None,
          # the process's resident-set high-water mark: on a CPU the device is the host
-         'peak_rss': usage.ru_maxrss * 1024, 'memory_plan': plan.group(1) if plan else None}
+         'peak_rss': max(c['peak_rss'] for c in calls), 'memory_plan': plan}
+  if len(calls) > 1:
+    out['calls'] = len(calls)
   if len(rows) >= 2:
-    out['round_s'] = rows[1]['round_time_s']
-    out['round_from'] = 'round 2'
+    resumed_at_2 = any(c['rounds_before'] == 1 for c in calls)
+    out['round_s'] = rows[1]['round_time_s'] - (rows[1].get('compile_s', 0.0)
+                                                 if resumed_at_2 else 0.0)
+    out['round_from'] = ('round 2 (resumed in a new process: its compiling left out)'
+                         if resumed_at_2 else 'round 2')
   elif rows:
     out['round_s'] = rows[0]['round_time_s'] - rows[0].get('compile_s', 0.0)
     out['round_from'] = 'round 1 less compiling'
+    if calls[-1].get('stopped'):
+      out['stopped_after_round'] = len(rows)
   else:
-    line = next((s for s in err.splitlines() if s.startswith('error:')), '')
-    out['error'] = line[:300] if line else None
+    out['error'] = error[:300] if error else None
     out['round_s'] = None
     out['lower_bound_s'] = wall
     return out
-  out['total_s'] = first + (rounds - 1) * out['round_s']
+  out['total_s'] = out['first_s'] + (rounds - 1) * out['round_s']
   return out
 
 
@@ -279,10 +359,12 @@ def memory_table(rows: Sequence[dict[str, Any]], machine: str) -> str:
          '', '| config | data | the plan (header line) | measured peak | start to round 1 | '
          'a round |', '|---|---|---|---|---|---|']
   for r in rows:
-    if 'at a time' not in (r.get('memory_plan') or '') or r.get('round_s') is None:
+    if ('at a time' not in (r.get('memory_plan') or '') or r.get('round_s') is None
+        or r.get('stopped_after_round')):   # two rounds, or not yet
       continue
+    calls = f' (the higher of {r["calls"]} processes)' if r.get('calls', 1) > 1 else ''
     out.append(f'| `{r["config"]}` | {r["data"]} | {r["memory_plan"]} | '
-               f'{fmt_bytes(r["peak_rss"])} | {fmt(r["first_s"])} | {fmt(r["round_s"])} |')
+               f'{fmt_bytes(r["peak_rss"])}{calls} | {fmt(r["first_s"])} | {fmt(r["round_s"])} |')
   return '\n'.join(out)
 
 
@@ -315,6 +397,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--timeout', type=float, default=240.0, help='seconds per config')
   p.add_argument('--out', default='',
                  help='JSON file for the numbers (with --only: its rows for those configs replaced)')
+  p.add_argument('--keep_in', default='',
+                 help='a folder kept between calls for the runs and the stand-ins (default: a '
+                 'temporary one): a run with a checkpoint there resumes, and its row counts '
+                 'every call (a run longer than one sitting)')
+  p.add_argument('--stop_after', type=float, default=None,
+                 help='seconds after which a run gets SIGTERM: it stops after its current round '
+                 'with a checkpoint, for a later call with the same --keep_in to resume')
   p.add_argument('--from_json', default='', help='rewrite the table from an earlier --out')
   p.add_argument('--markdown', default='', help='markdown file with the config-costs markers')
   p.add_argument('--memory_markdown', default='',
@@ -328,18 +417,22 @@ def main(argv: Sequence[str] | None = None) -> int:
   else:
     names = [n for n in config_lib.shipped_configs() if not a.only or n in a.only.split(',')]
     rows = []
-    with tempfile.TemporaryDirectory(prefix='fedjax_kd_costs_') as folder:
+    if a.keep_in:
+      os.makedirs(a.keep_in, exist_ok=True)
+    with (contextlib.nullcontext(a.keep_in) if a.keep_in
+          else tempfile.TemporaryDirectory(prefix='fedjax_kd_costs_')) as folder:
       for name in names:
         c = config_lib.load_file(name)
         if name in NOT_MEASURED:
           rows.append({'config': name, 'rounds': int(c.rounds), 'skipped': NOT_MEASURED[name]})
           continue
         overrides, labels = stand_in_overrides(c, folder, a.mnist)
-        row = measure(name, int(c.rounds), overrides, a.timeout, folder)
+        keep = dict(keep=bool(a.keep_in), stop_after=a.stop_after)
+        row = measure(name, int(c.rounds), overrides, a.timeout, folder, **keep)
         fit = re.search(r'would fit: (--config\.eval\.chunk=\d+)', row.get('error') or '')
         if fit:   # the planner names an evaluation chunk that fits: the rounds are the same
-          row = dict(measure(name, int(c.rounds), overrides + [fit.group(1)], a.timeout, folder),
-                     refused_without=row['error'])
+          row = dict(measure(name, int(c.rounds), overrides + [fit.group(1)], a.timeout, folder,
+                             **keep), refused_without=row['error'])
           labels.append(fit.group(1)[len('--config.'):])
         row['data'] = ', '.join(labels)
         print(json.dumps(row), flush=True)

@@ -145,3 +145,26 @@ def test_a_rerun_of_a_few_configs_replaces_their_rows_in_place_and_keeps_the_res
   got = costs.merge_rows(old, [{'config': 'd', 'v': 9}, {'config': 'b', 'v': 7}])
   assert got == [{'config': 'a', 'v': 1}, {'config': 'b', 'v': 7}, {'config': 'c', 'v': 3},
                  {'config': 'd', 'v': 9}]
+
+
+def test_a_run_over_two_calls_takes_round_1_from_the_first_and_the_highest_peak():
+  """--keep_in: round 1 ran (and was stopped after it) in one call, round 2 in a process that
+  resumed; that round's compiling is the new process's, not the round's."""
+  calls = [{'rounds_before': 0, 'rounds_after': 1, 'first_s': 6000.0, 'peak_rss': 19 << 30,
+            'stopped': True},
+           {'rounds_before': 1, 'rounds_after': 2, 'first_s': 5000.0, 'peak_rss': 18 << 30,
+            'stopped': False}]
+  rows = [{'round_time_s': 5900.0, 'compile_s': 70.0}, {'round_time_s': 5160.0, 'compile_s': 60.0}]
+  row = costs.row_of('c', 15, 9000.0, calls, rows, 'about 18 GiB, clients 50 at a time', '', 1.0)
+  assert (row['first_s'], row['round_s'], row['peak_rss'], row['calls']) == (
+      6000.0, 5100.0, 19 << 30, 2)
+  assert row['total_s'] == 6000.0 + 14 * 5100.0
+  assert row['round_from'] == 'round 2 (resumed in a new process: its compiling left out)'
+  # After the first call alone: round 1's time less compiling, marked as stopped there, and
+  # left out of the memory table (two rounds, or not yet).
+  one = costs.row_of('c', 15, 9000.0, calls[:1], rows[:1], 'about 18 GiB, clients 50 at a time',
+                     '', 1.0)
+  assert (one['round_s'], one['stopped_after_round']) == (5830.0, 1)
+  assert 'calls' not in one
+  assert '| `c` |' not in costs.memory_table([dict(one, data='d')], 'm')
+  assert '| `c` |' in costs.memory_table([dict(row, data='d')], 'm')
