@@ -25,6 +25,7 @@ sends it SIGTERM after ``S`` seconds (it stops after its current round with a ch
 the same command later resumes it. Each call's wall time, peak resident set and rounds go to
 ``DIR/<config>.calls.jsonl``; the row takes round 1 from the call that ran it, round 2 from
 its row (less the compiling of a resumed process) and the highest peak of all calls.
+``--collect`` writes the rows of the calls made so far, running nothing.
 
 A run that did not reach round 1 within ``--timeout`` is recorded as a lower bound (its round
 takes longer than the limit), and one the memory planner refuses says so. Data sets that cannot
@@ -242,6 +243,25 @@ def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, fo
                 next((s for s in err.splitlines() if s.startswith('error:')), ''), wall)
 
 
+def collect(name: str, rounds: int, timeout: float, folder: str) -> dict[str, Any]:
+  """The row of config ``name``'s calls kept in ``folder`` so far (``--collect``).
+
+  Raises:
+    SystemExit: no call of it is recorded there.
+  """
+  calls = read_calls(folder, name)
+  if not calls:
+    raise SystemExit(f'error: {folder} has no {CALLS.format(name=name)}: run the config with '
+                     f'--keep_in={folder} first')
+  try:
+    with open(os.path.join(folder, f'{name}.log')) as f:
+      plans = re.findall(r'\| memory (.*)$', f.read(), flags=re.M)
+  except OSError:
+    plans = []
+  return row_of(name, rounds, timeout, calls, _rows(os.path.join(folder, name)),
+                plans[-1] if plans else None, '', 0.0)
+
+
 def row_of(name: str, rounds: int, timeout: float, calls: Sequence[dict[str, Any]],
            rows: Sequence[dict[str, Any]], plan: str | None, error: str, wall: float
            ) -> dict[str, Any]:
@@ -342,8 +362,10 @@ def table(rows: Sequence[dict[str, Any]], machine: str) -> str:
       continue
     chunks = re.search(r'clients (\d+) at a time \(of (\d+)', r.get('memory_plan') or '')
     data = r['data'] + (f', {chunks[1]} of {chunks[2]} clients at a time' if chunks else '')
+    so_far = (f' (round {r["stopped_after_round"]} less compiling; the run stopped there, to '
+              'resume)' if r.get('stopped_after_round') else '')
     out.append(f'| `{r["config"]}` | {r["rounds"]} | {data} | {fmt(r["first_s"])} | '
-               f'{fmt(r["round_s"])} | {fmt(r["total_s"])} | {size_word(r)} |')
+               f'{fmt(r["round_s"])}{so_far} | {fmt(r["total_s"])} | {size_word(r)} |')
   return '\n'.join(out)
 
 
@@ -404,11 +426,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--stop_after', type=float, default=None,
                  help='seconds after which a run gets SIGTERM: it stops after its current round '
                  'with a checkpoint, for a later call with the same --keep_in to resume')
+  p.add_argument('--collect', action='store_true',
+                 help='with --keep_in: the rows of the calls made so far, running nothing')
   p.add_argument('--from_json', default='', help='rewrite the table from an earlier --out')
   p.add_argument('--markdown', default='', help='markdown file with the config-costs markers')
   p.add_argument('--memory_markdown', default='',
                  help='markdown file with the config-memory markers: the chunked rows')
   a = p.parse_args(argv)
+  if a.collect and not a.keep_in:
+    p.error('--collect reads the calls kept in a folder: give --keep_in=DIR')
   sys.path.insert(0, REPO)
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
   if a.from_json:
@@ -428,7 +454,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           continue
         overrides, labels = stand_in_overrides(c, folder, a.mnist)
         keep = dict(keep=bool(a.keep_in), stop_after=a.stop_after)
-        row = measure(name, int(c.rounds), overrides, a.timeout, folder, **keep)
+        if a.collect:   # the row of the calls so far, nothing run
+          row = collect(name, int(c.rounds), a.timeout, folder)
+        else:
+          row = measure(name, int(c.rounds), overrides, a.timeout, folder, **keep)
         fit = re.search(r'would fit: (--config\.eval\.chunk=\d+)', row.get('error') or '')
         if fit:   # the planner names an evaluation chunk that fits: the rounds are the same
           row = dict(measure(name, int(c.rounds), overrides + [fit.group(1)], a.timeout, folder,

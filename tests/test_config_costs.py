@@ -168,3 +168,24 @@ def test_a_run_over_two_calls_takes_round_1_from_the_first_and_the_highest_peak(
   assert 'calls' not in one
   assert '| `c` |' not in costs.memory_table([dict(one, data='d')], 'm')
   assert '| `c` |' in costs.memory_table([dict(row, data='d')], 'm')
+
+
+def test_collect_reads_the_kept_calls_and_runs_nothing(tmp_path):
+  work = tmp_path / 'c'
+  work.mkdir()
+  (work / 'metrics.jsonl').write_text(json.dumps({'round': 1, 'round_time_s': 100.0,
+                                                  'compile_s': 10.0}) + '\n')
+  (tmp_path / 'c.log').write_text('fedjax_kd 0.1.0 | x | memory about 2 GiB, clients 5 at a '
+                                  'time (of 10 a phase)\nround 1: ...\n')
+  with pytest.raises(SystemExit, match='has no c.calls.jsonl'):
+    costs.collect('c', 3, 60.0, str(tmp_path))
+  (tmp_path / 'c.calls.jsonl').write_text(json.dumps(
+      {'rounds_before': 0, 'rounds_after': 1, 'first_s': 120.0, 'peak_rss': 7, 'stopped': True})
+      + '\n')
+  row = costs.collect('c', 3, 60.0, str(tmp_path))
+  assert (row['first_s'], row['round_s'], row['peak_rss'], row['stopped_after_round']) == (
+      120.0, 90.0, 7, 1)
+  assert row['memory_plan'] == 'about 2 GiB, clients 5 at a time (of 10 a phase)'
+  text = costs.table([dict(row, data='d')], 'm')
+  assert ('| `c` | 3 | d, 5 of 10 clients at a time | 2 min | 2 min (round 1 less compiling; '
+          'the run stopped there, to resume) | 5 min | minutes |') in text
