@@ -141,18 +141,23 @@ def stand_in_overrides(c: Any, folder: str, mnist: str = '') -> tuple[list[str],
   return overrides, labels
 
 
-def _rows(workdir: str) -> list[dict[str, Any]]:
-  rows = []
+def _json_lines(path: str) -> list[dict[str, Any]]:
+  """The JSON lines of an append-only file, up to a torn last line ([] where it is missing)."""
+  out = []
   try:
-    with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    with open(path) as f:
       for line in f:
         try:
-          rows.append(json.loads(line))
+          out.append(json.loads(line))
         except ValueError:
           break
   except OSError:
     pass
-  return rows
+  return out
+
+
+def _rows(workdir: str) -> list[dict[str, Any]]:
+  return _json_lines(os.path.join(workdir, 'metrics.jsonl'))
 
 
 CALLS = '{name}.calls.jsonl'   # in a --keep_in folder: one line per call of a config's run
@@ -165,17 +170,7 @@ def _checkpointed(workdir: str) -> bool:
 
 def read_calls(folder: str, name: str) -> list[dict[str, Any]]:
   """The earlier calls of config ``name``'s run kept in ``folder`` (``--keep_in``)."""
-  out = []
-  try:
-    with open(os.path.join(folder, CALLS.format(name=name))) as f:
-      for line in f:
-        try:
-          out.append(json.loads(line))
-        except ValueError:
-          pass
-  except OSError:
-    pass
-  return out
+  return _json_lines(os.path.join(folder, CALLS.format(name=name)))
 
 
 def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, folder: str,
