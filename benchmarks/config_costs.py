@@ -185,7 +185,7 @@ def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, fo
     keep: ``folder`` is kept between calls (``--keep_in``): a run with a checkpoint there is
       resumed, and each call's record (its wall time, peak resident set, rounds done) is
       appended to ``<folder>/<name>.calls.jsonl``, so that a run longer than one sitting is
-      measured over several calls.
+      measured over several calls. A call that ends on an error before a round is not kept.
     stop_after: seconds after which the run gets SIGTERM: it stops after its current round
       and saves a checkpoint, for the next call to resume.
 
@@ -230,10 +230,11 @@ def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, fo
           'peak_rss': usage.ru_maxrss * 1024, 'rounds_before': before, 'rounds_after': len(rows),
           'resumed': resume, 'stopped': stopped}
   calls = [call]
-  if keep:
+  failed = proc.returncode not in (None, 0) and len(rows) == before and not stopped
+  if keep and not failed:   # a call that stopped on an error measured nothing: not kept
     with open(os.path.join(folder, CALLS.format(name=name)), 'a') as f:
       f.write(json.dumps(call) + '\n')
-    calls = read_calls(folder, name)
+    calls = read_calls(folder, name) or calls
   return row_of(name, rounds, timeout, calls, rows, plan.group(1) if plan else None,
                 next((s for s in err.splitlines() if s.startswith('error:')), ''), wall)
 

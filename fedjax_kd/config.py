@@ -112,11 +112,12 @@ def _file_and_arg(path: str) -> tuple[str, str | None]:
 
 def resolve_path(path: str) -> str:
   """A ``--config`` value as a file path: an existing file as given, else ``NAME[:ARG]``
-  of a shipped config (``default``, ``dsfl_mnist``, ...) as its installed file."""
+  of a shipped config (``default``, ``dsfl_mnist``, ...) as its installed file. A folder
+  named like a shipped config (a workdir ``./default``) is not a config file: the name wins."""
   import os  # pylint: disable=g-import-not-at-top
   if not isinstance(path, str) or not path:
     return path
-  if os.path.exists(_file_and_arg(path)[0]):
+  if os.path.isfile(_file_and_arg(path)[0]):
     return path
   name, colon, arg = path.partition(':')
   if name and not name.endswith('.py') and '/' not in name and os.sep not in name:

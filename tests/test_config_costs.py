@@ -189,3 +189,11 @@ def test_collect_reads_the_kept_calls_and_runs_nothing(tmp_path):
   text = costs.table([dict(row, data='d')], 'm')
   assert ('| `c` | 3 | d, 5 of 10 clients at a time | 2 min | 2 min (round 1 less compiling; '
           'the run stopped there, to resume) | 5 min | minutes |') in text
+
+
+def test_a_call_that_fails_before_a_round_is_not_kept(tmp_path):
+  """A run that stops on an error (here an unknown field) measured nothing: its row carries the
+  error and no call record is appended for --keep_in to count."""
+  row = costs.measure('default', 30, ['--config.nosuch=1'], 120.0, str(tmp_path), keep=True)
+  assert row['round_s'] is None and 'nosuch' in row['error']
+  assert not (tmp_path / costs.CALLS.format(name='default')).exists()

@@ -201,3 +201,8 @@ def test_config_names_resolve_to_the_shipped_configs(tmp_path, monkeypatch):
   monkeypatch.syspath_prepend(REPO)
   assert main_lib.parse(['prog', '--config=default.py']).config.algorithm == 'fd'
   assert main_lib.parse(['prog', '--config=default']).config.algorithm == 'dsfl'
+  # A folder named like a shipped config (a workdir ./dsfl_mnist) is not a config file.
+  (tmp_path / 'dsfl_mnist').mkdir()
+  assert os.path.samefile(config_lib.resolve_path('dsfl_mnist'),
+                          os.path.join(REPO, 'configs', 'dsfl_mnist.py'))
+  assert main_lib.parse(['prog', '--config=dsfl_mnist']).config.algorithm == 'dsfl'
