@@ -394,6 +394,7 @@ class _Session:
       self.state = init_state(self.algo)
       if latest is not None:
         self._restore()
+    memory_lib.release_host()   # setup's freed host memory, before round 1's programs
     workdir_lib.write_text(cfg_path, cfg_json)
     workdir_lib.write_json(os.path.join(workdir, 'selection.json'), self.selector.description())
     workdir_lib.write_json(os.path.join(workdir, 'partition.json'),

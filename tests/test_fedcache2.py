@@ -243,3 +243,26 @@ def test_batchnorm_train_mode_two_per_class_and_tiny_ridge_stay_finite(tmp_path)
   for r in rows:
     assert r['dd_loss'] is not None and r['test_acc'] is not None
     assert r['dd_skipped_steps'] == 0
+
+
+def test_the_download_pool_is_declared_to_the_memory_planner_as_built():
+  """From the first round with downloads the algorithm keeps its pool (the private rows as
+  model inputs, then every cache slot): its planned_buffers are that array's shape and dtype,
+  and the plan and XLA's figure count its bytes."""
+  from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
+  exp = experiment.build(config_lib.validate(fc2_tiny()))
+  algo, d = exp.algorithm, exp.ctx.data
+  (want,) = algo.planned_buffers()
+  state, _ = base.play_round(algo, base.init_state(algo), 1, np.ones(K, bool))
+  assert algo._pool_x is None   # pylint: disable=protected-access  (round 1: nothing cached)
+  cache = state.extra           # what round 2's clients download from
+  base.play_round(algo, state, 2, np.ones(K, bool))
+  pool = algo._pool_x  # pylint: disable=protected-access
+  assert (pool.shape, pool.dtype) == (want.shape, want.dtype)
+  n = d.x_private.shape[0]
+  np.testing.assert_array_equal(pool[:n], d.normalize(d.x_private))
+  np.testing.assert_array_equal(pool[n:], cache.x.reshape((-1,) + cache.x.shape[2:]))
+  data = sum(getattr(d, f).nbytes for f in d.__dataclass_fields__
+             if isinstance(getattr(d, f), jax.Array))
+  assert memory.plan(exp).data == data + pool.nbytes
+  assert memory.xla_figure(exp).data == data + pool.nbytes

@@ -227,6 +227,12 @@ class Algorithm:
     del table
     return ()
 
+  def planned_buffers(self) -> tuple[Any, ...]:
+    """Device arrays the algorithm keeps from round to round besides its state (scratch it
+    reuses, e.g. FedCache 2.0's download pool), as ``jax.ShapeDtypeStruct`` s: the memory
+    planner and XLA's figure count them as resident. None by default."""
+    return ()
+
   def setup_payloads(self) -> list[comm.Payload]:
     """One-time traffic before round 1 (the open-data multicast, ComU@I)."""
     if not self.uses_public:

@@ -102,6 +102,14 @@ def _set_tail(pool: jax.Array, tail: jax.Array, start: int) -> jax.Array:
   return jax.lax.dynamic_update_slice_in_dim(pool, tail.astype(pool.dtype), start, axis=0)
 
 
+@functools.partial(jax.jit, static_argnames=('normalize', 'tail_rows'))
+def _new_pool(x_private: jax.Array, normalize: Any, tail_rows: int) -> jax.Array:
+  """``normalize(x_private)`` followed by ``tail_rows`` zero rows, in one program: XLA writes
+  the normalised rows straight into the pool (no float copy of the private set beside it)."""
+  x = normalize(x_private).astype(jnp.float32)
+  return jnp.concatenate([x, jnp.zeros((tail_rows,) + x.shape[1:], jnp.float32)])
+
+
 
 
 @flax.struct.dataclass
@@ -160,6 +168,13 @@ class FedCache2(base.Algorithm):
     shared = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                           (self.y_b, d.x_private, d.y_private))
     return (MapStep(distill_synthetic, row, shared, self._distill_options(d)),)
+
+  def planned_buffers(self):
+    # The download pool (_pool): the private rows as float32 model inputs, then every
+    # cache slot; held from the first round with downloads on.
+    d = self.ctx.data
+    rows = self.n_private + d.num_clients * self.slots
+    return (jax.ShapeDtypeStruct((rows,) + tuple(d.input_shape), jnp.float32),)
 
   def _distill_options(self, d) -> DistillOptions:
     o = self.options
@@ -282,7 +297,7 @@ class FedCache2(base.Algorithm):
     pool = self._pool_x
     if pool is None:
       d = self.ctx.data
-      pool = jnp.concatenate([d.normalize(d.x_private), jnp.zeros(tail.shape, jnp.float32)])
+      pool = _new_pool(d.x_private, d.normalize, tail.shape[0])
     # The tail goes through _set_tail every time, the first included, so the kernel
     # compiles in the first round with downloads, not in the round after it.
     self._pool_x = _set_tail(pool, tail, start=self.n_private)
