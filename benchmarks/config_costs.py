@@ -230,11 +230,12 @@ def measure(name: str, rounds: int, overrides: Sequence[str], timeout: float, fo
           'peak_rss': usage.ru_maxrss * 1024, 'rounds_before': before, 'rounds_after': len(rows),
           'resumed': resume, 'stopped': stopped}
   calls = [call]
-  failed = proc.returncode not in (None, 0) and len(rows) == before and not stopped
-  if keep and not failed:   # a call that stopped on an error measured nothing: not kept
+  if proc.returncode not in (None, 0) and len(rows) == before and not stopped:
+    rows = []   # it stopped on an error and measured nothing: its row is the error, unkept
+  elif keep:
     with open(os.path.join(folder, CALLS.format(name=name)), 'a') as f:
       f.write(json.dumps(call) + '\n')
-    calls = read_calls(folder, name) or calls
+    calls = read_calls(folder, name)
   return row_of(name, rounds, timeout, calls, rows, plan.group(1) if plan else None,
                 next((s for s in err.splitlines() if s.startswith('error:')), ''), wall)
 

@@ -309,6 +309,15 @@ class _Parts:
   maps: tuple = ()        # the algorithm's per-client maps (MapStep), each cohort runs
 
 
+def resident_data(algo: Any, data: Any) -> int:
+  """Bytes of the federation's device-resident data (``data``'s JAX arrays; its NumPy
+  fields live on the host) and of the buffers ``algo`` keeps between rounds
+  (``Algorithm.planned_buffers``)."""
+  arrays = [getattr(data, f.name) for f in dataclasses.fields(data)
+            if isinstance(getattr(data, f.name), jax.Array)]
+  return tree_bytes(arrays) + tree_bytes(algo.planned_buffers())
+
+
 def _parts(experiment: Any) -> _Parts:
   algo, fed = experiment.algorithm, experiment.ctx.fed
   store, fed.store = fed.store, None    # shapes of device-resident state, nothing allocated
@@ -317,9 +326,7 @@ def _parts(experiment: Any) -> _Parts:
   finally:
     fed.store = store
   d = fed.data
-  data = tree_bytes([getattr(d, f.name) for f in dataclasses.fields(d)
-                     if isinstance(getattr(d, f.name), jax.Array)])   # NumPy fields: host
-  data += tree_bytes(algo.planned_buffers())   # the algorithm's scratch, kept between rounds
+  data = resident_data(algo, d)
   in_shape, in_dtype = tuple(d.input_shape), str(d.model_input_dtype)
   cohorts = []
   for cohort, st in zip(fed.cohorts, shapes.clients):
@@ -546,9 +553,7 @@ def xla_figure(experiment: Any, *, dry: bool = True) -> XlaFigure:
   with kernels.recording(dry=dry) as programs:
     state = base.init_state(algo)
     d = fed.data
-    data = tree_bytes([getattr(d, f.name) for f in dataclasses.fields(d)
-                       if isinstance(getattr(d, f.name), jax.Array)])
-    data += tree_bytes(algo.planned_buffers())   # exact: what later rounds keep (round 1 may not)
+    data = resident_data(algo, d)   # the buffers too: round 1 may not hold them yet
     selector = experiment.ctx.selector
     active = selector.plan(1, lambda mask: algo.selection_losses(state, mask)).active
     state, _ = base.play_round(algo, state, 1, active)

@@ -197,3 +197,13 @@ def test_a_call_that_fails_before_a_round_is_not_kept(tmp_path):
   row = costs.measure('default', 30, ['--config.nosuch=1'], 120.0, str(tmp_path), keep=True)
   assert row['round_s'] is None and 'nosuch' in row['error']
   assert not (tmp_path / costs.CALLS.format(name='default')).exists()
+  # The same after a kept first round (a resume that fails): the kept call stays the only one.
+  work = tmp_path / 'default'
+  (work / 'checkpoints' / '1').mkdir(parents=True)
+  (work / 'metrics.jsonl').write_text(json.dumps({'round': 1, 'round_time_s': 9.0}) + '\n')
+  kept = json.dumps({'rounds_before': 0, 'rounds_after': 1, 'first_s': 10.0, 'peak_rss': 7,
+                     'stopped': True}) + '\n'
+  (tmp_path / costs.CALLS.format(name='default')).write_text(kept)
+  row = costs.measure('default', 30, ['--config.nosuch=1'], 120.0, str(tmp_path), keep=True)
+  assert row['round_s'] is None and 'nosuch' in row['error']
+  assert (tmp_path / costs.CALLS.format(name='default')).read_text() == kept

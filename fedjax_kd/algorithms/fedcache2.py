@@ -110,8 +110,6 @@ def _new_pool(x_private: jax.Array, normalize: Any, tail_rows: int) -> jax.Array
   return jnp.concatenate([x, jnp.zeros((tail_rows,) + x.shape[1:], jnp.float32)])
 
 
-
-
 @flax.struct.dataclass
 class FedCache2Table:
   """Per client (rows: clients).
@@ -170,11 +168,12 @@ class FedCache2(base.Algorithm):
     return (MapStep(distill_synthetic, row, shared, self._distill_options(d)),)
 
   def planned_buffers(self):
-    # The download pool (_pool): the private rows as float32 model inputs, then every
-    # cache slot; held from the first round with downloads on.
+    # The download pool (_pool): the private rows as model inputs, then every cache slot;
+    # held from the first round with downloads on. Its shape is _new_pool's.
     d = self.ctx.data
-    rows = self.n_private + d.num_clients * self.slots
-    return (jax.ShapeDtypeStruct((rows,) + tuple(d.input_shape), jnp.float32),)
+    return (jax.eval_shape(functools.partial(_new_pool, normalize=d.normalize,
+                                             tail_rows=d.num_clients * self.slots),
+                           d.x_private),)
 
   def _distill_options(self, d) -> DistillOptions:
     o = self.options
