@@ -76,19 +76,7 @@ def main(argv=None) -> int:
                   help=f'write the table between {BEGIN} and {END} of this file')
   a = ap.parse_args(argv)
   sys.path.insert(0, REPO)
-  if a.from_json:
-    with open(a.from_json) as f:
-      doc = json.load(f)
-  else:
-    doc = measure(a)
-    if a.out:
-      with open(a.out, 'w') as f:
-        json.dump(doc, f, indent=1)
-  text = table(doc)
-  print(text)
-  if a.markdown:
-    config_costs.write_markdown(a.markdown, text, BEGIN, END)
-  return 0
+  return config_costs.table_main(a, measure, table, BEGIN, END)
 
 
 def measure(a: argparse.Namespace) -> dict:

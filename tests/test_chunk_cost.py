@@ -4,6 +4,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests.test_main import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
@@ -26,3 +28,52 @@ def test_the_table_gives_each_chunks_median_and_its_ratio_to_all_at_once(tmp_pat
                         '| 25 | 230 s | 1.15x | 220, 230, 250 s |']
   assert page.read_text() == f'x\n{chunk_cost.BEGIN}\n' + '\n'.join(lines) + \
       f'\n{chunk_cost.END}\ny\n'
+
+
+@pytest.mark.slow
+def test_each_chunk_runs_in_its_own_process_and_the_ratio_is_to_all_at_once(tmp_path, monkeypatch):
+  """The measurement on the default config (10 clients) at C = 10 and 5, two repeats: each
+  (C, repeat) is its own run with that chunk, interleaved over C, and the table's medians and
+  ratios are those of the runs."""
+  calls, one_round = [], chunk_cost.one_round
+
+  def spy(config, chunk, mnist, folder, tag):
+    got = one_round(config, chunk, mnist, folder, tag)
+    with open(os.path.join(folder, tag, 'config.json')) as f:
+      calls.append((chunk, tag, json.load(f)['clients']['chunk'], got))
+    return got
+
+  monkeypatch.setattr(chunk_cost, 'one_round', spy)
+  out = tmp_path / 'c.json'
+  assert chunk_cost.main(['--config=default', '--fractions=1,0.5', '--repeats=2', '--mnist=',
+                          f'--out={out}']) == 0
+  assert [(c, tag, set_to) for c, tag, set_to, _ in calls] == [
+      (10, 'c10_r0', 10), (5, 'c5_r0', 5), (10, 'c10_r1', 10), (5, 'c5_r1', 5)]
+  doc = json.loads(out.read_text())
+  assert doc['config'] == 'default' and doc['clients'] == 10
+  rounds = {c: [g['round_s'] for cc, _, _, g in calls if cc == c] for c in (10, 5)}
+  for row, c in zip(doc['rows'], (10, 5)):
+    assert row['chunk'] == c and row['runs'] == rounds[c]
+    assert row['round_s'] == pytest.approx(sum(rounds[c]) / 2)   # the median of two
+    assert all(0 < g['round_s'] and 0 <= g['compile_s'] for *_, g in calls)
+  assert doc['rows'][0]['ratio'] == 1.0
+  assert doc['rows'][1]['ratio'] == pytest.approx(doc['rows'][1]['round_s'] /
+                                                  doc['rows'][0]['round_s'])
+
+
+def test_the_docs_section_is_what_the_archived_numbers_give(tmp_path):
+  """docs/performance.md's chunk-cost table is written by the script from
+  docs/chunk_cost_cpu.json, as the page's own command says, never edited by hand."""
+  page = tmp_path / 'performance.md'
+  with open(os.path.join(REPO, 'docs', 'performance.md')) as f:
+    committed = f.read()
+  page.write_text(committed)
+  numbers = os.path.join(REPO, 'docs', 'chunk_cost_cpu.json')
+  assert chunk_cost.main([f'--from_json={numbers}', f'--markdown={page}']) == 0
+  assert page.read_text() == committed
+  with open(numbers) as f:
+    doc = json.load(f)
+  assert doc['config'] == 'dsfl_mnist' and [r['chunk'] for r in doc['rows']] == [100, 50, 25]
+  for r in doc['rows']:
+    assert len(r['runs']) == 3 and r['round_s'] == sorted(r['runs'])[1]
+    assert r['ratio'] == r['round_s'] / doc['rows'][0]['round_s']
