@@ -164,7 +164,7 @@ def test_the_sweep_hands_its_choice_to_the_workers(tmp_path, monkeypatch):
     def close(self):
       return 0
 
-  monkeypatch.setattr(sweep.workers, '_Worker', FakeWorker)
+  monkeypatch.setattr(sweep.workers, 'Worker', FakeWorker)
   runs = sweep.plan(tiny_config('single', rounds=1), [sweep.Variant('single', 'single')], [0], {},
                     str(tmp_path / 'out'))
   for value in (str(tmp_path / 'c'), '', 'none', None):

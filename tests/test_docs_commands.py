@@ -309,6 +309,7 @@ SCARLET_OFFICIAL_BY_HAND = ('/work/venvs/scarlet/bin/python benchmarks/scarlet_o
                             '[--rounds=5] [--threads=1] [--set FIELD=VALUE ...]')
 SCALE = 'python benchmarks/scale_clients.py --clients=1000,10000,100000'
 
+MULTI_HOST = 'a real multi-host cluster'
 PIP_NETWORK = 'installs from PyPI into a fresh venv (network, minutes); .ci/run does it'
 SCARLET_VENV = ("builds the SCARLET authors' environment: a separate venv with torch 2.14.1 "
                 "(a 5.5 GB download) and a clone of their repository")
@@ -470,6 +471,65 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
      '--memory_markdown=docs/performance.md'): Elsewhere(
         'tests/test_config_costs.py::test_the_docs_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/performance.md: the section equals the committed one'),
+    'python benchmarks/chunk_cost.py --mnist=/path/to/mnist.npz --out=docs/chunk_cost_cpu.json':
+        Elsewhere('tests/test_chunk_cost.py::test_each_chunk_runs_in_its_own_process_and_the_'
+                  'ratio_is_to_all_at_once', 'measure() on the default config (10 clients) at '
+                  'C = 10 and 5, two repeats, --out in a temporary folder: each (C, repeat) its '
+                  'own run with that chunk, the medians and ratios those of the runs'),
+    ('python benchmarks/chunk_cost.py --from_json=docs/chunk_cost_cpu.json '
+     '--markdown=docs/performance.md'): Elsewhere(
+        'tests/test_chunk_cost.py::test_the_docs_section_is_what_the_archived_numbers_give',
+        'as written, into a copy of docs/performance.md: the section equals the committed one'),
+    # docs/cluster.md
+    "pip install 'fedjax_kd[ray]'": Skip(
+        "installs from PyPI (network); CI installs the same extra through '.[test]', which "
+        'tests/test_executors.py runs on'),
+    'ray start --head --port=6379': Skip(
+        f'{MULTI_HOST}: benchmarks/local_clusters.py runs the same `ray start --head` on '
+        '127.0.0.1 for tests/test_executors.py'),
+    'ray start --address=HEAD_IP:6379': Skip(
+        f'{MULTI_HOST}: benchmarks/local_clusters.py joins each node the same way on 127.0.0.1'),
+    ('python -m fedjax_kd.sweep --config=configs/dsfl_mnist.py --algorithms=dsfl,fd,single '
+     '--seeds=0,1,2,3,4 --out=/shared/runs/dsfl_mnist --executor=ray --ray_address=auto '
+     '--run_resources=CPU=4,GPU=1'): Elsewhere(
+        'tests/test_executors.py::test_a_sweep_through_ray_gives_the_local_rows_and_runs_on_'
+        'both_nodes', 'the same flags on configs/default.py at 3 rounds (dsfl_mnist: hours), '
+        'two algorithms x two seeds, --ray_address of a two-node cluster on 127.0.0.1 and '
+        '--run_resources=CPU=1 (it has no GPU)'),
+    ('python -m fedjax_kd.sweep --config=configs/dsfl_mnist.py --algorithms=dsfl,fd,single '
+     '--seeds=0,1,2,3,4 --out=/shared/runs/dsfl_mnist --executor=slurm --slurm_partition=gpu '
+     '--slurm_gpus=1 --slurm_cpus=8 --slurm_time=4:00:00 --slurm_max_running=20'): Elsewhere(
+        'tests/test_executors.py::test_a_sweep_through_slurm_gives_the_local_rows',
+        'the same flags on configs/default.py at 3 rounds, on a one-node SLURM on 127.0.0.1: '
+        'its partition debug, --slurm_cpus=1, --slurm_time=30, --slurm_max_running=2, no '
+        '--slurm_gpus (it has no GPU)'),
+    ('python benchmarks/reproduction.py run --runs=/shared/runs/repro --executor=ray '
+     '--ray_address=auto --run_resources=CPU=4,GPU=1'): Elsewhere(
+        'tests/test_executors.py::test_the_reproduction_runs_through_ray_to_its_compare_md',
+        "--tiny --only=dsfl --sweeps=dsfl_digits, --ray_address of the tests' cluster, "
+        '--run_resources=CPU=1: every run ran as a Ray task; then the report'),
+    'python benchmarks/reproduction.py report --runs=/shared/runs/repro': Elsewhere(
+        'tests/test_executors.py::test_the_reproduction_runs_through_ray_to_its_compare_md',
+        '--tiny --only=dsfl, --out in a temporary folder, after the run above'),
+    ('python benchmarks/reproduction.py run --runs=/shared/runs/repro --executor=slurm '
+     '--slurm_partition=gpu --slurm_gpus=1 --slurm_cpus=8 --slurm_time=8:00:00'): Skip(
+        f'{MULTI_HOST} with GPUs; the reproduction hands its runs to the same executor as the '
+        'sweep (fedjax_kd.sweep.executors.execute), which the SLURM tests run'),
+    'python benchmarks/local_clusters.py ray --folder=/tmp/ray_here --nodes=2': Elsewhere(
+        'tests/test_executors.py::test_a_sweep_through_ray_gives_the_local_rows_and_runs_on_'
+        'both_nodes', "local_clusters.start_ray, what the command calls, with the test's "
+        'folder; the command form then waits for Ctrl-C'),
+    'python benchmarks/local_clusters.py slurm --folder=/tmp/slurm_here': Elsewhere(
+        'tests/test_executors.py::test_a_sweep_through_slurm_gives_the_local_rows',
+        "local_clusters.start_slurm, what the command calls, with the test's folder; the "
+        'command form then waits for Ctrl-C'),
+    'python benchmarks/cluster_overhead.py --repeats=3 --out=docs/cluster_overhead.json': Skip(
+        'a timing benchmark (minutes: a Ray cluster and 8 sweeps); its table is rebuilt from '
+        'the committed numbers below'),
+    ('python benchmarks/cluster_overhead.py --from_json=docs/cluster_overhead.json '
+     '--markdown=docs/cluster.md'): Elsewhere(
+        'tests/test_executors.py::test_the_docs_overhead_table_is_what_the_archived_numbers_give',
+        'as written, into a copy of docs/cluster.md: the section equals the committed one'),
     'python benchmarks/remat.py --out=docs/remat_cpu.json': Elsewhere(
         'tests/test_remat.py::test_remat_gives_memory_back_on_the_cpu_only_in_a_loop',
         "remat.main with 1 client of 8 images, 1 repeat, --out in a temporary folder: the "
@@ -591,6 +651,17 @@ OUTPUTS: dict[str, str] = {
         '(the accuracies are the archived seed-0 run\'s)',
     'docs/design.md: config (ml_collections) --validate--> ExperimentSpec (frozen; ConfigError '
     'names the field)': 'not output: a diagram of the engine',
+    'docs/cluster.md: error: --executor=ray: node 5c1f9a0e27d4 (10.0.0.7) does not see this '
+    "machine's files: it read 'cannot read it (No such file or directory)' from "
+    '/shared/runs/sweep/runs/.fedjax_kd_storage_probe_9e0c..., written here just now. Every '
+    "node must see the sweep's folder at the same path (shared storage such as NFS: put --out "
+    'there); nothing was started':
+        'test_quoted_error_lines (the line storage_error writes for that node and file; '
+        'tests/test_executors.py::test_a_node_that_cannot_see_the_folder_is_one_line_and_'
+        'nothing_starts holds a real node to it)',
+    'docs/cluster.md: #!/bin/bash':
+        'test_the_cluster_docs_template_is_one_the_slurm_executor_takes (the block as '
+        '--slurm_template: its lines, then the run\'s command)',
     'docs/design.md: AlgState': 'test_design_md_signatures_and_state_parts (the four fields)',
     "docs/design.md: ValueError: aux['w'] has shape (8,), but this round has 4 clients (of 8): "
     'per-client': 'test_design_md_weighted_example (exactly)',
@@ -906,6 +977,29 @@ def test_quoted_error_lines(tmp_path, monkeypatch):
   (quoted,) = [k for k in OUTPUTS if k.startswith('docs/multihost.md: error: process')]
   assert re.fullmatch(r'error: process 1 of 2 stopped responding at round (\d+); '
                       + test_faults_multiprocess.RERUN, quoted.split(': ', 1)[1])
+  # docs/cluster.md: the Ray executor's storage check, the node's and folder's names as
+  # quoted (tests/test_executors.py holds a real node's line to the same form).
+  from fedjax_kd.sweep import executors  # pylint: disable=g-import-not-at-top
+  (quoted,) = [k for k in OUTPUTS if k.startswith('docs/cluster.md: error:')]
+  line = executors.storage_error(
+      'ray', 'node 5c1f9a0e27d4 (10.0.0.7)',
+      f'/shared/runs/sweep/runs/{executors.PROBE_PREFIX}9e0c...',
+      'cannot read it (No such file or directory)')
+  assert f'error: {line}' == quoted.split(': ', 1)[1]
+
+
+def test_the_cluster_docs_template_is_one_the_slurm_executor_takes(tmp_path):
+  """docs/cluster.md's sbatch template: its lines, then the run's command where it says."""
+  from fedjax_kd.sweep import executors, slurm_executor  # pylint: disable=g-import-not-at-top
+  text = block('docs/cluster.md: #!/bin/bash').text
+  path = tmp_path / 'mine.sbatch'
+  path.write_text(text + '\n')
+  script = slurm_executor.script(
+      executors.ExecutorOptions(executor='slurm', slurm_template=str(path)), '/x/list',
+      ['sbatch'], None)
+  head = text.split('{command}')[0]
+  assert script.startswith(head) and '\nRUNDIR="$(sed -n' in script
+  assert script.rstrip().endswith('--_worker=- <<< "$RUNDIR"')
 
 
 # ------------------------------------------------------------------------------ quick commands

@@ -65,6 +65,7 @@ from benchmarks.repro.sections import SECTIONS, sweep_engines
 from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError
+from fedjax_kd.sweep import executors
 
 
 def cmd_standing(args: argparse.Namespace) -> int:
@@ -153,7 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   r.add_argument('--runs', default='runs/repro', help='where the sweeps go')
   r.add_argument('--only', default='', help='comma-separated section keys: '
                  + ','.join(s.key for s in SECTIONS))
-  r.add_argument('--jobs', type=int, default=1, help='worker processes at once')
+  r.add_argument('--jobs', type=int, default=1,
+                 help='worker processes at once (--executor=local)')
+  executors.add_flags(r)
   r.add_argument('--mnist', default='', help='Keras mnist.npz (default $FEDJAX_KD_MNIST)')
   r.add_argument('--tiny', action='store_true', help='a smoke test of the pipeline')
   r.add_argument('--data', default='all', choices=('all', 'digits', 'mnist'),

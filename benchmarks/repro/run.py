@@ -17,6 +17,7 @@ from benchmarks.repro.defs import MNIST_DEFAULT, REPO, SKIPPED, SweepDef, torch_
 from benchmarks.repro.plan import Planned, command_line, commit, plan_sweep
 from benchmarks.repro.sections import select
 from fedjax_kd import sweep
+from fedjax_kd.sweep import executors
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
 
@@ -26,6 +27,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
   planned: list[Planned] = []
   skipped: list[tuple[SweepDef, str]] = []
   try:
+    where = executors.options_from(args)
     sections = select(args.only)
     names = [n.strip() for n in args.sweeps.split(',') if n.strip()]
     unknown = sorted(set(names) - {d.name for s in sections for d in s.sweeps})
@@ -83,8 +85,13 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 for r in chosen(p)]
   print(f'reproduction: {len(planned)} sweeps, {len(runs) + len(torch_runs)} runs in '
         f'{args.runs}', flush=True)
-  results = sweep.execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
-                          compilation_cache=os.path.join(args.runs, 'jax_cache'))
+  try:
+    results = executors.execute(runs, where, jobs=args.jobs, log=lambda s: print(s, flush=True),
+                                compilation_cache=os.path.join(args.runs, 'jax_cache'),
+                                home=args.runs)
+  except (ConfigError, DataError) as e:   # the executor cannot start: nothing ran
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   if torch_runs:   # one after the other in this process: PyTorch uses every core itself
     results += run_torch(torch_runs, args.torch_threads)
   for p in planned:

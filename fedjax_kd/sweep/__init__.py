@@ -31,8 +31,12 @@ Flags:
 * ``--set field=value`` (repeatable): an override of every run;
   ``--set field=v1,v2,...`` makes the field a grid axis (the cross product of
   all multi-valued ``--set`` fields is run for every variant).
-* ``--seeds=0,1,2`` (default), ``--out=DIR``, ``--jobs=N`` (worker processes
-  at once, default 1), ``--thresholds=0.8,0.9`` (default: the config's
+* ``--executor=local|ray|slurm`` and its settings (``--ray_address``, ``--run_resources``,
+  ``--slurm_*``, ``--detach``): where the runs execute, a worker process each, here or on a
+  cluster's nodes (:mod:`~fedjax_kd.sweep.executors`; docs/cluster.md). The plan, workdirs,
+  resume rules and outputs are the same under each.
+* ``--seeds=0,1,2`` (default), ``--out=DIR``, ``--jobs=N`` (the local executor's worker
+  processes at once, default 1), ``--thresholds=0.8,0.9`` (default: the config's
   ``comm.thresholds``), ``--metrics=label_coverage,hit_ratio`` (per-round
   metrics whose mean over rounds gets a column), ``--dry_run``.
 
@@ -112,6 +116,8 @@ Library use::
 
 The package, by concern: :mod:`~fedjax_kd.sweep.planning` (variants x cells x seeds as runs,
 ``sweep.json``), :mod:`~fedjax_kd.sweep.workers` (worker processes, resume, signals),
+:mod:`~fedjax_kd.sweep.executors` (``--executor``: :mod:`~fedjax_kd.sweep.ray_executor`,
+:mod:`~fedjax_kd.sweep.slurm_executor`),
 :mod:`~fedjax_kd.sweep.collect` (per-cell statistics from the workdirs),
 :mod:`~fedjax_kd.sweep.report` (tables and figures) and :mod:`~fedjax_kd.sweep.cli` (the
 command). The rules the sweep shares with the runner and the plots (which accuracy is the

@@ -19,7 +19,8 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import results
 from fedjax_kd.errors import ConfigError, DataError, DiskFullError
 from fedjax_kd.sweep.planning import Run, Variant, plan, show_value, write_plan
-from fedjax_kd.sweep.workers import execute, quiet_logs, stopped_status, worker_main
+from fedjax_kd.sweep import executors
+from fedjax_kd.sweep.workers import quiet_logs, stopped_status, worker_main
 from fedjax_kd.sweep.collect import aggregate
 from fedjax_kd.sweep.report import write_outputs
 
@@ -133,7 +134,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--set', action='append', default=[], dest='sets',
                  help='field=value (every run) or field=v1,v2,... (a grid axis); repeatable')
   p.add_argument('--out', default='runs/sweep')
-  p.add_argument('--jobs', type=int, default=1, help='worker processes at once')
+  p.add_argument('--jobs', type=int, default=1,
+                 help='worker processes at once (--executor=local; a cluster runs as many as '
+                      'its resources allow)')
   p.add_argument('--thresholds', default='', help="default: the config's comm.thresholds")
   p.add_argument('--metrics', default='', help='per-round metrics averaged over rounds')
   p.add_argument('--compilation_cache', default=None,
@@ -141,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
                       'no cache; default: $FEDJAX_KD_COMPILATION_CACHE, else '
                       '$JAX_COMPILATION_CACHE_DIR, else ~/.cache/fedjax_kd/jax_cache)')
   p.add_argument('--dry_run', action='store_true', help='print the plan and exit')
+  executors.add_flags(p)
   p.add_argument('--_worker', default=None, help=argparse.SUPPRESS)
   return p
 
@@ -179,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = [m.strip() for m in args.metrics.split(',') if m.strip()]
     cache, source = compile_cache.resolve(args.compilation_cache)
     compile_cache.check(cache, source)
+    where = executors.options_from(args)
   except (ConfigError, DataError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
@@ -194,19 +199,22 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:   # the sweep's own files: a full disk or an unreadable run is one line, not a traceback
     write_plan(args.out, runs, config=args.config, overrides=overrides, thresholds=thresholds,
                metrics=metrics)
-    outcome = execute(runs, jobs=args.jobs, log=lambda s: print(s, flush=True),
-                      compilation_cache=cache or 'none')
+    outcome = executors.execute(runs, where, jobs=args.jobs,
+                                log=lambda s: print(s, flush=True),
+                                compilation_cache=cache or 'none', home=args.out)
     cells_out = aggregate(args.out)
     paths = write_outputs(args.out, cells_out, thresholds, title=f'Sweep of {args.config}')
-  except (DiskFullError, DataError) as e:
+  except (ConfigError, DiskFullError, DataError) as e:
     print(f'error: {e}', file=sys.stderr, flush=True)
     return 2
   counts = {k: sum(r.status == k for r in outcome) for k in ('done', 'skipped', 'diverged',
-                                                             'failed', 'stopped')}
+                                                             'failed', 'stopped', 'submitted')}
   print(f'sweep: {counts["done"]} done, {counts["skipped"]} skipped, {counts["failed"]} failed'
         + (f', {counts["diverged"]} diverged (NaN/Inf; kept as outcome)'
            if counts['diverged'] else '')
         + (f', {counts["stopped"]} stopped' if counts['stopped'] else '')
+        + (f', {counts["submitted"]} left to SLURM (rerun to collect)'
+           if counts['submitted'] else '')
         + f' in {results.fmt_time(time.time() - t0)}; '
         + ', '.join(os.path.relpath(p, args.out) for p in paths.values()) + f' in {args.out}',
         flush=True)

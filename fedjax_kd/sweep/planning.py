@@ -23,6 +23,9 @@ from fedjax_kd.errors import ConfigError, DataError
 PLAN_FILE = 'sweep.json'          # in --out: the plan
 RUN_FILE = 'sweep_run.json'       # in each run's workdir: what the worker runs
 LOG_FILE = 'sweep.log'            # in each run's workdir: the worker's output for it
+ATTEMPTS_FILE = 'sweep_attempts.jsonl'   # in each run's workdir: where each try of it ran
+# In a run's workdir while a cluster sweep stops it: 'stop' (after the round) or 'abort'.
+STOP_FILE = 'sweep_stop'
 # In a run's workdir when a round left NaN or Inf and the run stopped: a result, not an error
 # (the same config diverges again), so a rerun skips it; delete the file to try again.
 DIVERGED_FILE = 'diverged.json'
@@ -298,6 +301,22 @@ def read_json(path: str) -> Any:
       return json.load(f)
   except (OSError, ValueError):
     return None
+
+
+def read_json_lines(path: str) -> list[Any]:
+  """Each line of a JSON-lines file, oldest first: none for a missing file, and a line that
+  is not JSON (torn by a process killed while writing it) left out."""
+  out = []
+  try:
+    with open(path) as f:
+      for line in f:
+        try:
+          out.append(json.loads(line))
+        except ValueError:
+          continue
+  except OSError:
+    pass
+  return out
 
 
 # ------------------------------------------------------------ worker side

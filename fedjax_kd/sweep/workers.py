@@ -5,18 +5,20 @@ Part of :mod:`fedjax_kd.sweep`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 
 from fedjax_kd import compile_cache
@@ -25,8 +27,8 @@ from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError, DiskFullError, DivergenceError
 from fedjax_kd.sweep.planning import (
-    DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, config_json, jsonable, load_run_config,
-    read_json, run_file)
+    ATTEMPTS_FILE, DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, config_json, jsonable,
+    load_run_config, read_json, read_json_lines, run_file)
 
 RUNS_PER_WORKER = 20              # a worker process is replaced after this many runs
 # A run whose directory another process still holds (e.g. a worker of a killed sweep finishing
@@ -36,6 +38,9 @@ LOCK_POLL_S = 0.2
 # The sweep's pid, in its workers' environment: a worker stops when its sweep is gone.
 PARENT_ENV = 'FEDJAX_KD_SWEEP_PARENT'
 PARENT_POLL_S = 1.0
+# Where a worker runs, as a JSON object the executor that started it sets (a Ray node, a
+# SLURM array task); each run's ATTEMPTS_FILE records it with the host and pid.
+WHERE_ENV = 'FEDJAX_KD_SWEEP_WHERE'
 _PR_SET_PDEATHSIG = 1             # <linux/prctl.h>
 
 
@@ -177,6 +182,34 @@ def wait_for_lock(rundir: str, timeout: float, stop: threading.Event | None = No
   return holder
 
 
+def await_free(run: Run, stop: threading.Event | None = None,
+               on_wait: Callable[[str], None] | None = None) -> RunResult | None:
+  """Waits (:func:`wait_for_lock`) while another process holds ``run``'s directory (e.g. a
+  killed sweep's worker, or one on a lost node, finishing its round).
+
+  Args:
+    run: the run about to start.
+    stop: set to give up waiting (the caller checks it).
+    on_wait: told the holder once, when there is one to wait for.
+
+  Returns:
+    None when the run is free to start; else its result: ``'failed'`` (still held: the
+    line of :func:`in_use_message`) or what that process left it (:func:`settled`).
+  """
+  holder = lock_holder(run.workdir)
+  if holder is None:
+    return None
+  if on_wait is not None:
+    on_wait(holder)
+  t0 = time.monotonic()
+  holder = wait_for_lock(run.workdir, LOCK_WAIT_S, stop)
+  if holder is not None:
+    waited = time.monotonic() - t0
+    return RunResult(run, 'failed', waited, in_use_message(run.workdir, holder, waited))
+  state, note = run_state(run)   # that process may have finished it
+  return settled(run, state, note)
+
+
 def in_use_message(rundir: str, holder: str, waited: float) -> str:
   """The one line for a run directory that stayed locked by another process."""
   return (f'{rundir} is in use by another fedjax_kd run ({holder}), still after waiting '
@@ -192,15 +225,34 @@ def _first_difference(a: Any, b: Any, prefix: str = '') -> str:
 
 
 # ------------------------------------------------------------ execution
-class _Stop(Exception):
-  """SIGTERM in the parent: stop like Ctrl-C."""
+class StopRequested(Exception):
+  """SIGTERM in the sweep's process: stop like Ctrl-C (:func:`terminate_as_stop`)."""
+
+
+@contextlib.contextmanager
+def terminate_as_stop() -> Iterator[None]:
+  """Within it, SIGTERM raises :class:`StopRequested` in the main thread (elsewhere: no
+  change), so that a sweep stops the same way for SIGTERM as for Ctrl-C."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def on_term(signum, frame):
+    del signum, frame
+    raise StopRequested
+
+  old = signal.signal(signal.SIGTERM, on_term)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, old)
 
 
 def _worker_command() -> list[str]:
   return [sys.executable, '-m', 'fedjax_kd.sweep', '--_worker=-']
 
 
-class _Worker:
+class Worker:
   """A worker process: takes run directories on stdin, answers a JSON line each."""
 
   def __init__(self, env: dict[str, str]):
@@ -292,6 +344,91 @@ def _display_names(runs: Sequence[Run]) -> list[str]:
   return out
 
 
+class Ledger:
+  """A sweep's outcome so far and its progress lines, one per run started, finished,
+  skipped or failed (``[i/n] word  name  ...``); shared by every executor."""
+
+  def __init__(self, runs: Sequence[Run], log: Callable[[str], None] | None):
+    self.runs, self.log = list(runs), log or (lambda s: None)
+    self.names = _display_names(self.runs)
+    self.width = len(str(len(self.runs)))
+    self.outcome: dict[int, RunResult] = {}
+
+  def line(self, i: int, word: str, text: str) -> None:
+    self.log(f'[{i + 1:>{self.width}}/{len(self.runs)}] {word:<8} {self.names[i]}{text}')
+
+  def started(self, i: int, note: str = '') -> None:
+    self.line(i, 'start', f'  ({note})' if note else '')
+
+  def waiting(self, i: int, holder: str) -> None:
+    self.line(i, 'waiting', f'  (in use by {holder}; waiting up to {LOCK_WAIT_S:g} s for it '
+                             'to end)')
+
+  def ended(self, i: int, result: RunResult) -> None:
+    self.outcome[i] = result
+    word = {'failed': 'FAILED', 'diverged': 'DIVERGED'}.get(result.status, result.status)
+    msg = f'  {result.message}' if result.message else ''
+    self.line(i, word, f'  {results.fmt_time(result.wall_s)}{msg}')
+
+  def results(self) -> list[RunResult]:
+    """A :class:`RunResult` per run in the order of the runs (``'stopped'``, ``'not
+    started'`` for a run that never ended)."""
+    return [self.outcome.get(i) or RunResult(run, 'stopped', 0.0, 'not started')
+            for i, run in enumerate(self.runs)]
+
+
+def prepare(ledger: Ledger) -> list[tuple[int, Run, str]]:
+  """Settles the runs that need not run (finished, diverged, stale: their lines are logged)
+  and writes each other run's ``sweep_run.json``.
+
+  Returns:
+    ``(index, run, note)`` of every run to start or resume, in the order they start
+    (:func:`_schedule`).
+  """
+  pending = []
+  for i, run in enumerate(ledger.runs):
+    state, note = run_state(run)
+    done = settled(run, state, note)
+    if done is not None:
+      ledger.outcome[i] = done
+      if done.status == 'failed':
+        ledger.line(i, 'FAILED', f'  {note}')
+      else:
+        ledger.line(i, done.status, f'  ({note})')
+    else:
+      os.makedirs(run.workdir, exist_ok=True)
+      workdir_lib.write_json(os.path.join(run.workdir, RUN_FILE), run_file(run), indent=2)
+      pending.append((i, run, note))
+  return _schedule(pending)
+
+
+def worker_env(compilation_cache: str | None, base: dict[str, str] | None = None
+               ) -> dict[str, str]:
+  """The environment of a worker process: ``base`` (default: this process's), with the
+  compilation cache the sweep chose (None: the worker chooses as ``fedjax_kd.main``
+  does) and without a parent to follow (the process that starts the worker sets it)."""
+  env = dict(os.environ if base is None else base)
+  env.pop(PARENT_ENV, None)
+  if compilation_cache is not None:   # the workers' compile_cache.resolve() reads it first
+    off = compilation_cache.strip().lower() in compile_cache.OFF
+    env[compile_cache.ENV_VAR] = 'none' if off else os.path.abspath(compilation_cache)
+  return env
+
+
+def end_of(run: Run, answer: dict[str, Any] | None, wall: float, worker: 'Worker',
+           stopping: bool) -> RunResult:
+  """The :class:`RunResult` of a worker's answer (None: the worker died; ``stopping``: the
+  sweep was being stopped, so a dead worker means a stopped run, not a failed one)."""
+  if answer is not None:
+    return RunResult(run, answer['status'], answer.get('wall_s', wall),
+                     answer.get('message', ''), answer.get('summary'))
+  code = worker.close()
+  tail = worker.stderr_tail()
+  return RunResult(run, 'stopped' if stopping else 'failed', wall,
+                   f'the worker process exited with status {code}; see '
+                   f'{os.path.join(run.workdir, LOG_FILE)}' + (f'; it wrote: {tail}' if tail else ''))
+
+
 def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | None = print,
             compilation_cache: str | None = None) -> list[RunResult]:
   """Runs every run that is not finished yet, up to ``jobs`` worker processes at once.
@@ -305,6 +442,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
   whose directory another process holds (a killed sweep's worker finishing its round) is
   waited for up to :data:`LOCK_WAIT_S` seconds, then skipped if that process finished it,
   run if not, and reported as failed (:func:`in_use_message`) if it is still held.
+  This is the ``local`` executor; :mod:`fedjax_kd.sweep.executors` has the others.
 
   Args:
     runs: from :func:`plan`.
@@ -318,41 +456,21 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
   Returns:
     A :class:`RunResult` per run, in the order of ``runs``.
   """
-  log = log or (lambda s: None)
   jobs = max(1, int(jobs))
-  n = len(runs)
-  width = len(str(n))
-  names = _display_names(runs)
-  outcome: dict[int, RunResult] = {}
-  pending = []
-  for i, run in enumerate(runs):
-    state, note = run_state(run)
-    done = settled(run, state, note)
-    if done is not None:
-      outcome[i] = done
-      if done.status == 'failed':
-        log(f'[{i + 1:>{width}}/{n}] FAILED   {names[i]}  {note}')
-      else:
-        log(f'[{i + 1:>{width}}/{n}] {done.status:<8} {names[i]}  ({note})')
-    else:
-      os.makedirs(run.workdir, exist_ok=True)
-      workdir_lib.write_json(os.path.join(run.workdir, RUN_FILE), run_file(run), indent=2)
-      pending.append((i, run, note))
+  ledger = Ledger(runs, log)
+  pending = prepare(ledger)
   todo: queue.Queue = queue.Queue()
-  for item in _schedule(pending):
+  for item in pending:
     todo.put(item)
   if todo.empty():
-    return [outcome[i] for i in range(n)]
+    return ledger.results()
 
-  env = dict(os.environ)
+  env = worker_env(compilation_cache)
   env[PARENT_ENV] = str(os.getpid())
-  if compilation_cache is not None:   # the workers' compile_cache.resolve() reads it first
-    off = compilation_cache.strip().lower() in compile_cache.OFF
-    env[compile_cache.ENV_VAR] = 'none' if off else os.path.abspath(compilation_cache)
   stop = threading.Event()
   events: queue.Queue = queue.Queue()
   lock = threading.Lock()
-  workers: list[_Worker] = []
+  workers: list[Worker] = []
 
   def slot():
     worker = None
@@ -362,29 +480,18 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
           i, run, note = todo.get_nowait()
         except queue.Empty:
           break
-        holder = lock_holder(run.workdir)
-        if holder is not None:   # e.g. a worker of a killed sweep, finishing its round
-          events.put(('wait', i, holder, None))
-          t0 = time.monotonic()
-          holder = wait_for_lock(run.workdir, LOCK_WAIT_S, stop)
-          if stop.is_set():
-            break
-          if holder is not None:
-            waited = time.monotonic() - t0
-            events.put(('end', i, RunResult(run, 'failed', waited,
-                                            in_use_message(run.workdir, holder, waited)), None))
-            continue
-          state, note = run_state(run)   # that process may have finished it
-          done = settled(run, state, note)
-          if done is not None:
-            events.put(('end', i, done, None))
-            continue
+        done = await_free(run, stop, lambda h, i=i: events.put(('wait', i, h, None)))
+        if stop.is_set():
+          break
+        if done is not None:
+          events.put(('end', i, done, None))
+          continue
         if worker is not None and worker.count >= RUNS_PER_WORKER:
           worker.close()
           worker.err.close()
           worker = None
         if worker is None:
-          worker = _Worker(env)
+          worker = Worker(env)
           with lock:
             workers.append(worker)
         if stop.is_set():   # stopped while the worker started: leave the run for a rerun
@@ -393,18 +500,11 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
         t0 = time.time()
         answer = worker.ask(os.path.abspath(run.workdir))
         wall = time.time() - t0
+        result = end_of(run, answer, wall, worker, stop.is_set())
         if answer is None:
-          code = worker.close()
-          tail = worker.stderr_tail()
           worker.err.close()
           worker = None
-          status = 'stopped' if stop.is_set() else 'failed'
-          result = RunResult(run, status, wall, f'the worker process exited with status {code}; '
-                             f'see {os.path.join(run.workdir, LOG_FILE)}'
-                             + (f'; it wrote: {tail}' if tail else ''))
         else:
-          result = RunResult(run, answer['status'], answer.get('wall_s', wall),
-                             answer.get('message', ''), answer.get('summary'))
           if answer['status'] == 'stopped':
             stop.set()
           if answer.get('disk_full'):   # the next runs would fail the same way: start none
@@ -418,17 +518,11 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
       events.put(('exit', None, None, None))
 
   threads = [threading.Thread(target=slot, daemon=True) for _ in range(min(jobs, todo.qsize()))]
-  old_term = None
-  if threading.current_thread() is threading.main_thread():
-    def on_term(signum, frame):
-      del signum, frame
-      raise _Stop
-    old_term = signal.signal(signal.SIGTERM, on_term)
   interrupts = 0
   for t in threads:
     t.start()
   live = len(threads)
-  try:
+  with terminate_as_stop():
     while live:
       try:
         try:
@@ -438,35 +532,58 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
         if kind == 'exit':
           live -= 1
         elif kind == 'start':
-          extra = f'  ({note})' if note else ''
-          log(f'[{i + 1:>{width}}/{n}] start    {names[i]}{extra}')
+          ledger.started(i, note)
         elif kind == 'full':
-          log(f'{names[i]} met a full disk: no new runs start; free some space, then rerun '
-              'the same command')
+          ledger.log(f'{ledger.names[i]} met a full disk: no new runs start; free some space, '
+                     'then rerun the same command')
         elif kind == 'wait':
-          log(f'[{i + 1:>{width}}/{n}] waiting  {names[i]}  (in use by {obj}; waiting up to '
-              f'{LOCK_WAIT_S:g} s for it to end)')
+          ledger.waiting(i, obj)
         else:
-          outcome[i] = obj
-          word = {'failed': 'FAILED', 'diverged': 'DIVERGED'}.get(obj.status, obj.status)
-          msg = f'  {obj.message}' if obj.message else ''
-          log(f'[{i + 1:>{width}}/{n}] {word:<8} {names[i]}  {results.fmt_time(obj.wall_s)}{msg}')
-      except (KeyboardInterrupt, _Stop) as e:
+          ledger.ended(i, obj)
+      except (KeyboardInterrupt, StopRequested) as e:
         interrupts += 1
-        signum = signal.SIGTERM if isinstance(e, _Stop) else signal.SIGINT
+        signum = signal.SIGTERM if isinstance(e, StopRequested) else signal.SIGINT
         stop.set()
-        log(f'{signal.Signals(signum).name}: the running runs stop after their current round '
-            'and save a checkpoint' + ('' if interrupts == 1 else ' (again: aborting them)'))
+        ledger.log(stopping_line(signum, interrupts))
         with lock:
           for w in workers:
             w.signal(signum)
-  finally:
-    if old_term is not None:
-      signal.signal(signal.SIGTERM, old_term)
-  for i, run in enumerate(runs):
-    if i not in outcome:
-      outcome[i] = RunResult(run, 'stopped', 0.0, 'not started')
-  return [outcome[i] for i in range(n)]
+  return ledger.results()
+
+
+def stopping_line(signum: int, times: int) -> str:
+  """What the sweep says when SIGINT/SIGTERM reaches it the ``times``-th time."""
+  return (f'{signal.Signals(signum).name}: the running runs stop after their current round '
+          'and save a checkpoint' + ('' if times == 1 else ' (again: aborting them)'))
+
+
+def record_attempt(rundir: str) -> dict[str, Any]:
+  """Appends where this process runs ``rundir`` to its :data:`ATTEMPTS_FILE`: the host, the
+  pid, the time, and what the executor that started it put in :data:`WHERE_ENV` (a JSON
+  object, e.g. a Ray node's id or a SLURM array task). A file the disk cannot take is
+  skipped: the run itself then reports the full disk.
+
+  Returns:
+    The record.
+  """
+  try:
+    where = json.loads(os.environ.get(WHERE_ENV) or '{}')
+  except ValueError:
+    where = {}
+  record = {'executor': 'local', **(where if isinstance(where, dict) else {}),
+            'host': socket.gethostname(), 'pid': os.getpid(),
+            'started': time.strftime('%Y-%m-%dT%H:%M:%S')}
+  try:
+    with open(os.path.join(rundir, ATTEMPTS_FILE), 'a') as f:
+      f.write(json.dumps(record) + '\n')
+  except OSError:
+    pass
+  return record
+
+
+def attempts(rundir: str) -> list[dict[str, Any]]:
+  """The records of :func:`record_attempt` for ``rundir``, oldest first."""
+  return read_json_lines(os.path.join(rundir, ATTEMPTS_FILE))
 
 
 def run_one(rundir: str, log: Callable[[str], None]) -> dict[str, Any]:
@@ -488,6 +605,7 @@ def run_one(rundir: str, log: Callable[[str], None]) -> dict[str, Any]:
       resumed.append(s)
     log(s)
 
+  record_attempt(rundir)
   spec = None
   try:
     spec = config_lib.validate(load_run_config(rundir))
@@ -578,6 +696,18 @@ def _parent_death_signal(signum: int) -> bool:
     return False
 
 
+def _hear_stop_signals() -> None:
+  """SIGINT and SIGTERM reach this worker, whatever the process that started it did with
+  them: a Ray worker blocks and ignores SIGINT, and its children inherit both (a blocked
+  signal across exec, an ignored one too), so the stop a sweep forwards would never
+  arrive. Here they are unblocked, and SIGINT is Python's KeyboardInterrupt again."""
+  stops = {signal.SIGINT, signal.SIGTERM}
+  if hasattr(signal, 'pthread_sigmask'):
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+  if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _answer(fd: int, answer: dict[str, Any]) -> bool:
   """Writes one JSON line to the sweep; False when it is gone (the pipe is closed)."""
   data = memoryview((json.dumps(answer, default=jsonable) + '\n').encode())
@@ -601,6 +731,7 @@ def worker_main(target: str) -> int:
   Returns:
     The exit status.
   """
+  _hear_stop_signals()
   if target == '-':
     _follow_parent()
   quiet_logs()

@@ -1,0 +1,431 @@
+"""Sweeps through ``--executor=ray`` and ``--executor=slurm`` on real clusters on 127.0.0.1.
+
+The long tier starts them (``benchmarks/local_clusters.py``): a Ray head and a second node, each
+with one CPU and its own ``ray start`` process; munge, slurmctld and slurmd from Debian's
+packages (skipped with the reason where they cannot start: not root, not installed). Every run
+of a cluster sweep must give the rows of the same sweep through the local executor, the
+timings aside.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fedjax_kd import sweep
+from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.sweep import executors, planning, slurm_executor, workers
+from tests.test_main import REPO
+from tests.test_sweep import sweep_env
+
+sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+import local_clusters  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# One worker runs them all, so that each cluster and the local reference start once.
+pytestmark = pytest.mark.xdist_group('clusters')
+
+ALGORITHMS, SEEDS = ('dsfl', 'single'), (0, 1)
+NAMES = tuple(f'{a}/seed{s}' for a in ALGORITHMS for s in SEEDS)
+SETS = ('rounds=3', 'checkpoint.every=1', 'log.tensorboard=False')
+TIMEOUT_S = 600
+
+
+def _argv(out, *extra, algorithms=ALGORITHMS, seeds=SEEDS, sets=SETS):
+  argv = [sys.executable, '-m', 'fedjax_kd.sweep', '--config=configs/default.py',
+          '--algorithms=' + ','.join(algorithms), '--seeds=' + ','.join(map(str, seeds)),
+          f'--out={out}', *extra]
+  for s in sets:
+    argv += ['--set', s]
+  return argv
+
+
+def _sweep(out, *extra, env=None, **kw):
+  return subprocess.run(_argv(out, *extra, **kw), cwd=REPO, env=env or sweep_env(),
+                        capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def _rows(out, name):
+  """A run's rows without the timings (keys ending in ``_s``)."""
+  rows = workdir_lib.read_metrics(os.path.join(str(out), planning.RUNS_DIR, name))
+  return [{k: v for k, v in r.items() if not k.endswith('_s')} for r in rows]
+
+
+def _attempts(out, name):
+  return workers.attempts(os.path.join(str(out), planning.RUNS_DIR, name))
+
+
+# ------------------------------------------------------------ flags, without a cluster
+def test_each_executor_flag_is_declared_once_and_checked():
+  """Both commands take the same flags from ExecutorOptions; a bad value names its flag."""
+  from benchmarks.repro import cli as repro_cli  # pylint: disable=g-import-not-at-top
+  sweep_flags = {a.dest for a in sweep.cli._parser()._actions}   # pylint: disable=protected-access
+  fields = {f for f in executors.ExecutorOptions.__dataclass_fields__}
+  assert fields <= sweep_flags
+  with pytest.raises(SystemExit):   # the reproduction's run command parses the same flags
+    repro_cli.main(['run', '--executor=nowhere'])
+  for flag, value, allowed in (('run_resources', 'CPU4', 'NAME=AMOUNT'),
+                               ('run_resources', 'CPU=1,CPU=2', 'each name once'),
+                               ('slurm_time', 'two hours', "SLURM's time format"),
+                               ('slurm_cpus', 0, '>= 1'),
+                               ('slurm_template', '/no/such.sbatch', 'an sbatch script')):
+    with pytest.raises(ConfigError, match=allowed) as e:
+      executors.ExecutorOptions(**{flag: value})
+    assert e.value.field == f'--{flag}'
+  o = executors.ExecutorOptions(executor='ray', run_resources='CPU=4,GPU=1,accel=0.5')
+  assert o.resources == {'CPU': 4.0, 'GPU': 1.0, 'accel': 0.5}
+
+
+def test_ray_missing_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
+  monkeypatch.setitem(sys.modules, 'ray', None)   # import ray raises ImportError
+  code = sweep.main(['--config=configs/default.py', '--seeds=0', f'--out={tmp_path}/out',
+                     '--executor=ray'])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(err) == 1
+  assert err[0].startswith("error: --executor='ray' is not allowed: expected Ray installed: "
+                           "pip install 'fedjax_kd[ray]'")
+  assert not os.path.exists(tmp_path / 'out' / planning.RUNS_DIR / 'default')   # nothing ran
+
+
+def test_slurm_without_its_commands_is_one_line(tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv('PATH', str(tmp_path))
+  code = sweep.main(['--config=configs/default.py', '--seeds=0', f'--out={tmp_path}/out',
+                     '--executor=slurm'])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(err) == 1
+  assert 'sbatch, squeue, scancel, scontrol not found' in err[0]
+
+
+def test_a_task_answer_is_the_last_json_line_of_its_output(tmp_path):
+  (tmp_path / '7_1.out').write_text(
+      'slurmstepd: some note\n{"status": "done", "wall_s": 3.5, "message": "acc 0.5"}\n'
+      'slurmstepd: error: *** JOB 7 CANCELLED ***\n')
+  assert slurm_executor.task_answer(str(tmp_path), '7_1') == {
+      'status': 'done', 'wall_s': 3.5, 'message': 'acc 0.5'}
+  (tmp_path / '7_2.out').write_text('{"not": "an answer"}\nerror: node x cannot see it\n')
+  assert slurm_executor.task_answer(str(tmp_path), '7_2') is None
+  assert slurm_executor.task_answer(str(tmp_path), '7_3') is None   # no file yet
+
+
+def test_a_template_without_the_command_is_refused(tmp_path):
+  t = tmp_path / 'mine.sbatch'
+  t.write_text('#!/bin/bash\n#SBATCH --account=lab\nmodule load cuda\n')
+  o = executors.ExecutorOptions(executor='slurm', slurm_template=str(t))
+  with pytest.raises(ConfigError, match=r'\{command\}'):
+    slurm_executor.script(o, '/x/list', ['sbatch'], None)
+  t.write_text('#!/bin/bash\n#SBATCH --account=lab\nmodule load cuda\n{command}\n')
+  text = slurm_executor.script(o, '/x/list', ['sbatch'], '/shared/cache')
+  assert text.startswith('#!/bin/bash\n#SBATCH --account=lab\nmodule load cuda\nRUNDIR=')
+  assert "export FEDJAX_KD_COMPILATION_CACHE=/shared/cache\n" in text
+  assert text.rstrip().endswith('--_worker=- <<< "$RUNDIR"')
+
+
+def test_the_array_script_runs_the_worker_on_its_line_of_the_run_list(tmp_path):
+  """The script as an array task would run it (bash, SLURM's variables set by hand): task 1
+  runs the run on the list's second line and records where; a line naming a folder the
+  node cannot see is one error line."""
+  from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top
+  runs = sweep.plan(tiny_config('single', rounds=1), [sweep.Variant('single', 'single')],
+                    [0, 1], {}, str(tmp_path / 'out'))
+  workers.prepare(workers.Ledger(runs, None))
+  listing = tmp_path / 'list.txt'
+  listing.write_text(f'{tmp_path}/missing\n{os.path.abspath(runs[1].workdir)}\n')
+  o = executors.ExecutorOptions(executor='slurm')
+  script = tmp_path / 'a.sbatch'
+  script.write_text(slurm_executor.script(o, str(listing), ['sbatch'], 'none'))
+  env = {**sweep_env(), 'SLURM_ARRAY_JOB_ID': '41', 'SLURM_ARRAY_TASK_ID': '1',
+         'SLURMD_NODENAME': 'n7'}
+  proc = subprocess.run(['bash', str(script)], env=env, capture_output=True, text=True,
+                        timeout=300, cwd=str(tmp_path))
+  answer = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert proc.returncode == 0 and answer['status'] == 'done', proc.stderr[-2000:]
+  (rec,) = workers.attempts(runs[1].workdir)
+  assert (rec['executor'], rec['job'], rec['node']) == ('slurm', '41_1', 'n7')
+  assert not workers.attempts(runs[0].workdir)
+  env['SLURM_ARRAY_TASK_ID'] = '0'
+  proc = subprocess.run(['bash', str(script)], env=env, capture_output=True, text=True,
+                        timeout=60)
+  assert proc.returncode == 2
+  assert proc.stderr.strip() == (
+      f"error: node n7 cannot see the run directory '{tmp_path}/missing' (line 1 of "
+      f"{listing}): every node must see the sweep's folder at the same path (shared storage)")
+
+
+def test_the_docs_overhead_table_is_what_the_archived_numbers_give(tmp_path):
+  """docs/cluster.md's table is written by the benchmark from docs/cluster_overhead.json."""
+  import cluster_overhead  # pylint: disable=g-import-not-at-top
+  page = tmp_path / 'cluster.md'
+  committed = (pathlib.Path(REPO) / 'docs' / 'cluster.md').read_text()
+  page.write_text(committed)
+  numbers = os.path.join(REPO, 'docs', 'cluster_overhead.json')
+  assert cluster_overhead.main([f'--from_json={numbers}', f'--markdown={page}']) == 0
+  assert page.read_text() == committed
+  doc = json.loads(pathlib.Path(numbers).read_text())
+  assert doc['runs'] == 8 and len(doc['times']['ray']) >= 3
+  assert doc['ratio'] == pytest.approx(doc['ray_s'] / doc['local_s'])
+
+
+def test_the_overhead_table_gives_the_medians_and_their_ratio():
+  import cluster_overhead  # pylint: disable=g-import-not-at-top
+  doc = {'runs': 8, 'jobs': 2, 'machine': '2 cores (test)', 'local_s': 40.0, 'ray_s': 46.0,
+         'ratio': 1.15, 'times': {'local': [41.0, 40.0, 39.0], 'ray': [46.0, 50.0, 45.5]}}
+  assert cluster_overhead.table(doc).splitlines() == [
+      '8 tiny runs, 2 at a time, on 2 cores (test): a whole sweep command, median of 3 '
+      '(after a warm-up of each)', '',
+      '| executor | a sweep | against local | the sweeps |', '|---|---|---|---|',
+      '| `local --jobs=2` | 40.0 s | 1.00x | 41.0, 40.0, 39.0 s |',
+      '| `ray` (2 nodes of 1 CPU) | 46.0 s | 1.15x | 46.0, 50.0, 45.5 s |']
+
+
+# ------------------------------------------------------------ the same sweep, locally
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+  """The sweep through the local executor: ``{run name: its rows}``."""
+  out = tmp_path_factory.mktemp('local') / 'out'
+  proc = _sweep(out, '--jobs=2')
+  assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+  return {n: _rows(out, n) for n in NAMES}
+
+
+# ------------------------------------------------------------ Ray
+@pytest.fixture(scope='module')
+def ray_cluster(tmp_path_factory):
+  pytest.importorskip('ray')
+  folder = tmp_path_factory.mktemp('ray')
+  try:
+    cluster = local_clusters.start_ray(str(folder), nodes=2, cpus=1)
+  except local_clusters.Unavailable as e:
+    pytest.skip(f'no local Ray cluster: {e}')
+  yield cluster
+  cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_sweep_through_ray_gives_the_local_rows_and_runs_on_both_nodes(
+    tmp_path, reference, ray_cluster):
+  out = tmp_path / 'out'
+  proc = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}')
+  assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+  assert 'sweep: 4 done, 0 skipped, 0 failed' in proc.stdout
+  nodes = set()
+  for name in NAMES:
+    (rec,) = _attempts(out, name)   # each run ran once, and says where
+    assert rec['executor'] == 'ray'
+    nodes.add(rec['node'])
+    assert _rows(out, name) == reference[name], name
+  assert len(nodes) == 2
+  # Rerun: every run skipped, nothing submitted, the files untouched.
+  again = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}')
+  assert again.returncode == 0 and 'sweep: 0 done, 4 skipped' in again.stdout
+  assert all(len(_attempts(out, n)) == 1 for n in NAMES)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_ray_runs_after_their_round_and_a_rerun_finishes_them(
+    tmp_path, ray_cluster):
+  """SIGINT to the sweep while two runs are on the cluster and two wait: the waiting ones are
+  cancelled, the running ones stop after their round with a checkpoint; rerunning the
+  command resumes them, and every run ends with the rows of a sweep never stopped."""
+  kw = dict(algorithms=('single',), seeds=(0, 1, 2, 3),
+            sets=('rounds=30', 'checkpoint.every=1', 'log.tensorboard=False'))
+  local = tmp_path / 'local'
+  assert _sweep(local, '--jobs=2', **kw).returncode == 0
+  out = tmp_path / 'out'
+  argv = _argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}', **kw)
+  log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
+  proc = subprocess.Popen(argv, cwd=REPO, env=sweep_env(), stdout=log, stderr=subprocess.STDOUT)
+  names = [f'single/seed{s}' for s in kw['seeds']]
+  deadline = time.monotonic() + TIMEOUT_S
+  caught = False
+  while not caught and time.monotonic() < deadline and proc.poll() is None:
+    for name in names:
+      ckpts = out / planning.RUNS_DIR / name / 'checkpoints'
+      caught = caught or (ckpts.is_dir() and any(n.isdigit() and int(n) >= 2
+                                                 for n in os.listdir(ckpts)))
+    time.sleep(0.1)
+  assert caught, (tmp_path / 'sweep.out').read_text()[-3000:]
+  proc.send_signal(signal.SIGINT)
+  assert proc.wait(timeout=TIMEOUT_S) == 130, (tmp_path / 'sweep.out').read_text()[-3000:]
+  text = (tmp_path / 'sweep.out').read_text()
+  assert 'SIGINT: the running runs stop after their current round' in text
+  at, finished = {}, 0
+  for n in names:   # each finished before the signal, stopped after a round, or not started
+    summary = workdir_lib.read_json(str(out / planning.RUNS_DIR / n), 'summary.json') or {}
+    if summary.get('stopped_by'):
+      assert summary['stopped_by'] == 'SIGINT' and summary['rounds'] < 30, (n, summary)
+      at[n] = summary['rounds']
+    elif summary:
+      assert summary['rounds'] == 30, (n, summary)
+      finished += 1
+    else:
+      assert len(_attempts(out, n)) <= 1, n   # cancelled before it started, or just starting
+  assert 1 <= len(at) <= 2 and finished + len(at) < 4, text   # one a node was running
+  again = subprocess.run(argv, cwd=REPO, env=sweep_env(), capture_output=True, text=True,
+                         timeout=TIMEOUT_S)
+  assert again.returncode == 0, again.stdout + again.stderr
+  assert f'sweep: {4 - finished} done, {finished} skipped, 0 failed' in again.stdout
+  for n, k in at.items():
+    (line,) = [ln for ln in again.stdout.splitlines() if ln.split()[1:3] == ['done', n]]
+    assert line.endswith(f'(resumed after round {k})'), line
+  for n in names:
+    assert _rows(out, n) == _rows(local, n), n
+
+
+@pytest.mark.slow
+def test_the_reproduction_runs_through_ray_to_its_compare_md(tmp_path, ray_cluster):
+  """``reproduction.py run --executor=ray`` (one tiny sweep), then ``report``."""
+  runs = tmp_path / 'runs'
+  script = [sys.executable, os.path.join(REPO, 'benchmarks', 'reproduction.py')]
+  r = subprocess.run(script + ['run', f'--runs={runs}', '--tiny', '--only=dsfl',
+                               '--sweeps=dsfl_digits', '--executor=ray',
+                               f'--ray_address={ray_cluster.address}', '--run_resources=CPU=1'],
+                     cwd=REPO, env=sweep_env(), capture_output=True, text=True,
+                     timeout=TIMEOUT_S)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  planned = sweep.load_plan(str(runs / 'dsfl_digits'))['runs']
+  assert planned and (runs / 'dsfl_digits' / 'compare.md').exists()
+  for p in planned:
+    (rec,) = workers.attempts(str(runs / 'dsfl_digits' / p['workdir']))
+    assert rec['executor'] == 'ray'
+  out = tmp_path / 'reproduction.md'
+  r = subprocess.run(script + ['report', f'--runs={runs}', f'--out={out}', '--tiny',
+                               '--only=dsfl'], cwd=REPO, env=sweep_env(), capture_output=True,
+                     text=True, timeout=TIMEOUT_S)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  assert out.read_text().startswith('# Reproduction report')
+
+
+@pytest.mark.slow
+def test_a_node_lost_mid_run_leaves_every_run_finished_once_with_the_local_rows(
+    tmp_path, reference, ray_cluster):
+  """A third node joins; once a run is on it, it is killed outright (SIGKILL to its raylet,
+  workers and the run's process). Ray retries the run on a node left; it resumes there."""
+  node = ray_cluster.add_node()
+  out = tmp_path / 'out'
+  log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
+  proc = subprocess.Popen(_argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}'),
+                          cwd=REPO, env=sweep_env(), stdout=log, stderr=subprocess.STDOUT)
+  victim, deadline = None, time.monotonic() + TIMEOUT_S
+  while victim is None and time.monotonic() < deadline and proc.poll() is None:
+    for name in NAMES:
+      recs = _attempts(out, name)
+      if recs and recs[-1]['node'] == ray_cluster.ids[node]:
+        victim = name
+        break
+    time.sleep(0.2)
+  assert victim is not None, 'no run was caught on the third node'
+  ray_cluster.kill_node(node)
+  assert proc.wait(timeout=TIMEOUT_S) == 0, (tmp_path / 'sweep.out').read_text()[-3000:]
+  text = (tmp_path / 'sweep.out').read_text()
+  assert 'sweep: 4 done, 0 skipped, 0 failed' in text
+  for name in NAMES:
+    assert sum(line.split()[1:3] == ['done', name] for line in text.splitlines()) == 1, text
+    assert _rows(out, name) == reference[name], name
+  recs = _attempts(out, victim)
+  assert len(recs) == 2 and recs[0]['node'] != recs[1]['node']
+  assert 'after its node was lost' in text
+
+
+@pytest.mark.slow
+def test_a_node_that_cannot_see_the_folder_is_one_line_and_nothing_starts(
+    tmp_path, ray_cluster):
+  """A node whose file system hides this test's folder (a tmpfs mounted over it in its own
+  mount namespace): the check before any run names the node and the file."""
+  hide = ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
+          'mount -t tmpfs tmpfs "$0" && exec "$@"', str(tmp_path)]
+  if subprocess.run(hide[:-1] + ['/tmp', 'true'], capture_output=True,
+                    check=False).returncode:
+    pytest.skip('no mount namespaces here (unshare --mount needs CAP_SYS_ADMIN)')
+  node = ray_cluster.add_node(wrap=hide)
+  try:
+    out = tmp_path / 'out'
+    proc = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}')
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stdout + proc.stderr
+    assert err[0].startswith('error: --executor=ray: node ')
+    assert f"does not see this machine's files: it read 'cannot read it (No such file or " \
+           f"directory)' from {out}/{planning.RUNS_DIR}/{executors.PROBE_PREFIX}" in err[0]
+    assert err[0].endswith('nothing was started')
+    assert not any(os.path.exists(os.path.join(out, planning.RUNS_DIR, n, 'metrics.jsonl'))
+                   for n in NAMES)
+    assert not [n for n in os.listdir(out / planning.RUNS_DIR)
+                if n.startswith(executors.PROBE_PREFIX)]   # the probe removed
+  finally:
+    ray_cluster.kill_node(node)
+
+
+# ------------------------------------------------------------ SLURM
+@pytest.fixture(scope='module')
+def slurm(tmp_path_factory):
+  folder = tmp_path_factory.mktemp('slurm')
+  try:
+    cluster = local_clusters.start_slurm(str(folder), cpus=2)
+  except local_clusters.Unavailable as e:
+    pytest.skip(f'no local SLURM: {e}')
+  yield cluster
+  cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_sweep_through_slurm_gives_the_local_rows(tmp_path, reference, slurm):
+  out = tmp_path / 'out'
+  env = {**sweep_env(), 'SLURM_CONF': slurm.conf}
+  proc = _sweep(out, '--executor=slurm', '--slurm_partition=debug', '--slurm_cpus=1',
+                '--slurm_time=30', '--slurm_max_running=2', env=env)
+  assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+  assert 'sweep: 4 done, 0 skipped, 0 failed' in proc.stdout
+  (script,) = (out / slurm_executor.SLURM_DIR).glob('array-*.sbatch')
+  assert ('--array=0-3%2 --job-name=fedjax_kd' in script.read_text()
+          and '--cpus-per-task=1 --partition=debug --time=30' in script.read_text())
+  (job,) = slurm_executor.read_jobs(str(out / slurm_executor.SLURM_DIR))
+  for name in NAMES:
+    (rec,) = _attempts(out, name)
+    k = job['runs'].index(str(out / planning.RUNS_DIR / name))
+    assert (rec['executor'], rec['job']) == ('slurm', f'{job["job"]}_{k}')
+    assert _rows(out, name) == reference[name], name
+
+
+@pytest.mark.slow
+def test_a_cancelled_array_task_resumes_from_its_checkpoint_when_the_command_reruns(
+    tmp_path, slurm):
+  """scancel of one array task mid-run: its run stops after its round with a checkpoint
+  (SLURM's SIGTERM); the rerun submits only that run, which resumes and ends with the rows
+  of a run never cancelled."""
+  sets = ('rounds=30', 'checkpoint.every=1', 'log.tensorboard=False')
+  kw = dict(algorithms=('single',), seeds=(0, 1), sets=sets)
+  local = tmp_path / 'local'
+  assert _sweep(local, '--jobs=2', **kw).returncode == 0
+  out = tmp_path / 'out'
+  env = {**sweep_env(), 'SLURM_CONF': slurm.conf}
+  log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
+  proc = subprocess.Popen(_argv(out, '--executor=slurm', **kw), cwd=REPO, env=env,
+                          stdout=log, stderr=subprocess.STDOUT)
+  rundir = out / planning.RUNS_DIR / 'single' / 'seed1'
+  deadline = time.monotonic() + TIMEOUT_S
+  while time.monotonic() < deadline and proc.poll() is None:
+    ckpts = rundir / 'checkpoints'
+    if ckpts.is_dir() and any(n.isdigit() and int(n) >= 2 for n in os.listdir(ckpts)):
+      break
+    time.sleep(0.1)
+  (rec,) = workers.attempts(str(rundir))
+  subprocess.run(['scancel', rec['job']], env=env, check=True)
+  code = proc.wait(timeout=TIMEOUT_S)
+  text = (tmp_path / 'sweep.out').read_text()
+  assert code in (130, 143), text
+  assert 'sweep: 1 done, 0 skipped, 0 failed, 1 stopped' in text, text
+  summary = workdir_lib.read_json(str(rundir), 'summary.json')
+  assert summary['stopped_by'] == 'SIGTERM' and summary['rounds'] < 30
+  again = subprocess.run(_argv(out, '--executor=slurm', **kw), cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+  assert again.returncode == 0, again.stdout + again.stderr
+  assert 'sweep: 1 done, 1 skipped, 0 failed' in again.stdout
+  assert f'resumed after round {summary["rounds"]}' in again.stdout
+  jobs = slurm_executor.read_jobs(str(out / slurm_executor.SLURM_DIR))
+  assert [len(j['runs']) for j in jobs] == [2, 1]   # the rerun submitted only that run
+  for name in ('single/seed0', 'single/seed1'):
+    assert _rows(out, name) == _rows(local, name), name
