@@ -10,134 +10,20 @@ with one executor can be finished with another.
 * ``ray``: one Ray task per run on an existing cluster (:mod:`fedjax_kd.sweep.ray_executor`).
 * ``slurm``: one SLURM job array, a task per run (:mod:`fedjax_kd.sweep.slurm_executor`).
 
-Each flag is declared once, in :class:`ExecutorOptions` (its default, type, check and help);
-:func:`add_flags` makes the command-line flags of ``fedjax_kd.sweep`` and of
-``benchmarks/reproduction.py run`` from it.
+Each flag is declared once, in :class:`~fedjax_kd.sweep.executor_options.ExecutorOptions`
+(its default, type, check and help); ``add_flags`` makes the command-line flags of
+``fedjax_kd.sweep`` and of ``benchmarks/reproduction.py run`` from it.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import os
-import re
-import uuid
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.sweep.executor_options import (  # pylint: disable=unused-import
+    EXECUTORS, PROBE_PREFIX, ExecutorOptions, add_flags, options_from, read_probe,
+    shared_folder, storage_error, write_probe)
 from fedjax_kd.sweep.planning import Run
 from fedjax_kd.sweep.workers import RunResult, execute as execute_local
-
-EXECUTORS = ('local', 'ray', 'slurm')
-PROBE_PREFIX = '.fedjax_kd_storage_probe_'   # the shared-storage check's file (removed after)
-
-
-def _resources(text: str) -> dict[str, float]:
-  """``'CPU=4,GPU=1'`` (any resource name a cluster declares) as ``{'CPU': 4.0, 'GPU': 1.0}``."""
-  out: dict[str, float] = {}
-  for part in text.split(','):
-    if not part.strip():
-      continue
-    name, eq, amount = part.partition('=')
-    try:
-      value = float(amount)
-    except ValueError:
-      value = -1.0
-    if not eq or not name.strip() or value < 0 or name.strip() in out:
-      raise ConfigError('--run_resources', text, 'NAME=AMOUNT pairs, each name once, e.g. '
-                        'CPU=4,GPU=1')
-    out[name.strip()] = value
-  return out
-
-
-def _slurm_time(text: str) -> str:
-  if text and not re.fullmatch(r'(\d+-)?\d+(:\d+){0,2}', text):
-    raise ConfigError('--slurm_time', text, "SLURM's time format, e.g. 90, 4:00:00 or 1-12:00:00")
-  return text
-
-
-def _at_least(lo: int, flag: str) -> Callable[[int], int]:
-  def check(v: int) -> int:
-    if v < lo:
-      raise ConfigError(flag, v, f'an integer >= {lo}')
-    return v
-  return check
-
-
-def _template(path: str) -> str:
-  if path and not os.path.isfile(path):
-    raise ConfigError('--slurm_template', path, 'an sbatch script file (see docs/cluster.md)')
-  return os.path.abspath(path) if path else ''
-
-
-def _flag(default: Any, help_text: str, check: Callable[[Any], Any] | None = None,
-          metavar: str | None = None) -> Any:
-  return dataclasses.field(default=default,
-                           metadata={'help': help_text, 'check': check, 'metavar': metavar})
-
-
-@dataclasses.dataclass(frozen=True)
-class ExecutorOptions:
-  """Where and how a sweep's runs execute; a field per command-line flag (``--<name>``)."""
-  executor: str = _flag('local', 'where the runs execute: local (worker processes here, '
-                        '--jobs at once), ray (an existing Ray cluster) or slurm (a job array)')
-  ray_address: str = _flag('auto', "the Ray cluster: auto (the one this machine belongs "
-                           "to, as 'ray start' left it) or HOST:PORT of its head", metavar='ADDR')
-  run_resources: str = _flag('CPU=1', 'Ray resources each run holds, NAME=AMOUNT pairs '
-                             '(e.g. CPU=4,GPU=1)', metavar='PAIRS')
-  slurm_partition: str = _flag('', 'sbatch --partition (default: the cluster\'s)',
-                               metavar='NAME')
-  slurm_time: str = _flag('', 'sbatch --time, a run\'s limit (e.g. 4:00:00)', metavar='TIME')
-  slurm_gpus: int = _flag(0, 'GPUs per run (sbatch --gpus-per-task)', metavar='N')
-  slurm_cpus: int = _flag(1, 'CPUs per run (sbatch --cpus-per-task)', metavar='N')
-  slurm_max_running: int = _flag(0, 'at most this many runs at once (the array\'s %%N; 0: no '
-                                 'limit)', metavar='N')
-  slurm_template: str = _flag('', 'your own sbatch script (#SBATCH lines for your account, '
-                              'modules, environment) with {command} where the run goes',
-                              metavar='FILE')
-  detach: bool = _flag(False, 'slurm: submit and return at once (rerun the command to '
-                       'collect)')
-
-  def __post_init__(self):
-    if self.executor not in EXECUTORS:
-      raise ConfigError('--executor', self.executor, ' or '.join(EXECUTORS))
-    _resources(self.run_resources)
-    _slurm_time(self.slurm_time)
-    _at_least(0, '--slurm_gpus')(self.slurm_gpus)
-    _at_least(1, '--slurm_cpus')(self.slurm_cpus)
-    _at_least(0, '--slurm_max_running')(self.slurm_max_running)
-    object.__setattr__(self, 'slurm_template', _template(self.slurm_template))
-
-  @property
-  def resources(self) -> dict[str, float]:
-    return _resources(self.run_resources)
-
-
-def add_flags(parser: argparse.ArgumentParser) -> None:
-  """Adds a ``--<field>`` flag for every :class:`ExecutorOptions` field."""
-  group = parser.add_argument_group('where the runs execute (docs/cluster.md)')
-  for f in dataclasses.fields(ExecutorOptions):
-    kw: dict[str, Any] = {'default': f.default, 'help': f.metadata['help'] + (
-        f' (default: {f.default})' if f.default not in ('', False) else '')}
-    if f.type in (bool, 'bool'):
-      kw['action'] = 'store_true'
-    else:
-      kw['type'] = int if f.type in (int, 'int') else str
-      if f.metadata.get('metavar'):
-        kw['metavar'] = f.metadata['metavar']
-    if f.name == 'executor':
-      kw['choices'] = EXECUTORS
-    group.add_argument(f'--{f.name}', **kw)
-
-
-def options_from(args: argparse.Namespace) -> ExecutorOptions:
-  """The :class:`ExecutorOptions` of parsed flags (:func:`add_flags`).
-
-  Raises:
-    ConfigError: a flag's value is not allowed (it names the flag).
-  """
-  return ExecutorOptions(**{f.name: getattr(args, f.name)
-                            for f in dataclasses.fields(ExecutorOptions)})
 
 
 def execute(runs: Sequence[Run], options: ExecutorOptions | None = None, jobs: int = 1,
@@ -173,38 +59,3 @@ def execute(runs: Sequence[Run], options: ExecutorOptions | None = None, jobs: i
     return slurm_executor.execute(runs, options, log=log, compilation_cache=compilation_cache,
                                   home=home)
   return execute_local(runs, jobs=jobs, log=log, compilation_cache=compilation_cache)
-
-
-def shared_folder(runs: Sequence[Run]) -> str:
-  """The deepest folder holding every run's workdir (made if missing): where the
-  shared-storage check and the SLURM files go."""
-  dirs = [os.path.abspath(r.workdir) for r in runs]
-  root = os.path.commonpath(dirs) if len(dirs) > 1 else os.path.dirname(dirs[0])
-  os.makedirs(root, exist_ok=True)
-  return root
-
-
-def write_probe(folder: str) -> tuple[str, str]:
-  """Writes a file with a fresh token into ``folder``; returns its path and the token."""
-  token = uuid.uuid4().hex
-  path = os.path.join(folder, PROBE_PREFIX + token)
-  with open(path, 'w') as f:
-    f.write(token)
-  return path, token
-
-
-def read_probe(path: str) -> str:
-  """What a node reads of the probe file: its token, or why it could not."""
-  try:
-    with open(path) as f:
-      return f.read()
-  except OSError as e:
-    return f'cannot read it ({e.strerror or e})'
-
-
-def storage_error(executor: str, where: str, path: str, got: str) -> DataError:
-  """The one line for a node that does not see the driver's files."""
-  return DataError(
-      f'--executor={executor}: {where} does not see this machine\'s files: it read {got!r} '
-      f'from {path}, written here just now. Every node must see the sweep\'s folder at the '
-      'same path (shared storage such as NFS: put --out there); nothing was started')

@@ -8,7 +8,7 @@ cluster's resources hold.
 
 * **Shared storage first.** Before anything runs, this process writes a file beside the
   workdirs and a task on every live node reads it back; a node that cannot is one line
-  (:func:`~fedjax_kd.sweep.executors.storage_error`) and nothing starts.
+  (:func:`~fedjax_kd.sweep.executor_options.storage_error`) and nothing starts.
 * **A node lost.** Ray retries a task whose node or worker died (:data:`RETRIES` times) on
   another node; the run resumes there from its newest checkpoint, after waiting for the
   lost process's lock on the directory to go (:func:`~fedjax_kd.sweep.workers.await_free`).
@@ -33,7 +33,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from fedjax_kd.errors import ConfigError, DataError
-from fedjax_kd.sweep import executors
+from fedjax_kd.sweep import executor_options
 from fedjax_kd.sweep.planning import STOP_FILE, Run
 from fedjax_kd.sweep.workers import (
     PARENT_ENV, RUNS_PER_WORKER, WHERE_ENV, Ledger, RunResult, StopRequested, Worker, attempts,
@@ -73,7 +73,7 @@ def connect(ray: Any, address: str) -> bool:
 
 def _probe(path: str) -> tuple[str, str]:
   import ray  # pylint: disable=g-import-not-at-top
-  return ray.get_runtime_context().get_node_id(), executors.read_probe(path)
+  return ray.get_runtime_context().get_node_id(), executor_options.read_probe(path)
 
 
 def check_storage(ray: Any, folder: str) -> int:
@@ -87,7 +87,7 @@ def check_storage(ray: Any, folder: str) -> int:
   """
   from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
   nodes = [n for n in ray.nodes() if n.get('Alive')]
-  path, token = executors.write_probe(folder)
+  path, token = executor_options.write_probe(folder)
   try:
     probe = ray.remote(num_cpus=0, max_retries=0)(_probe)
     refs = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
@@ -104,9 +104,9 @@ def check_storage(ray: Any, folder: str) -> int:
       except Exception as e:  # pylint: disable=broad-except
         got = f'its task failed: {type(e).__name__}'
       if got != token:
-        raise executors.storage_error('ray', name(refs[ref]), path, got)
+        raise executor_options.storage_error('ray', name(refs[ref]), path, got)
     for ref in late:
-      raise executors.storage_error('ray', name(refs[ref]), path,
+      raise executor_options.storage_error('ray', name(refs[ref]), path,
                                     f'nothing in {PROBE_TIMEOUT_S} s')
   finally:
     try:
@@ -230,7 +230,7 @@ def _let_go(worker: Worker) -> int:
   return code
 
 
-def execute(runs: Sequence[Run], options: executors.ExecutorOptions,
+def execute(runs: Sequence[Run], options: executor_options.ExecutorOptions,
             log: Callable[[str], None] | None = print,
             compilation_cache: str | None = None) -> list[RunResult]:
   """Runs every unfinished run of ``runs`` as a task on the Ray cluster of ``options``.
@@ -248,7 +248,7 @@ def execute(runs: Sequence[Run], options: executors.ExecutorOptions,
     return []
   owner = connect(ray, options.ray_address)
   try:
-    check_storage(ray, executors.shared_folder(runs))
+    check_storage(ray, executor_options.shared_folder(runs))
     pending = prepare(ledger)
     for _, run, _ in pending:   # a stop file a stopped earlier call left
       try:

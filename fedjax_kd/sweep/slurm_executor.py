@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
-from fedjax_kd.sweep import executors
+from fedjax_kd.sweep import executor_options
 from fedjax_kd.sweep.planning import LOG_FILE, Run, read_json_lines
 from fedjax_kd.sweep.workers import (
     WHERE_ENV, Ledger, RunResult, StopRequested, prepare, stopping_line, terminate_as_stop,
@@ -155,7 +155,7 @@ def _ended(folder: str, task: str, run: Run, stopping: bool) -> RunResult:
                    f'{os.path.join(run.workdir, LOG_FILE)}); rerun the command to resume it')
 
 
-def script(options: executors.ExecutorOptions, run_list: str, sbatch: Sequence[str],
+def script(options: executor_options.ExecutorOptions, run_list: str, sbatch: Sequence[str],
            compilation_cache: str | None) -> str:
   """The array's batch script: the user's template (or a bare one) with the command."""
   env = worker_env(compilation_cache, base={})
@@ -172,7 +172,7 @@ def script(options: executors.ExecutorOptions, run_list: str, sbatch: Sequence[s
   return SCRIPT.format(sbatch=' '.join(sbatch), command=command)
 
 
-def submit(runs: Sequence[Run], folder: str, options: executors.ExecutorOptions,
+def submit(runs: Sequence[Run], folder: str, options: executor_options.ExecutorOptions,
            compilation_cache: str | None) -> str:
   """Submits one array task per run; returns the job id (recorded in :data:`JOBS_FILE`)."""
   os.makedirs(folder, exist_ok=True)
@@ -201,7 +201,7 @@ def submit(runs: Sequence[Run], folder: str, options: executors.ExecutorOptions,
   return job
 
 
-def execute(runs: Sequence[Run], options: executors.ExecutorOptions,
+def execute(runs: Sequence[Run], options: executor_options.ExecutorOptions,
             log: Callable[[str], None] | None = print,
             compilation_cache: str | None = None, home: str | None = None) -> list[RunResult]:
   """Submits every unfinished run of ``runs`` not already queued as an array task, then
@@ -221,7 +221,7 @@ def execute(runs: Sequence[Run], options: executors.ExecutorOptions,
   ledger = Ledger(runs, log)
   if not runs:
     return []
-  folder = os.path.join(home or executors.shared_folder(runs), SLURM_DIR)
+  folder = os.path.join(home or executor_options.shared_folder(runs), SLURM_DIR)
   pending = prepare(ledger)
   earlier = read_jobs(folder)
   queued = live_tasks([j['job'] for j in earlier])
