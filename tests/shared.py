@@ -31,3 +31,15 @@ def steps_of_activations(monkeypatch) -> None:
   from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(memory, '_probe', lambda *args: args[6] << 20)   # args[6]: clients
   monkeypatch.setattr(memory, '_bound_one', lambda *args: 1 << 20)     # one client's bound
+
+
+def assert_rewrites_to_itself(tmp_path, doc: str, main, argv, flag: str = '--markdown') -> None:
+  """A table command (``main(argv + [flag=PAGE])``) run on a copy of the committed page
+  ``doc`` (e.g. ``'docs/configs.md'``) leaves it as committed: its table is the script's
+  output, never edited by hand."""
+  import pathlib  # pylint: disable=g-import-not-at-top
+  committed = (pathlib.Path(__file__).resolve().parents[1] / doc).read_text()
+  page = tmp_path / pathlib.Path(doc).name
+  page.write_text(committed)
+  assert main([*argv, f'{flag}={page}']) == 0
+  assert page.read_text() == committed

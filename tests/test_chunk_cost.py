@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from tests.shared import assert_rewrites_to_itself
 from tests.test_main import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
@@ -65,13 +66,9 @@ def test_each_chunk_runs_in_its_own_process_and_the_ratio_is_to_all_at_once(tmp_
 def test_the_docs_section_is_what_the_archived_numbers_give(tmp_path):
   """docs/performance.md's chunk-cost table is written by the script from
   docs/chunk_cost_cpu.json, as the page's own command says, never edited by hand."""
-  page = tmp_path / 'performance.md'
-  with open(os.path.join(REPO, 'docs', 'performance.md')) as f:
-    committed = f.read()
-  page.write_text(committed)
   numbers = os.path.join(REPO, 'docs', 'chunk_cost_cpu.json')
-  assert chunk_cost.main([f'--from_json={numbers}', f'--markdown={page}']) == 0
-  assert page.read_text() == committed
+  assert_rewrites_to_itself(tmp_path, 'docs/performance.md', chunk_cost.main,
+                            [f'--from_json={numbers}'])
   with open(numbers) as f:
     doc = json.load(f)
   assert doc['config'] == 'dsfl_mnist' and [r['chunk'] for r in doc['rows']] == [100, 50, 25]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
+from tests.shared import assert_rewrites_to_itself
 from tests.test_main import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
@@ -99,20 +100,11 @@ def test_the_table_goes_between_the_markers_and_nowhere_else(tmp_path):
 def test_the_docs_table_is_what_the_archived_numbers_give(tmp_path):
   """docs/configs.md's table is written by the script from docs/config_costs.json, as the
   page's own command says, never edited by hand."""
-  page = tmp_path / 'configs.md'
-  with open(os.path.join(REPO, 'docs', 'configs.md')) as f:
-    committed = f.read()
-  page.write_text(committed)
-  numbers = os.path.join(REPO, 'docs', 'config_costs.json')
-  assert costs.main([f'--from_json={numbers}', f'--markdown={page}']) == 0
-  assert page.read_text() == committed
+  numbers = [f'--from_json={os.path.join(REPO, "docs", "config_costs.json")}']
+  assert_rewrites_to_itself(tmp_path, 'docs/configs.md', costs.main, numbers)
   # docs/performance.md's section of the configs that ran in chunks, the same way.
-  page = tmp_path / 'performance.md'
-  with open(os.path.join(REPO, 'docs', 'performance.md')) as f:
-    committed = f.read()
-  page.write_text(committed)
-  assert costs.main([f'--from_json={numbers}', f'--memory_markdown={page}']) == 0
-  assert page.read_text() == committed
+  assert_rewrites_to_itself(tmp_path, 'docs/performance.md', costs.main, numbers,
+                            '--memory_markdown')
 
 
 def test_the_memory_table_lists_the_chunked_runs_with_their_plan_and_peak():

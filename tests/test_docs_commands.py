@@ -979,23 +979,23 @@ def test_quoted_error_lines(tmp_path, monkeypatch):
                       + test_faults_multiprocess.RERUN, quoted.split(': ', 1)[1])
   # docs/cluster.md: the Ray executor's storage check, the node's and folder's names as
   # quoted (tests/test_executors.py holds a real node's line to the same form).
-  from fedjax_kd.sweep import executors  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.sweep import executor_options  # pylint: disable=g-import-not-at-top
   (quoted,) = [k for k in OUTPUTS if k.startswith('docs/cluster.md: error:')]
-  line = executors.storage_error(
+  line = executor_options.storage_error(
       'ray', 'node 5c1f9a0e27d4 (10.0.0.7)',
-      f'/shared/runs/sweep/runs/{executors.PROBE_PREFIX}9e0c...',
+      f'/shared/runs/sweep/runs/{executor_options.PROBE_PREFIX}9e0c...',
       'cannot read it (No such file or directory)')
   assert f'error: {line}' == quoted.split(': ', 1)[1]
 
 
 def test_the_cluster_docs_template_is_one_the_slurm_executor_takes(tmp_path):
   """docs/cluster.md's sbatch template: its lines, then the run's command where it says."""
-  from fedjax_kd.sweep import executors, slurm_executor  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.sweep import executor_options, slurm_executor  # pylint: disable=g-import-not-at-top
   text = block('docs/cluster.md: #!/bin/bash').text
   path = tmp_path / 'mine.sbatch'
   path.write_text(text + '\n')
   script = slurm_executor.script(
-      executors.ExecutorOptions(executor='slurm', slurm_template=str(path)), '/x/list',
+      executor_options.ExecutorOptions(executor='slurm', slurm_template=str(path)), '/x/list',
       ['sbatch'], None)
   head = text.split('{command}')[0]
   assert script.startswith(head) and '\nRUNDIR="$(sed -n' in script

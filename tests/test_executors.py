@@ -20,7 +20,8 @@ import pytest
 from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
-from fedjax_kd.sweep import executors, planning, slurm_executor, workers
+from fedjax_kd.sweep import executor_options, planning, slurm_executor, workers
+from tests.shared import assert_rewrites_to_itself
 from tests.test_main import REPO
 from tests.test_sweep import sweep_env
 
@@ -65,7 +66,7 @@ def test_each_executor_flag_is_declared_once_and_checked():
   """Both commands take the same flags from ExecutorOptions; a bad value names its flag."""
   from benchmarks.repro import cli as repro_cli  # pylint: disable=g-import-not-at-top
   sweep_flags = {a.dest for a in sweep.cli._parser()._actions}   # pylint: disable=protected-access
-  fields = {f for f in executors.ExecutorOptions.__dataclass_fields__}
+  fields = {f for f in executor_options.ExecutorOptions.__dataclass_fields__}
   assert fields <= sweep_flags
   with pytest.raises(SystemExit):   # the reproduction's run command parses the same flags
     repro_cli.main(['run', '--executor=nowhere'])
@@ -75,9 +76,9 @@ def test_each_executor_flag_is_declared_once_and_checked():
                                ('slurm_cpus', 0, '>= 1'),
                                ('slurm_template', '/no/such.sbatch', 'an sbatch script')):
     with pytest.raises(ConfigError, match=allowed) as e:
-      executors.ExecutorOptions(**{flag: value})
+      executor_options.ExecutorOptions(**{flag: value})
     assert e.value.field == f'--{flag}'
-  o = executors.ExecutorOptions(executor='ray', run_resources='CPU=4,GPU=1,accel=0.5')
+  o = executor_options.ExecutorOptions(executor='ray', run_resources='CPU=4,GPU=1,accel=0.5')
   assert o.resources == {'CPU': 4.0, 'GPU': 1.0, 'accel': 0.5}
 
 
@@ -115,7 +116,7 @@ def test_a_task_answer_is_the_last_json_line_of_its_output(tmp_path):
 def test_a_template_without_the_command_is_refused(tmp_path):
   t = tmp_path / 'mine.sbatch'
   t.write_text('#!/bin/bash\n#SBATCH --account=lab\nmodule load cuda\n')
-  o = executors.ExecutorOptions(executor='slurm', slurm_template=str(t))
+  o = executor_options.ExecutorOptions(executor='slurm', slurm_template=str(t))
   with pytest.raises(ConfigError, match=r'\{command\}'):
     slurm_executor.script(o, '/x/list', ['sbatch'], None)
   t.write_text('#!/bin/bash\n#SBATCH --account=lab\nmodule load cuda\n{command}\n')
@@ -135,7 +136,7 @@ def test_the_array_script_runs_the_worker_on_its_line_of_the_run_list(tmp_path):
   workers.prepare(workers.Ledger(runs, None))
   listing = tmp_path / 'list.txt'
   listing.write_text(f'{tmp_path}/missing\n{os.path.abspath(runs[1].workdir)}\n')
-  o = executors.ExecutorOptions(executor='slurm')
+  o = executor_options.ExecutorOptions(executor='slurm')
   script = tmp_path / 'a.sbatch'
   script.write_text(slurm_executor.script(o, str(listing), ['sbatch'], 'none'))
   env = {**sweep_env(), 'SLURM_ARRAY_JOB_ID': '41', 'SLURM_ARRAY_TASK_ID': '1',
@@ -159,12 +160,9 @@ def test_the_array_script_runs_the_worker_on_its_line_of_the_run_list(tmp_path):
 def test_the_docs_overhead_table_is_what_the_archived_numbers_give(tmp_path):
   """docs/cluster.md's table is written by the benchmark from docs/cluster_overhead.json."""
   import cluster_overhead  # pylint: disable=g-import-not-at-top
-  page = tmp_path / 'cluster.md'
-  committed = (pathlib.Path(REPO) / 'docs' / 'cluster.md').read_text()
-  page.write_text(committed)
   numbers = os.path.join(REPO, 'docs', 'cluster_overhead.json')
-  assert cluster_overhead.main([f'--from_json={numbers}', f'--markdown={page}']) == 0
-  assert page.read_text() == committed
+  assert_rewrites_to_itself(tmp_path, 'docs/cluster.md', cluster_overhead.main,
+                            [f'--from_json={numbers}'])
   doc = json.loads(pathlib.Path(numbers).read_text())
   assert doc['runs'] == 8 and len(doc['times']['ray']) >= 3
   assert doc['ratio'] == pytest.approx(doc['ray_s'] / doc['local_s'])
@@ -349,12 +347,12 @@ def test_a_node_that_cannot_see_the_folder_is_one_line_and_nothing_starts(
     assert proc.returncode == 2 and len(err) == 1, proc.stdout + proc.stderr
     assert err[0].startswith('error: --executor=ray: node ')
     assert f"does not see this machine's files: it read 'cannot read it (No such file or " \
-           f"directory)' from {out}/{planning.RUNS_DIR}/{executors.PROBE_PREFIX}" in err[0]
+           f"directory)' from {out}/{planning.RUNS_DIR}/{executor_options.PROBE_PREFIX}" in err[0]
     assert err[0].endswith('nothing was started')
     assert not any(os.path.exists(os.path.join(out, planning.RUNS_DIR, n, 'metrics.jsonl'))
                    for n in NAMES)
     assert not [n for n in os.listdir(out / planning.RUNS_DIR)
-                if n.startswith(executors.PROBE_PREFIX)]   # the probe removed
+                if n.startswith(executor_options.PROBE_PREFIX)]   # the probe removed
   finally:
     ray_cluster.kill_node(node)
 

@@ -20,8 +20,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from fedjax_kd.sweep.executor_options import (  # pylint: disable=unused-import
-    EXECUTORS, PROBE_PREFIX, ExecutorOptions, add_flags, options_from, read_probe,
-    shared_folder, storage_error, write_probe)
+    ExecutorOptions, add_flags, options_from)
 from fedjax_kd.sweep.planning import Run
 from fedjax_kd.sweep.workers import RunResult, execute as execute_local
 

@@ -317,5 +317,4 @@ def _result(ray: Any, ref: Any, run: Run, stopping: bool) -> RunResult:
     return RunResult(run, 'stopped' if stopping else 'failed', 0.0,
                      f'its Ray task failed after {RETRIES + 1} tries ({name}: {first}); rerun '
                      'the command to resume it')
-  return RunResult(run, a['status'], a.get('wall_s', 0.0), a.get('message', ''),
-                   a.get('summary'))
+  return RunResult.of(run, a)

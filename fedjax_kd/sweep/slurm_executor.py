@@ -139,8 +139,7 @@ def task_state(task: str) -> str:
 def _ended(folder: str, task: str, run: Run, stopping: bool) -> RunResult:
   a = task_answer(folder, task)
   if a is not None:
-    return RunResult(run, a['status'], a.get('wall_s', 0.0), a.get('message', ''),
-                     a.get('summary'))
+    return RunResult.of(run, a)
   out = os.path.join(folder, f'{task}.out')
   try:
     with open(out, errors='replace') as f:

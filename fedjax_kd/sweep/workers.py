@@ -63,6 +63,12 @@ class RunResult:
   message: str = ''
   summary: dict[str, Any] | None = None
 
+  @classmethod
+  def of(cls, run: Run, answer: dict[str, Any], wall: float = 0.0) -> 'RunResult':
+    """The result a worker's answer (:func:`run_one`) gives; ``wall`` where it has none."""
+    return cls(run, answer['status'], answer.get('wall_s', wall), answer.get('message', ''),
+               answer.get('summary'))
+
 
 # ------------------------------------------------------------ run state
 def read_diverged(workdir: str) -> dict[str, Any] | None:
@@ -420,8 +426,7 @@ def end_of(run: Run, answer: dict[str, Any] | None, wall: float, worker: 'Worker
   """The :class:`RunResult` of a worker's answer (None: the worker died; ``stopping``: the
   sweep was being stopped, so a dead worker means a stopped run, not a failed one)."""
   if answer is not None:
-    return RunResult(run, answer['status'], answer.get('wall_s', wall),
-                     answer.get('message', ''), answer.get('summary'))
+    return RunResult.of(run, answer, wall)
   code = worker.close()
   tail = worker.stderr_tail()
   return RunResult(run, 'stopped' if stopping else 'failed', wall,
