@@ -10,6 +10,7 @@ timings aside.
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -427,3 +428,26 @@ def test_a_cancelled_array_task_resumes_from_its_checkpoint_when_the_command_rer
   assert [len(j['runs']) for j in jobs] == [2, 1]   # the rerun submitted only that run
   for name in ('single/seed0', 'single/seed1'):
     assert _rows(out, name) == _rows(local, name), name
+
+
+@pytest.mark.slow
+def test_detach_returns_at_once_and_the_rerun_collects_the_queued_tasks(tmp_path, slurm):
+  """--detach submits and returns; the same command rerun submits nothing new, waits for the
+  tasks still queued and writes the outputs once they end."""
+  kw = dict(algorithms=('single',), seeds=(0, 1))
+  out = tmp_path / 'out'
+  env = {**sweep_env(), 'SLURM_CONF': slurm.conf}
+  first = _sweep(out, '--executor=slurm', '--detach', env=env, **kw)
+  assert first.returncode == 0, first.stdout + first.stderr
+  assert '0 done, 0 skipped, 0 failed, 2 left to SLURM (rerun to collect)' in first.stdout
+  again = _sweep(out, '--executor=slurm', env=env, **kw)
+  assert again.returncode == 0, again.stdout + again.stderr
+  jobs = slurm_executor.read_jobs(str(out / slurm_executor.SLURM_DIR))
+  assert len(jobs) == 1   # the rerun found both runs queued or finished: nothing resubmitted
+  # Each run is collected once: waited for (done) if still queued, else found finished.
+  counts = re.search(r'sweep: (\d+) done, (\d+) skipped, 0 failed', again.stdout)
+  assert counts and int(counts[1]) + int(counts[2]) == 2, again.stdout
+  assert (out / 'compare.md').exists()
+  for name in ('single/seed0', 'single/seed1'):
+    (rec,) = _attempts(out, name)
+    assert rec['executor'] == 'slurm' and rec['job'].startswith(jobs[0]['job'] + '_')
