@@ -253,22 +253,34 @@ def nonfinite_arrays(state: Any, fed: Any = None) -> list[str]:
 class _StopOnSignal(contextlib.AbstractContextManager):
   """SIGINT/SIGTERM set a flag the loop checks after each round.
 
-  A second SIGINT raises KeyboardInterrupt at once. Handlers are installed
-  only on the main thread (Python's rule) and restored on exit.
+  A second SIGINT aborts at once: it raises KeyboardInterrupt, and whatever leaves the block
+  after it leaves as KeyboardInterrupt. Python code that C calls back (numpy's dtype
+  lookup, a garbage-collector callback) cannot pass a KeyboardInterrupt on: C wraps it (a
+  ``SystemError`` whose cause is the KeyboardInterrupt) or prints and drops it. So the
+  abort is remembered here, and :meth:`check` (after each round) raises it again should it
+  have been dropped. Handlers are installed only on the main thread (Python's rule) and
+  restored on exit.
   """
 
   def __init__(self, log: Callable[[str], None]):
     self.signum: int | None = None
+    self.aborted = False
     self._log = log
     self._old: dict[int, Any] = {}
 
   def _handle(self, signum, frame):
     del frame
     if self.signum is not None and signum == signal.SIGINT:
+      self.aborted = True
       raise KeyboardInterrupt
     self.signum = signum
     self._log(f'{signal.Signals(signum).name}: stopping after this round and saving a '
               'checkpoint (Ctrl-C again to abort at once)')
+
+  def check(self) -> None:
+    """Raises KeyboardInterrupt if a second SIGINT came and its exception was dropped."""
+    if self.aborted:
+      raise KeyboardInterrupt
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():
@@ -276,9 +288,11 @@ class _StopOnSignal(contextlib.AbstractContextManager):
         self._old[s] = signal.signal(s, self._handle)
     return self
 
-  def __exit__(self, *exc):
+  def __exit__(self, exc_type, exc, tb):
     for s, h in self._old.items():
       signal.signal(s, h)
+    if self.aborted and exc is not None and not isinstance(exc, KeyboardInterrupt):
+      raise KeyboardInterrupt from exc   # the abort, wrapped on its way out by C code
     return False
 
 
@@ -345,6 +359,7 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
         for t in range(session.start, last + 1):
           watchdog.note_round(t, session.last_saved)   # named if a process is lost
           session.record(session.play(t))
+          stop.check()
           if session.checkpoint(t, stop.signum):
             break
     finally:

@@ -371,3 +371,49 @@ def test_a_second_ctrl_c_in_a_round_is_one_line(tmp_path):
   assert [ln for ln in err.splitlines() if ln.startswith('error: ')] == [
       'error: interrupted (Ctrl-C); rerun the same command to resume from the newest '
       'checkpoint, if the run had saved one']
+
+
+def _second_ctrl_c(stop):
+  """What a second Ctrl-C does inside ``stop``'s block: the handler's own call, as the
+  signal machinery makes it, after a first one that asked for a stop."""
+  import signal
+  stop._handle(signal.SIGINT, None)   # pylint: disable=protected-access
+  assert stop.signum == signal.SIGINT and not stop.aborted
+  stop._handle(signal.SIGINT, None)   # pylint: disable=protected-access
+
+
+def test_a_second_ctrl_c_wrapped_by_c_code_still_leaves_as_a_keyboard_interrupt():
+  # CI saw this: the second SIGINT landed in a Python method numpy's C code called back
+  # (a dtype's __hash__), and C turned the KeyboardInterrupt into a SystemError.
+  stop = runner._StopOnSignal(lambda s: None)   # pylint: disable=protected-access
+  with pytest.raises(KeyboardInterrupt) as got:
+    with stop:
+      try:
+        _second_ctrl_c(stop)
+      except KeyboardInterrupt as e:
+        raise SystemError('returned a result with an exception set') from e
+  assert stop.aborted and isinstance(got.value.__cause__, SystemError)
+
+
+def test_a_second_ctrl_c_dropped_by_c_code_aborts_at_the_end_of_the_round():
+  # A garbage-collector callback prints the KeyboardInterrupt and drops it: the round goes on,
+  # and the check after it raises the abort again.
+  stop = runner._StopOnSignal(lambda s: None)   # pylint: disable=protected-access
+  with pytest.raises(KeyboardInterrupt):
+    with stop:
+      try:
+        _second_ctrl_c(stop)
+      except KeyboardInterrupt:
+        pass
+      stop.check()
+
+
+def test_a_first_ctrl_c_or_other_errors_are_left_as_they_are():
+  stop = runner._StopOnSignal(lambda s: None)   # pylint: disable=protected-access
+  with pytest.raises(SystemError):
+    with stop:
+      import signal
+      stop._handle(signal.SIGINT, None)   # pylint: disable=protected-access
+      stop.check()                        # one Ctrl-C: a stop after the round, not an abort
+      raise SystemError('not an interrupt')
+  assert not stop.aborted
