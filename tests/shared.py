@@ -3,6 +3,11 @@ that tests write (and run in subprocesses) import it, which importing ``conftest
 up the session's compilation cache) must not do."""
 
 
+# A config file of the tiny experiment, for commands that take ``--config=FILE`` (run with the
+# repository as the working folder, so that ``tests`` imports).
+TINY_FILE = 'from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n'
+
+
 def tiny_config(algorithm: str = 'dsfl', rounds: int = 3, **overrides):
   """The tiny experiment the tests share: ``algorithm`` on 600 synthetic images, four clients
   of small MLPs (one width for FedAvg, two otherwise), one epoch each, 100 of 150 public

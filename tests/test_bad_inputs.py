@@ -18,10 +18,10 @@ import pytest
 from fedjax_kd import main as main_lib
 from fedjax_kd import runner
 from fedjax_kd import workdir as workdir_lib
+from tests.shared import TINY_FILE
 from tests.test_main import REPO
 
 DEFAULT = os.path.join(REPO, 'configs', 'default.py')
-TINY = 'from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n'
 
 
 def _npz(path, *, n=200, classes=10, y_train=None, y_test=None, x_train=None, x_test=None,
@@ -62,7 +62,7 @@ def _cases(tmp):
       'none.py': 'def get_config():\n  return None\n',
       'raises.py': 'def get_config():\n  raise RuntimeError("boom")\n',
       'adict.py': 'def get_config():\n  return {"rounds": 3}\n',
-      'tiny.py': TINY,
+      'tiny.py': TINY_FILE,
   }
   for name, text in files.items():
     with open(os.path.join(tmp, name), 'w') as f:
@@ -229,7 +229,7 @@ def _finished(tmp_path, rounds=3):
   work = tmp_path / 'done'
   runner.run(config_lib.validate(c), str(work), progress=False)
   cfg = tmp_path / 'tiny.py'
-  cfg.write_text(TINY)
+  cfg.write_text(TINY_FILE)
   return work, cfg
 
 
@@ -331,7 +331,7 @@ def test_ctrl_c_before_the_first_round_is_one_line(tmp_path):
   import time
   work = tmp_path / 'w'
   cfg = tmp_path / 'tiny.py'
-  cfg.write_text(TINY)
+  cfg.write_text(TINY_FILE)
   proc = _start([f'--config={cfg}', '--config.train.epochs=300', f'--workdir={work}'])
   # The lock is taken once the config is valid; loading data and compiling round 1 follow
   # (seconds), then a round of 300 local epochs: the Ctrl-C lands before it ends.
@@ -351,7 +351,7 @@ def test_ctrl_c_before_the_first_round_is_one_line(tmp_path):
 def test_a_second_ctrl_c_in_a_round_is_one_line(tmp_path):
   import signal
   cfg = tmp_path / 'tiny.py'
-  cfg.write_text(TINY)
+  cfg.write_text(TINY_FILE)
   # Rounds of a second or so (many local epochs), so both signals land in one round.
   proc = _start([f'--config={cfg}', '--config.rounds=500', '--config.checkpoint.every=0',
                  '--config.train.epochs=300', f'--workdir={tmp_path / "w"}'])

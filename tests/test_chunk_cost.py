@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.shared import assert_rewrites_to_itself
+from tests.shared import TINY_FILE, assert_rewrites_to_itself
 from tests.test_main import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
@@ -33,9 +33,11 @@ def test_the_table_gives_each_chunks_median_and_its_ratio_to_all_at_once(tmp_pat
 
 @pytest.mark.slow
 def test_each_chunk_runs_in_its_own_process_and_the_ratio_is_to_all_at_once(tmp_path, monkeypatch):
-  """The measurement on the default config (10 clients) at C = 10 and 5, two repeats: each
-  (C, repeat) is its own run with that chunk, interleaved over C, and the table's medians and
-  ratios are those of the runs."""
+  """The measurement on the tests' tiny experiment (4 clients) at C = 4 and 2, two repeats:
+  each (C, repeat) is its own run with that chunk, interleaved over C, and the table's
+  medians and ratios are those of the runs."""
+  config = tmp_path / 'tiny.py'
+  config.write_text(TINY_FILE)
   calls, one_round = [], chunk_cost.one_round
 
   def spy(config, chunk, mnist, folder, tag):
@@ -46,15 +48,15 @@ def test_each_chunk_runs_in_its_own_process_and_the_ratio_is_to_all_at_once(tmp_
 
   monkeypatch.setattr(chunk_cost, 'one_round', spy)
   out = tmp_path / 'c.json'
-  assert chunk_cost.main(['--config=default', '--fractions=1,0.5', '--repeats=2', '--mnist=',
+  assert chunk_cost.main([f'--config={config}', '--fractions=1,0.5', '--repeats=2', '--mnist=',
                           f'--out={out}']) == 0
-  # clients.chunk is 'auto' or a number, kept as the text given (config.json: '10').
+  # clients.chunk is 'auto' or a number, kept as the text given (config.json: '4').
   assert [(c, tag, str(set_to)) for c, tag, set_to, _ in calls] == [
-      (10, 'c10_r0', '10'), (5, 'c5_r0', '5'), (10, 'c10_r1', '10'), (5, 'c5_r1', '5')]
+      (4, 'c4_r0', '4'), (2, 'c2_r0', '2'), (4, 'c4_r1', '4'), (2, 'c2_r1', '2')]
   doc = json.loads(out.read_text())
-  assert doc['config'] == 'default' and doc['clients'] == 10
-  rounds = {c: [g['round_s'] for cc, _, _, g in calls if cc == c] for c in (10, 5)}
-  for row, c in zip(doc['rows'], (10, 5)):
+  assert doc['config'] == str(config) and doc['clients'] == 4
+  rounds = {c: [g['round_s'] for cc, _, _, g in calls if cc == c] for c in (4, 2)}
+  for row, c in zip(doc['rows'], (4, 2)):
     assert row['chunk'] == c and row['runs'] == rounds[c]
     assert row['round_s'] == pytest.approx(sum(rounds[c]) / 2)   # the median of two
     assert all(0 < g['round_s'] and 0 <= g['compile_s'] for *_, g in calls)

@@ -191,6 +191,20 @@ def reference(tmp_path_factory):
   return {n: _rows(out, n) for n in NAMES}
 
 
+# The interrupted sweeps: runs long enough (30 rounds) for a signal to land mid-run.
+LONG = dict(algorithms=('single',), seeds=(0, 1, 2, 3),
+            sets=('rounds=30', 'checkpoint.every=1', 'log.tensorboard=False'))
+
+
+@pytest.fixture(scope='module')
+def long_reference(tmp_path_factory):
+  """:data:`LONG` through the local executor, never stopped: ``{run name: its rows}``."""
+  out = tmp_path_factory.mktemp('local_long') / 'out'
+  proc = _sweep(out, '--jobs=2', **LONG)
+  assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+  return {f'single/seed{s}': _rows(out, f'single/seed{s}') for s in LONG['seeds']}
+
+
 # ------------------------------------------------------------ Ray
 @pytest.fixture(scope='module')
 def ray_cluster(tmp_path_factory):
@@ -226,14 +240,11 @@ def test_a_sweep_through_ray_gives_the_local_rows_and_runs_on_both_nodes(
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_ray_runs_after_their_round_and_a_rerun_finishes_them(
-    tmp_path, ray_cluster):
+    tmp_path, ray_cluster, long_reference):
   """SIGINT to the sweep while two runs are on the cluster and two wait: the waiting ones are
   cancelled, the running ones stop after their round with a checkpoint; rerunning the
   command resumes them, and every run ends with the rows of a sweep never stopped."""
-  kw = dict(algorithms=('single',), seeds=(0, 1, 2, 3),
-            sets=('rounds=30', 'checkpoint.every=1', 'log.tensorboard=False'))
-  local = tmp_path / 'local'
-  assert _sweep(local, '--jobs=2', **kw).returncode == 0
+  kw = LONG
   out = tmp_path / 'out'
   argv = _argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}', **kw)
   log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
@@ -272,7 +283,7 @@ def test_ctrl_c_stops_the_ray_runs_after_their_round_and_a_rerun_finishes_them(
     (line,) = [ln for ln in again.stdout.splitlines() if ln.split()[1:3] == ['done', n]]
     assert line.endswith(f'(resumed after round {k})'), line
   for n in names:
-    assert _rows(out, n) == _rows(local, n), n
+    assert _rows(out, n) == long_reference[n], n
 
 
 @pytest.mark.slow
@@ -391,14 +402,11 @@ def test_a_sweep_through_slurm_gives_the_local_rows(tmp_path, reference, slurm):
 
 @pytest.mark.slow
 def test_a_cancelled_array_task_resumes_from_its_checkpoint_when_the_command_reruns(
-    tmp_path, slurm):
+    tmp_path, slurm, long_reference):
   """scancel of one array task mid-run: its run stops after its round with a checkpoint
   (SLURM's SIGTERM); the rerun submits only that run, which resumes and ends with the rows
   of a run never cancelled."""
-  sets = ('rounds=30', 'checkpoint.every=1', 'log.tensorboard=False')
-  kw = dict(algorithms=('single',), seeds=(0, 1), sets=sets)
-  local = tmp_path / 'local'
-  assert _sweep(local, '--jobs=2', **kw).returncode == 0
+  kw = {**LONG, 'seeds': (0, 1)}
   out = tmp_path / 'out'
   env = {**sweep_env(), 'SLURM_CONF': slurm.conf}
   log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
@@ -427,7 +435,7 @@ def test_a_cancelled_array_task_resumes_from_its_checkpoint_when_the_command_rer
   jobs = slurm_executor.read_jobs(str(out / slurm_executor.SLURM_DIR))
   assert [len(j['runs']) for j in jobs] == [2, 1]   # the rerun submitted only that run
   for name in ('single/seed0', 'single/seed1'):
-    assert _rows(out, name) == _rows(local, name), name
+    assert _rows(out, name) == long_reference[name], name
 
 
 @pytest.mark.slow

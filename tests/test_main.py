@@ -10,7 +10,7 @@ import pytest
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import runner
-from tests.shared import tiny_config
+from tests.shared import TINY_FILE, tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,7 +23,7 @@ def read_rows(workdir):
 @pytest.mark.slow
 def test_cli_writes_config_metrics_and_summary(tmp_path):
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text('from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
+  cfg.write_text(TINY_FILE)
   workdir = tmp_path / 'run'
   env = dict(os.environ, PYTHONPATH=REPO)
   r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
@@ -61,7 +61,7 @@ def test_cli_writes_config_metrics_and_summary(tmp_path):
 
 def test_cli_bad_input_exits_with_message(tmp_path):
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text('from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
+  cfg.write_text(TINY_FILE)
   env = dict(os.environ, PYTHONPATH=REPO)
   r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
                       f'--workdir={tmp_path / "w"}', '--config.data.alpha=-1'],

@@ -21,7 +21,7 @@ from fedjax_kd import results, runner
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
-from tests.shared import tiny_config
+from tests.shared import TINY_FILE, tiny_config
 from tests.test_main import REPO
 
 
@@ -504,7 +504,7 @@ def test_a_second_run_on_a_locked_workdir_is_refused_before_any_work(tmp_path):
     assert sorted(os.listdir(work)) == [workdir_lib.LOCK]    # nothing written
     # The CLI: exit 2, one line, before any compute.
     cfg = tmp_path / 'cfg.py'
-    cfg.write_text('from tests.shared import tiny_config\n\ndef get_config():\n  return tiny_config()\n')
+    cfg.write_text(TINY_FILE)
     r = subprocess.run([sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}',
                         f'--workdir={work}'], cwd=REPO, capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'), timeout=300)
