@@ -362,6 +362,7 @@ def _run(spec: ExperimentSpec, workdir: str, *, resume: bool, progress: bool,
           stop.check()
           if session.checkpoint(t, stop.signum):
             break
+        stop.check()   # a second Ctrl-C dropped during the last checkpoint
     finally:
       session.close()
   return session.finish(stop.signum)
