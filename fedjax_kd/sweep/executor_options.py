@@ -22,7 +22,7 @@ EXECUTORS = ('local', 'ray', 'slurm')
 PROBE_PREFIX = '.fedjax_kd_storage_probe_'   # the shared-storage check's file (removed after)
 
 
-def _resources(text: str) -> dict[str, float]:
+def _resources(text: str, flag: str = '--run_resources') -> dict[str, float]:
   """``'CPU=4,GPU=1'`` (any resource name a cluster declares) as ``{'CPU': 4.0, 'GPU': 1.0}``."""
   out: dict[str, float] = {}
   for part in text.split(','):
@@ -34,69 +34,86 @@ def _resources(text: str) -> dict[str, float]:
     except ValueError:
       value = -1.0
     if not eq or not name.strip() or value < 0 or name.strip() in out:
-      raise ConfigError('--run_resources', text, 'NAME=AMOUNT pairs, each name once, e.g. '
-                        'CPU=4,GPU=1')
+      raise ConfigError(flag, text, 'NAME=AMOUNT pairs, each name once, e.g. CPU=4,GPU=1')
     out[name.strip()] = value
   return out
 
 
-def _slurm_time(text: str) -> str:
-  if text and not re.fullmatch(r'(\d+-)?\d+(:\d+){0,2}', text):
-    raise ConfigError('--slurm_time', text, "SLURM's time format, e.g. 90, 4:00:00 or 1-12:00:00")
+# A flag's check: (value, '--name') -> the value to keep, or ConfigError naming the flag.
+def _pairs(text: str, flag: str) -> str:
+  _resources(text, flag)
   return text
 
 
-def _at_least(lo: int, flag: str) -> Callable[[int], int]:
-  def check(v: int) -> int:
+def _slurm_time(text: str, flag: str) -> str:
+  if text and not re.fullmatch(r'(\d+-)?\d+(:\d+){0,2}', text):
+    raise ConfigError(flag, text, "SLURM's time format, e.g. 90, 4:00:00 or 1-12:00:00")
+  return text
+
+
+def _at_least(lo: int) -> Callable[[int, str], int]:
+  def check(v: int, flag: str) -> int:
     if v < lo:
       raise ConfigError(flag, v, f'an integer >= {lo}')
     return v
   return check
 
 
-def _template(path: str) -> str:
+def _template(path: str, flag: str) -> str:
   if path and not os.path.isfile(path):
-    raise ConfigError('--slurm_template', path, 'an sbatch script file (see docs/cluster.md)')
+    raise ConfigError(flag, path, 'an sbatch script file (see docs/cluster.md)')
   return os.path.abspath(path) if path else ''
 
 
-def _flag(default: Any, help_text: str, check: Callable[[Any], Any] | None = None,
-          metavar: str | None = None) -> Any:
-  return dataclasses.field(default=default,
-                           metadata={'help': help_text, 'check': check, 'metavar': metavar})
+def _one_of(choices: Sequence[str]) -> Callable[[str, str], str]:
+  def check(v: str, flag: str) -> str:
+    if v not in choices:
+      raise ConfigError(flag, v, ' or '.join(choices))
+    return v
+  return check
+
+
+def _flag(default: Any, help_text: str, check: Callable[[Any, str], Any] | None = None,
+          metavar: str | None = None, choices: Sequence[str] | None = None) -> Any:
+  """A field of :class:`ExecutorOptions` and its flag: default, help, check (or the
+  ``choices`` it must be one of) and metavar, in one place."""
+  if choices is not None:
+    check = _one_of(choices)
+  return dataclasses.field(default=default, metadata={
+      'help': help_text, 'check': check, 'metavar': metavar, 'choices': choices})
 
 
 @dataclasses.dataclass(frozen=True)
 class ExecutorOptions:
   """Where and how a sweep's runs execute; a field per command-line flag (``--<name>``)."""
   executor: str = _flag('local', 'where the runs execute: local (worker processes here, '
-                        '--jobs at once), ray (an existing Ray cluster) or slurm (a job array)')
+                        '--jobs at once), ray (an existing Ray cluster) or slurm (a job array)',
+                        choices=EXECUTORS)
   ray_address: str = _flag('auto', "the Ray cluster: auto (the one this machine belongs "
                            "to, as 'ray start' left it) or HOST:PORT of its head", metavar='ADDR')
   run_resources: str = _flag('CPU=1', 'Ray resources each run holds, NAME=AMOUNT pairs '
-                             '(e.g. CPU=4,GPU=1)', metavar='PAIRS')
+                             '(e.g. CPU=4,GPU=1)', _pairs, metavar='PAIRS')
   slurm_partition: str = _flag('', 'sbatch --partition (default: the cluster\'s)',
                                metavar='NAME')
-  slurm_time: str = _flag('', 'sbatch --time, a run\'s limit (e.g. 4:00:00)', metavar='TIME')
-  slurm_gpus: int = _flag(0, 'GPUs per run (sbatch --gpus-per-task)', metavar='N')
-  slurm_cpus: int = _flag(1, 'CPUs per run (sbatch --cpus-per-task)', metavar='N')
+  slurm_time: str = _flag('', 'sbatch --time, a run\'s limit (e.g. 4:00:00)', _slurm_time,
+                          metavar='TIME')
+  slurm_gpus: int = _flag(0, 'GPUs per run (sbatch --gpus-per-task)', _at_least(0),
+                          metavar='N')
+  slurm_cpus: int = _flag(1, 'CPUs per run (sbatch --cpus-per-task)', _at_least(1),
+                          metavar='N')
   slurm_max_running: int = _flag(0, 'at most this many runs at once (the array\'s %%N; 0: no '
-                                 'limit)', metavar='N')
+                                 'limit)', _at_least(0), metavar='N')
   slurm_template: str = _flag('', 'your own sbatch script (#SBATCH lines for your account, '
                               'modules, environment) with {command} where the run goes',
-                              metavar='FILE')
+                              _template, metavar='FILE')
   detach: bool = _flag(False, 'slurm: submit and return at once (rerun the command to '
                        'collect)')
 
   def __post_init__(self):
-    if self.executor not in EXECUTORS:
-      raise ConfigError('--executor', self.executor, ' or '.join(EXECUTORS))
-    _resources(self.run_resources)
-    _slurm_time(self.slurm_time)
-    _at_least(0, '--slurm_gpus')(self.slurm_gpus)
-    _at_least(1, '--slurm_cpus')(self.slurm_cpus)
-    _at_least(0, '--slurm_max_running')(self.slurm_max_running)
-    object.__setattr__(self, 'slurm_template', _template(self.slurm_template))
+    for f in dataclasses.fields(self):   # each field's own check; it names its flag
+      if f.metadata['check'] is not None:
+        object.__setattr__(self, f.name,
+                           f.metadata['check'](getattr(self, f.name), f'--{f.name}'))
 
   @property
   def resources(self) -> dict[str, float]:
@@ -115,8 +132,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
       kw['type'] = int if f.type in (int, 'int') else str
       if f.metadata.get('metavar'):
         kw['metavar'] = f.metadata['metavar']
-    if f.name == 'executor':
-      kw['choices'] = EXECUTORS
+    if f.metadata['choices']:
+      kw['choices'] = f.metadata['choices']
     group.add_argument(f'--{f.name}', **kw)
 
 

@@ -37,7 +37,7 @@ from fedjax_kd.sweep import executor_options
 from fedjax_kd.sweep.planning import STOP_FILE, Run
 from fedjax_kd.sweep.workers import (
     PARENT_ENV, RUNS_PER_WORKER, WHERE_ENV, Ledger, RunResult, StopRequested, Worker, attempts,
-    await_free, prepare, stopping_line, terminate_as_stop, worker_env)
+    await_free, prepare, terminate_as_stop, worker_env)
 
 RETRIES = 3            # tries of a run after the first, where its node or worker died
 POLL_S = 0.5           # how often the driver looks for ended and started runs
@@ -116,7 +116,7 @@ def check_storage(ray: Any, folder: str) -> int:
   return len(nodes)
 
 
-FORWARDED = ('XLA_FLAGS', 'JAX_', 'FEDJAX_KD_')   # names (or prefixes) a run gets from here
+FORWARDED = ('XLA_FLAGS', 'JAX_', 'FEDJAX_KD_')   # the prefixes of what a run gets from here
 
 
 def forwarded_env() -> dict[str, str]:
@@ -124,8 +124,7 @@ def forwarded_env() -> dict[str, str]:
   XLA's and JAX's behaviour and fedjax_kd's, as the local executor's workers inherit them and
   sbatch exports them. The rest (``CUDA_VISIBLE_DEVICES``: Ray sets it for a task's GPUs;
   ``PATH``) comes from the node's own environment."""
-  return {k: v for k, v in os.environ.items()
-          if k == FORWARDED[0] or k.startswith(FORWARDED[1:])}
+  return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED)}
 
 
 def stop_level(rundir: str) -> int:
@@ -225,9 +224,7 @@ def _let_go(worker: Worker) -> int:
   """Ends ``worker`` (it exits once its stdin closes) and forgets it; its exit status."""
   if _KEPT.get('worker') is worker:
     _KEPT.clear()
-  code = worker.close()
-  worker.err.close()
-  return code
+  return worker.retire()
 
 
 def execute(runs: Sequence[Run], options: executor_options.ExecutorOptions,
@@ -273,7 +270,6 @@ def execute(runs: Sequence[Run], options: executor_options.ExecutorOptions,
 def _follow(ray: Any, refs: dict[Any, tuple[int, Run, str, int]], ledger: Ledger) -> None:
   """Logs each run's tries as they start and its end as it comes; stops them on request."""
   seen = {ref: base for ref, (_, _, _, base) in refs.items()}
-  interrupts = 0
   with terminate_as_stop():
     while refs:
       try:
@@ -290,15 +286,13 @@ def _follow(ray: Any, refs: dict[Any, tuple[int, Run, str, int]], ledger: Ledger
           seen[ref] = len(tries)
         for ref in ready:
           i, run, _, _ = refs.pop(ref)
-          ledger.ended(i, _result(ray, ref, run, interrupts > 0))
+          ledger.ended(i, _result(ray, ref, run, ledger.interrupts > 0))
       except (KeyboardInterrupt, StopRequested) as e:
-        interrupts += 1
-        signum = signal.SIGTERM if isinstance(e, StopRequested) else signal.SIGINT
-        ledger.log(stopping_line(signum, interrupts))
+        ledger.interrupted(e)
         for ref, (i, run, _, base) in list(refs.items()):
           try:
             with open(os.path.join(run.workdir, STOP_FILE), 'w') as f:
-              f.write('abort' if interrupts > 1 else 'stop')
+              f.write('abort' if ledger.interrupts > 1 else 'stop')
           except OSError:
             pass
           if len(attempts(run.workdir)) == base:   # not started: cancelled

@@ -43,8 +43,7 @@ from fedjax_kd.errors import ConfigError, DataError
 from fedjax_kd.sweep import executor_options
 from fedjax_kd.sweep.planning import LOG_FILE, Run, read_json_lines
 from fedjax_kd.sweep.workers import (
-    WHERE_ENV, Ledger, RunResult, StopRequested, prepare, stopping_line, terminate_as_stop,
-    worker_env)
+    WHERE_ENV, Ledger, RunResult, StopRequested, prepare, terminate_as_stop, worker_env)
 
 SLURM_DIR = 'slurm'      # in the sweep's folder: scripts, run lists, jobs.jsonl, task outputs
 JOBS_FILE = 'jobs.jsonl'  # one line per submission: the array job and its run directories
@@ -256,7 +255,6 @@ def _follow(folder: str, tasks: dict[str, tuple[int, Run]], ledger: Ledger) -> N
   """Waits for every task to leave squeue, logging each as it starts and ends."""
   jobs = sorted({t.split('_')[0] for t in tasks})
   started: set[str] = set()
-  interrupts = 0
   with terminate_as_stop():
     while tasks:
       try:
@@ -273,14 +271,12 @@ def _follow(folder: str, tasks: dict[str, tuple[int, Run]], ledger: Ledger) -> N
             started.add(task)
             ledger.started(i, f'SLURM task {task}')
           elif state is None:
-            ledger.ended(i, _ended(folder, task, run, interrupts > 0))
+            ledger.ended(i, _ended(folder, task, run, ledger.interrupts > 0))
             del tasks[task]
         if tasks:
           time.sleep(POLL_S)
       except (KeyboardInterrupt, StopRequested) as e:
-        interrupts += 1
-        signum = signal.SIGTERM if isinstance(e, StopRequested) else signal.SIGINT
-        ledger.log(stopping_line(signum, interrupts))
+        signum = ledger.interrupted(e)
         for job in jobs:
           _call(['scancel', '--state=PENDING', job], check=False)
           _call(['scancel', '--batch', f'--signal={signal.Signals(signum).name[3:]}', job],

@@ -317,6 +317,12 @@ class Worker:
       code = self.proc.wait()
     return code
 
+  def retire(self) -> int:
+    """:meth:`close`, and its output file with it (read :meth:`stderr_tail` before)."""
+    code = self.close()
+    self.err.close()
+    return code
+
 
 def _schedule(pending: list[tuple[int, Run, str]]) -> list[tuple[int, Run, str]]:
   """The order runs start in: seed-major, and within a seed one run per algorithm first.
@@ -359,6 +365,7 @@ class Ledger:
     self.names = _display_names(self.runs)
     self.width = len(str(len(self.runs)))
     self.outcome: dict[int, RunResult] = {}
+    self.interrupts = 0   # SIGINT/SIGTERM that reached the sweep so far
 
   def line(self, i: int, word: str, text: str) -> None:
     self.log(f'[{i + 1:>{self.width}}/{len(self.runs)}] {word:<8} {self.names[i]}{text}')
@@ -375,6 +382,16 @@ class Ledger:
     word = {'failed': 'FAILED', 'diverged': 'DIVERGED'}.get(result.status, result.status)
     msg = f'  {result.message}' if result.message else ''
     self.line(i, word, f'  {results.fmt_time(result.wall_s)}{msg}')
+
+  def interrupted(self, e: BaseException) -> int:
+    """Counts a Ctrl-C (KeyboardInterrupt) or SIGTERM (:class:`StopRequested`) and says what
+    the sweep does about it; returns the signal, for the running runs."""
+    self.interrupts += 1
+    signum = signal.SIGTERM if isinstance(e, StopRequested) else signal.SIGINT
+    again = '' if self.interrupts == 1 else ' (again: aborting them)'
+    self.log(f'{signal.Signals(signum).name}: the running runs stop after their current round '
+             f'and save a checkpoint{again}')
+    return signum
 
   def results(self) -> list[RunResult]:
     """A :class:`RunResult` per run in the order of the runs (``'stopped'``, ``'not
@@ -492,8 +509,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
           events.put(('end', i, done, None))
           continue
         if worker is not None and worker.count >= RUNS_PER_WORKER:
-          worker.close()
-          worker.err.close()
+          worker.retire()
           worker = None
         if worker is None:
           worker = Worker(env)
@@ -518,12 +534,10 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
         events.put(('end', i, result, None))
     finally:
       if worker is not None:
-        worker.close()
-        worker.err.close()
+        worker.retire()
       events.put(('exit', None, None, None))
 
   threads = [threading.Thread(target=slot, daemon=True) for _ in range(min(jobs, todo.qsize()))]
-  interrupts = 0
   for t in threads:
     t.start()
   live = len(threads)
@@ -546,20 +560,12 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
         else:
           ledger.ended(i, obj)
       except (KeyboardInterrupt, StopRequested) as e:
-        interrupts += 1
-        signum = signal.SIGTERM if isinstance(e, StopRequested) else signal.SIGINT
+        signum = ledger.interrupted(e)
         stop.set()
-        ledger.log(stopping_line(signum, interrupts))
         with lock:
           for w in workers:
             w.signal(signum)
   return ledger.results()
-
-
-def stopping_line(signum: int, times: int) -> str:
-  """What the sweep says when SIGINT/SIGTERM reaches it the ``times``-th time."""
-  return (f'{signal.Signals(signum).name}: the running runs stop after their current round '
-          'and save a checkpoint' + ('' if times == 1 else ' (again: aborting them)'))
 
 
 def record_attempt(rundir: str) -> dict[str, Any]:
