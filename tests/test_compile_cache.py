@@ -164,6 +164,8 @@ def test_the_sweep_hands_its_choice_to_the_workers(tmp_path, monkeypatch):
     def close(self):
       return 0
 
+    retire = close
+
   monkeypatch.setattr(sweep.workers, 'Worker', FakeWorker)
   runs = sweep.plan(tiny_config('single', rounds=1), [sweep.Variant('single', 'single')], [0], {},
                     str(tmp_path / 'out'))

@@ -300,6 +300,38 @@ def test_cli_resumes_an_unfinished_run(finished_sweep):
   assert json.loads((run / 'summary.json').read_text())['rounds'] == 2
 
 
+def test_a_worker_that_fails_to_end_still_lets_the_sweep_end(tmp_path, monkeypatch):
+  """A slot's worker raising as it is retired (here: a stand-in's error) is that slot's
+  problem: the sweep still hears the slot end and returns, where it once waited forever."""
+  import threading  # pylint: disable=g-import-not-at-top
+  from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top
+
+  class BrokenWorker:
+    def __init__(self, env):
+      del env
+      self.count, self.err = 0, None
+
+    def ask(self, rundir):
+      del rundir
+      self.count += 1
+      return {'status': 'failed', 'message': 'not run'}
+
+    def retire(self):
+      raise OSError('cannot close')
+
+  monkeypatch.setattr(sweep.workers, 'Worker', BrokenWorker)
+  monkeypatch.setattr(threading, 'excepthook', lambda args: None)   # the slot's own report
+  runs = sweep.plan(tiny_config('single', rounds=1), [Variant('single', 'single')], [0, 1], {},
+                    str(tmp_path / 'out'))
+  got = []
+  t = threading.Thread(target=lambda: got.extend(sweep.execute(runs, jobs=2, log=None)),
+                       daemon=True)
+  t.start()
+  t.join(60)
+  assert not t.is_alive(), 'the sweep waited for a slot that had ended'
+  assert [r.status for r in got] == ['failed', 'failed']
+
+
 @pytest.mark.slow
 def test_cli_reports_failed_runs_and_goes_on(tmp_path):
   out = tmp_path / 'out'

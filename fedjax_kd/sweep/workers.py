@@ -533,9 +533,11 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
             events.put(('full', i, None, None))
         events.put(('end', i, result, None))
     finally:
-      if worker is not None:
-        worker.retire()
-      events.put(('exit', None, None, None))
+      try:
+        if worker is not None:
+          worker.retire()
+      finally:   # whatever failed above, the sweep hears that this slot is done
+        events.put(('exit', None, None, None))
 
   threads = [threading.Thread(target=slot, daemon=True) for _ in range(min(jobs, todo.qsize()))]
   for t in threads:
