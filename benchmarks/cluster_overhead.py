@@ -11,6 +11,9 @@ algorithms x 4 seeds, 2 rounds) runs as a whole command, fresh ``--out`` each ti
 * ``ray``: ``--executor=ray`` on a Ray cluster started here beforehand (``N`` nodes of one CPU
   each, ``benchmarks/local_clusters.py``), so that both run ``N`` runs at once.
 
+Both commands run in the cluster's network namespace (only ``lo``, as root), so that they
+differ in the executor alone.
+
 Repeats alternate local and Ray, after one warm-up sweep of each that fills the compilation
 cache both then use, as a user's second sweep would. A sweep's time is the command's wall
 time, from start to exit, connecting to the cluster and its storage check included (the
@@ -40,14 +43,17 @@ SETS = ('rounds=2', "clients.models=('mlp@0.25',)", 'server.model=mlp@0.25',
 BEGIN, END = '<!-- cluster-overhead:begin -->', '<!-- cluster-overhead:end -->'
 
 
-def sweep_seconds(out: str, executor: list[str], cache: str, algorithms: str, seeds: str
-                  ) -> float:
-  """The wall time of one whole sweep command."""
+def sweep_seconds(out: str, executor: list[str], cache: str, algorithms: str, seeds: str,
+                  wrap=None) -> float:
+  """The wall time of one whole sweep command (run through ``wrap``, if given: a cluster's
+  namespace)."""
   cmd = [sys.executable, '-m', 'fedjax_kd.sweep', '--config=configs/default.py',
          f'--algorithms={algorithms}', f'--seeds={seeds}', f'--out={out}',
          f'--compilation_cache={cache}', *executor]
   for s in SETS:
     cmd += ['--set', s]
+  if wrap is not None:
+    cmd = wrap(cmd, REPO)
   t0 = time.perf_counter()
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
   wall = time.perf_counter() - t0
@@ -63,13 +69,14 @@ def measure(a: argparse.Namespace) -> dict:
     cluster = local_clusters.start_ray(os.path.join(folder, 'ray'), nodes=a.jobs, cpus=1)
     try:
       cache = os.path.join(folder, 'jax_cache')
+      # Both in the cluster's namespace (only lo), so that they differ in the executor alone.
       kinds = {'local': ['--executor=local', f'--jobs={a.jobs}'],
                'ray': ['--executor=ray', f'--ray_address={cluster.address}']}
       times: dict[str, list[float]] = {k: [] for k in kinds}
       for r in range(-1, a.repeats):   # -1: the warm-up sweeps, not kept
         for kind, flags in kinds.items():
           t = sweep_seconds(os.path.join(folder, f'{kind}{r}'), flags, cache, a.algorithms,
-                            a.seeds)
+                            a.seeds, cluster.wrap)
           print(f'{kind} {"warm-up" if r < 0 else f"repeat {r + 1}"}: {t:.1f} s',
                 file=sys.stderr, flush=True)
           if r >= 0:

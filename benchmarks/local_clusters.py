@@ -1,28 +1,39 @@
-r"""Real Ray and SLURM clusters on this machine, for the executors' tests and benchmark.
+r"""Real Ray and SLURM clusters on this machine, on loopback only, for the executors' tests
+and benchmark.
 
   python benchmarks/local_clusters.py ray --folder=/tmp/ray_here     # prints the address
   python benchmarks/local_clusters.py slurm --folder=/tmp/slurm_here # prints SLURM_CONF
 
+Every cluster lives in a network namespace of its own whose only interface is ``lo``
+(:func:`start_loopback`: ``unshare --net`` as root), and so does every command that talks to
+it (:meth:`Loopback.wrap`: ``nsenter --net``): no packet can leave the machine's loopback.
+Without the namespace Ray would not stay there: ``ray start --node-ip-address=127.0.0.1``
+goes through Ray's ``resolve_ip_for_localhost``, which on Linux turns 127.0.0.1 into the
+machine's outward-facing address, and the nodes then register and talk at that address. In
+the namespace there is none, so Ray finds only 127.0.0.1.
+
 Ray: a head node and more nodes, each its own ``ray start --block`` process (its own process
-group, so a test can kill a node outright), on 127.0.0.1 with the CPUs given. SLURM: munge,
-slurmctld and slurmd from the distribution's packages (Debian: ``apt-get install slurm-wlm
-munge``), configured in ``folder`` for this one machine (run as root; no cgroups, no
-accounting), its clients pointed at it by ``SLURM_CONF``. Each ``start_*`` returns a handle
-whose ``stop()`` ends what it started; both raise :class:`Unavailable` with the reason where
-they cannot start (a test then skips with it). The command-line form starts one and keeps it
-until Ctrl-C, to try docs/cluster.md on one machine.
+group, so a test can kill a node outright, or only its raylet). SLURM: munge, slurmctld and
+slurmd from the distribution's packages (Debian: ``apt-get install slurm-wlm munge``),
+configured in ``folder`` for this one machine (run as root; no cgroups, no accounting), its
+clients pointed at it by ``SLURM_CONF``. Each ``start_*`` returns a handle whose ``stop()``
+ends what it started; each raises :class:`Unavailable` with the reason where it cannot start
+(a test then skips with it). The command-line form starts one and keeps it until Ctrl-C, to
+try docs/cluster.md on one machine; it prints the ``nsenter`` prefix the sweep needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -56,15 +67,135 @@ def _wait(predicate, timeout: float, what: str, log: str = '') -> None:
   raise Unavailable(f'{what} did not come up in {timeout:.0f} s' + (f': {tail}' if tail else ''))
 
 
+# Run in the new namespaces: brings ``lo`` up (SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP)
+# and gives it a second loopback address, 127.0.0.2 (SIOCSIFADDR on ``lo:1``): glibc's
+# getaddrinfo with AI_ADDRCONFIG, which SLURM's daemons call to bind, finds no IPv4 address
+# where 127.0.0.1 is the only one. Then it says so and holds the namespaces open until its
+# stdin closes (the process that made them let go, or died).
+_HOLD_LOOPBACK = r"""
+import fcntl, socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack_from('H', fcntl.ioctl(s, 0x8913, struct.pack('16s24x', b'lo')), 16)[0]
+fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', flags | 1))
+fcntl.ioctl(s, 0x8916, struct.pack('16sHH4s16x', b'lo:1', socket.AF_INET, 0,
+                                   socket.inet_aton('127.0.0.2')))
+print('up', flush=True)
+sys.stdin.read()
+"""
+
+
+@dataclasses.dataclass
+class Loopback:
+  """A network namespace whose only interface is ``lo`` (up), held open by one process.
+
+  It comes with a mount namespace in which ``/etc/hosts`` names this machine 127.0.0.1:
+  where Ray cannot find an outward-facing address it falls back to the machine's name, which
+  outside may mean an address the namespace does not have. The processes of a cluster, and
+  every command that talks to one, start in both through :meth:`wrap`; their children stay
+  there. The namespaces last while any process is in them.
+  """
+  holder: subprocess.Popen
+  hosts: str   # the /etc/hosts of the namespace (a file of ours, bound over it)
+
+  def wrap(self, argv: list[str], cwd: str | None = None) -> list[str]:
+    """``argv`` run in the namespaces, in the folder ``cwd`` (default: this process's)."""
+    pid = self.holder.pid
+    return ['nsenter', f'--net=/proc/{pid}/ns/net', f'--mount=/proc/{pid}/ns/mnt',
+            f'--wd={os.path.abspath(cwd or os.getcwd())}', '--', *argv]
+
+  def shell_prefix(self) -> str:
+    """What to type before a command to run it in the namespaces, in the shell's folder."""
+    return ' '.join(self.wrap([], '/')[:-2]) + ' --wd="$PWD" --'
+
+  def interfaces(self) -> list[str]:
+    """The names of the namespace's network interfaces (the kernel's ``net/dev`` of it)."""
+    with open(f'/proc/{self.holder.pid}/net/dev') as f:
+      return [line.split(':')[0].strip() for line in f.read().splitlines()[2:] if ':' in line]
+
+  def stop(self) -> None:
+    """Lets go of the namespaces (they go once the processes in them have ended)."""
+    if self.holder.poll() is None:
+      try:
+        self.holder.stdin.close()
+      except OSError:
+        pass
+      try:
+        self.holder.wait(timeout=10)
+      except subprocess.TimeoutExpired:
+        self.holder.kill()
+        self.holder.wait()
+    try:
+      os.remove(self.hosts)
+    except OSError:
+      pass
+
+
+def start_loopback() -> Loopback:
+  """New network and mount namespaces: only ``lo`` (up), and an ``/etc/hosts`` that names this
+  machine 127.0.0.1.
+
+  Raises:
+    Unavailable: not root, ``unshare``/``nsenter`` missing, or the kernel refused.
+  """
+  missing = [b for b in ('unshare', 'nsenter') if shutil.which(b) is None]
+  if missing:
+    raise Unavailable(f'{" and ".join(missing)} not found (util-linux): the clusters run in '
+                      'a network namespace with only lo, so that nothing leaves loopback')
+  if os.geteuid() != 0:
+    raise Unavailable('a network namespace with only lo needs root (unshare --net), so that '
+                      'nothing leaves loopback; this user is not root')
+  fd, hosts = tempfile.mkstemp(prefix='fedjax_kd_hosts_')
+  names = ' '.join(dict.fromkeys([socket.getfqdn(), socket.gethostname().split('.')[0]]))
+  with os.fdopen(fd, 'w') as f:
+    f.write(f'127.0.0.1\tlocalhost {names}\n::1\tlocalhost ip6-localhost ip6-loopback\n')
+  os.chmod(hosts, 0o644)
+  holder = subprocess.Popen(
+      ['unshare', '--net', '--mount', '--propagation', 'private', '--', 'sh', '-c',
+       'mount --bind "$0" /etc/hosts && exec "$@"', hosts, sys.executable, '-c',
+       _HOLD_LOOPBACK], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, start_new_session=True)
+  line = holder.stdout.readline().strip()
+  net = Loopback(holder, hosts)
+  if line != 'up':
+    holder.kill()
+    err = ' '.join(holder.communicate()[1].split())[-400:]
+    net.stop()
+    raise Unavailable(f'no network namespace with only lo (unshare --net --mount): '
+                      f'{err or line or "no answer"}')
+  if net.interfaces() != ['lo']:
+    found = net.interfaces()
+    net.stop()
+    raise Unavailable(f'the new network namespace holds {found}, not only lo')
+  return net
+
+
 @dataclasses.dataclass
 class RayCluster:
-  """A head and worker nodes, each a ``ray start --block`` process group."""
+  """A head and worker nodes, each a ``ray start --block`` process group, all in the network
+  namespace :attr:`net` (only ``lo``)."""
   address: str
   folder: str
+  net: Loopback
   nodes: list[subprocess.Popen]
   cpus: int = 1
   timeout: float = 120.0
   ids: list[str] = dataclasses.field(default_factory=list)   # each node's Ray node id
+
+  def wrap(self, argv: list[str], cwd: str | None = None) -> list[str]:
+    """``argv`` run where it reaches the cluster: in its namespaces (:meth:`Loopback.wrap`)."""
+    return self.net.wrap(argv, cwd)
+
+  def alive(self) -> dict[str, str]:
+    """``{node id: its address}`` of the nodes the cluster lists as alive (none: no answer).
+    By id, not by count: a node just killed stays listed until the cluster notices."""
+    code = ('import json, ray\n'
+            f'ray.init(address="{self.address}", logging_level="ERROR", log_to_driver=False)\n'
+            'print(json.dumps({n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()\n'
+            '                  if n["Alive"]}))\n')
+    proc = subprocess.run(self.wrap([sys.executable, '-c', code]), capture_output=True,
+                          text=True, check=False, timeout=120, env=_ray_env(self.folder))
+    lines = proc.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if proc.returncode == 0 and lines else {}
 
   def add_node(self, wrap: list[str] | None = None) -> int:
     """Starts one more node (under the command ``wrap``, e.g. ``unshare``, if given) and
@@ -74,17 +205,17 @@ class RayCluster:
       Unavailable: it did not come up.
     """
     k = len(self.nodes)
-    before = _alive(self.address)
+    before = set(self.alive())
     node_log = os.path.join(self.folder, f'node{k}.log')
     cmd = [_ray_bin(), 'start', f'--address={self.address}'] + _node_flags(self.cpus)
     with open(node_log, 'w') as log:
-      self.nodes.append(subprocess.Popen((wrap or []) + cmd, stdout=log,
+      self.nodes.append(subprocess.Popen(self.wrap((wrap or []) + cmd), stdout=log,
                                          stderr=subprocess.STDOUT, env=_ray_env(self.folder),
                                          start_new_session=True))
     new: set[str] = set()
 
     def joined() -> bool:
-      new.update(_alive(self.address) - before)
+      new.update(set(self.alive()) - before)
       return bool(new)
 
     _wait(joined, self.timeout, f'Ray node {k}', node_log)
@@ -108,8 +239,27 @@ class RayCluster:
         pass
     proc.wait()
 
+  def kill_raylet(self, k: int) -> int:
+    """SIGKILL to node ``k``'s raylet alone: its Ray workers, and the processes they started,
+    are left running, as when a node's daemon crashes or is OOM-killed. Returns its pid.
+
+    Raises:
+      LookupError: node ``k`` has no raylet running.
+    """
+    for pid in _descendants(self.nodes[k].pid):
+      try:
+        with open(f'/proc/{pid}/comm') as f:
+          name = f.read().strip()
+      except OSError:
+        continue
+      if name == 'raylet':
+        os.kill(pid, signal.SIGKILL)
+        return pid
+    raise LookupError(f'Ray node {k} has no raylet running')
+
   def stop(self) -> None:
-    """Ends every node: SIGTERM to each process group, SIGKILL to what is left after 10 s."""
+    """Ends every node (SIGTERM to each process group, SIGKILL to what is left after 10 s),
+    then lets go of the namespace."""
     groups = [p.pid for p in self.nodes]
     for pgid in reversed(groups):
       try:
@@ -129,6 +279,7 @@ class RayCluster:
         pass
     for proc in self.nodes:
       proc.wait()
+    self.net.stop()
 
 
 def _descendants(pid: int) -> list[int]:
@@ -165,7 +316,8 @@ def _node_flags(cpus: int) -> list[str]:
 
 def start_ray(folder: str, nodes: int = 2, cpus: int = 1, timeout: float = 120.0
               ) -> RayCluster:
-  """A Ray cluster of ``nodes`` nodes with ``cpus`` CPUs each on 127.0.0.1.
+  """A Ray cluster of ``nodes`` nodes with ``cpus`` CPUs each on 127.0.0.1, in a network
+  namespace of its own with only ``lo`` (:func:`start_loopback`).
 
   Args:
     folder: Ray's temporary folder (sessions, logs; short: Ray's socket paths are limited).
@@ -174,40 +326,33 @@ def start_ray(folder: str, nodes: int = 2, cpus: int = 1, timeout: float = 120.0
     timeout: seconds for each node to show in the cluster.
 
   Raises:
-    Unavailable: Ray missing, or a node did not come up.
+    Unavailable: Ray missing, no namespace, a node did not come up, or a node registered at
+      an address other than 127.0.0.1.
   """
   ray = _ray_bin()
   os.makedirs(folder, exist_ok=True)
+  net = start_loopback()
   port = free_port()
   address = f'127.0.0.1:{port}'
   head_log = os.path.join(folder, 'head.log')
   with open(head_log, 'w') as log:
     head = subprocess.Popen(
-        [ray, 'start', '--head', f'--port={port}', '--include-dashboard=false',
-         f'--temp-dir={folder}'] + _node_flags(cpus), stdout=log, stderr=subprocess.STDOUT,
-        env=_ray_env(folder), start_new_session=True)
-  cluster = RayCluster(address, folder, [head], cpus, timeout)
+        net.wrap([ray, 'start', '--head', f'--port={port}', '--include-dashboard=false',
+                  f'--temp-dir={folder}'] + _node_flags(cpus)), stdout=log,
+        stderr=subprocess.STDOUT, env=_ray_env(folder), start_new_session=True)
+  cluster = RayCluster(address, folder, net, [head], cpus, timeout)
   try:
-    _wait(lambda: bool(_alive(address)), timeout, 'the Ray head', head_log)
-    cluster.ids.append(sorted(_alive(address))[0])
+    _wait(lambda: bool(cluster.alive()), timeout, 'the Ray head', head_log)
+    cluster.ids.append(sorted(cluster.alive())[0])
     for _ in range(1, nodes):
       cluster.add_node()
+    elsewhere = {i: a for i, a in cluster.alive().items() if a != '127.0.0.1'}
+    if elsewhere:
+      raise Unavailable(f'Ray nodes registered away from 127.0.0.1: {elsewhere}')
   except Unavailable:
     cluster.stop()
     raise
   return cluster
-
-
-def _alive(address: str) -> set[str]:
-  """The ids of the nodes the cluster at ``address`` lists as alive (none: no answer). By id,
-  not by count: a node just killed stays listed until the cluster notices."""
-  code = ('import ray, sys\n'
-          f'ray.init(address="{address}", logging_level="ERROR", log_to_driver=False)\n'
-          'print(" ".join(n["NodeID"] for n in ray.nodes() if n["Alive"]))\n')
-  proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                        check=False, timeout=120)
-  lines = proc.stdout.strip().splitlines()
-  return set(lines[-1].split()) if proc.returncode == 0 and lines else set()
 
 
 SLURM_CONF = '''ClusterName=fedjaxkd
@@ -245,13 +390,19 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 
 @dataclasses.dataclass
 class SlurmCluster:
-  """munged, slurmctld and slurmd in the foreground, and the ``SLURM_CONF`` for clients."""
+  """munged, slurmctld and slurmd in the foreground in the network namespace :attr:`net`
+  (only ``lo``), and the ``SLURM_CONF`` for clients."""
   conf: str
   folder: str
+  net: Loopback
   procs: list[subprocess.Popen]
 
   def env(self) -> dict[str, str]:
     return {**os.environ, 'SLURM_CONF': self.conf}
+
+  def wrap(self, argv: list[str], cwd: str | None = None) -> list[str]:
+    """``argv`` run where it reaches the cluster: in its namespaces (:meth:`Loopback.wrap`)."""
+    return self.net.wrap(argv, cwd)
 
   def stop(self) -> None:
     for proc in reversed(self.procs):
@@ -263,13 +414,15 @@ class SlurmCluster:
       except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    self.net.stop()
 
 
 def start_slurm(folder: str, cpus: int = 2, timeout: float = 60.0) -> SlurmCluster:
-  """A one-node SLURM on this machine, configured and run from ``folder``.
+  """A one-node SLURM on this machine at 127.0.0.1, configured and run from ``folder``, in a
+  network namespace of its own with only ``lo`` (:func:`start_loopback`).
 
   Raises:
-    Unavailable: not root, the packages missing, or a daemon did not come up.
+    Unavailable: not root, the packages missing, no namespace, or a daemon did not come up.
   """
   need = ['munged', 'slurmctld', 'slurmd', 'sbatch', 'sinfo']
   missing = [b for b in need if shutil.which(b) is None and not os.path.exists(f'/usr/sbin/{b}')]
@@ -292,26 +445,27 @@ def start_slurm(folder: str, cpus: int = 2, timeout: float = 60.0) -> SlurmClust
   sbin = lambda b: shutil.which(b) or f'/usr/sbin/{b}'
   env = {**os.environ, 'SLURM_CONF': conf}
   procs: list[subprocess.Popen] = []
-  cluster = SlurmCluster(conf, folder, procs)
+  net = start_loopback()
+  cluster = SlurmCluster(conf, folder, net, procs)
   log = open(os.path.join(folder, 'daemons.log'), 'w')   # pylint: disable=consider-using-with
   try:
-    procs.append(subprocess.Popen(
+    procs.append(subprocess.Popen(net.wrap(
         [sbin('munged'), '--foreground', '--force', f'--key-file={key}',
          f'--socket={folder}/munge.sock', f'--pid-file={folder}/munged.pid',
-         f'--log-file={folder}/munged.log', f'--seed-file={folder}/munge.seed'],
+         f'--log-file={folder}/munged.log', f'--seed-file={folder}/munge.seed']),
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     _wait(lambda: os.path.exists(f'{folder}/munge.sock'), timeout, 'munged',
           f'{folder}/munged.log')
-    procs.append(subprocess.Popen([sbin('slurmctld'), '-D', '-i', '-f', conf], env=env,
+    procs.append(subprocess.Popen(net.wrap([sbin('slurmctld'), '-D', '-i', '-f', conf]), env=env,
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-    procs.append(subprocess.Popen([sbin('slurmd'), '-D', '-f', conf, '-N', host], env=env,
+    procs.append(subprocess.Popen(net.wrap([sbin('slurmd'), '-D', '-f', conf, '-N', host]), env=env,
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def idle() -> bool:
       for p in procs:
         if p.poll() is not None:
           raise Unavailable(f'{p.args[0]} exited with status {p.returncode} (see {folder})')
-      out = subprocess.run(['sinfo', '-h', '-o', '%T'], env=env, capture_output=True,
+      out = subprocess.run(net.wrap(['sinfo', '-h', '-o', '%T']), env=env, capture_output=True,
                            text=True, check=False).stdout
       return out.strip() in ('idle', 'mixed', 'allocated')
 
@@ -320,6 +474,17 @@ def start_slurm(folder: str, cpus: int = 2, timeout: float = 60.0) -> SlurmClust
     cluster.stop()
     raise
   return cluster
+
+
+def announce(cluster: RayCluster | SlurmCluster) -> str:
+  """What the command-line form prints once its cluster is up: how to reach it, and the
+  ``nsenter`` prefix that runs a sweep in its namespace."""
+  if isinstance(cluster, RayCluster):
+    what, flags = f'Ray at {cluster.address}', f'--executor=ray --ray_address={cluster.address}'
+  else:
+    what, flags = f'SLURM up (export SLURM_CONF={cluster.conf})', '--executor=slurm'
+  return (f'{what}, in a network namespace with only lo; run the sweep there:\n'
+          f'  {cluster.net.shell_prefix()} python -m fedjax_kd.sweep ... {flags}')
 
 
 def main(argv=None) -> int:
@@ -331,13 +496,9 @@ def main(argv=None) -> int:
   a = ap.parse_args(argv)
   folder = os.path.abspath(a.folder)
   try:
-    if a.kind == 'ray':
-      cluster = start_ray(folder, a.nodes, a.cpus)
-      print(f'Ray at {cluster.address}: --executor=ray --ray_address={cluster.address}',
-            flush=True)
-    else:
-      cluster = start_slurm(folder, a.cpus)
-      print(f'SLURM up: export SLURM_CONF={cluster.conf}', flush=True)
+    cluster = (start_ray(folder, a.nodes, a.cpus) if a.kind == 'ray'
+               else start_slurm(folder, a.cpus))
+    print(announce(cluster), flush=True)
   except Unavailable as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

@@ -659,6 +659,15 @@ OUTPUTS: dict[str, str] = {
         'test_quoted_error_lines (the line storage_error writes for that node and file; '
         'tests/test_executors.py::test_a_node_that_cannot_see_the_folder_is_one_line_and_'
         'nothing_starts holds a real node to it)',
+    "docs/cluster.md: error: --executor=ray: no Ray cluster at --ray_address=10.0.0.7:6379 "
+    "(nothing listens there); start one with 'ray start --head', or give its head's HOST:PORT "
+    '(docs/cluster.md)':
+        'test_quoted_error_lines (the line no_cluster writes for that address; '
+        'tests/test_executors.py::test_a_ray_address_where_nothing_listens_is_one_line_within_'
+        'seconds holds a real sweep to it)',
+    'docs/cluster.md: Ray at 127.0.0.1:40123, in a network namespace with only lo; run the '
+    'sweep there:': 'test_quoted_error_lines (local_clusters.announce for a cluster at that '
+                    "address, its namespace's holder pid 4242)",
     'docs/cluster.md: #!/bin/bash':
         'test_the_cluster_docs_template_is_one_the_slurm_executor_takes (the block as '
         '--slurm_template: its lines, then the run\'s command)',
@@ -980,12 +989,26 @@ def test_quoted_error_lines(tmp_path, monkeypatch):
   # docs/cluster.md: the Ray executor's storage check, the node's and folder's names as
   # quoted (tests/test_executors.py holds a real node's line to the same form).
   from fedjax_kd.sweep import executor_options  # pylint: disable=g-import-not-at-top
-  (quoted,) = [k for k in OUTPUTS if k.startswith('docs/cluster.md: error:')]
+  (quoted,) = [k for k in OUTPUTS if k.startswith('docs/cluster.md: error: --executor=ray: node')]
   line = executor_options.storage_error(
       'ray', 'node 5c1f9a0e27d4 (10.0.0.7)',
       f'/shared/runs/sweep/runs/{executor_options.PROBE_PREFIX}9e0c...',
       'cannot read it (No such file or directory)')
   assert f'error: {line}' == quoted.split(': ', 1)[1]
+  # docs/cluster.md: a --ray_address where nothing listens.
+  from fedjax_kd.sweep import ray_executor  # pylint: disable=g-import-not-at-top
+  (quoted,) = [k for k in OUTPUTS if k.startswith('docs/cluster.md: error: --executor=ray: no ')]
+  line = ray_executor.no_cluster('10.0.0.7:6379', 'nothing listens there')
+  assert f'error: {line}' == quoted.split(': ', 1)[1]
+  # docs/cluster.md: what local_clusters.py prints for a Ray cluster, its two lines.
+  sys.path.insert(0, str(REPO / 'benchmarks'))
+  import local_clusters  # pylint: disable=g-import-not-at-top
+  holder = types.SimpleNamespace(pid=4242)
+  cluster = local_clusters.RayCluster('127.0.0.1:40123', '/tmp/ray_here',
+                                      local_clusters.Loopback(holder, '/tmp/hosts'), [])
+  assert local_clusters.announce(cluster) == block(
+      'docs/cluster.md: Ray at 127.0.0.1:40123, in a network namespace with only lo; run the '
+      'sweep there:').text
 
 
 def test_the_cluster_docs_template_is_one_the_slurm_executor_takes(tmp_path):

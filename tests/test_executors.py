@@ -1,10 +1,12 @@
 """Sweeps through ``--executor=ray`` and ``--executor=slurm`` on real clusters on 127.0.0.1.
 
-The long tier starts them (``benchmarks/local_clusters.py``): a Ray head and a second node, each
-with one CPU and its own ``ray start`` process; munge, slurmctld and slurmd from Debian's
-packages (skipped with the reason where they cannot start: not root, not installed). Every run
-of a cluster sweep must give the rows of the same sweep through the local executor, the
-timings aside.
+The long tier starts them (``benchmarks/local_clusters.py``), each in a network namespace of
+its own whose only interface is ``lo``, and runs every sweep command there too, so that no
+packet leaves loopback: a Ray head and a second node, each with one CPU and its own ``ray
+start`` process; munge, slurmctld and slurmd from Debian's packages. Where a cluster or its
+namespace cannot start (not root, not installed) its tests skip and say why. Every run of a
+cluster sweep must give the rows of the same sweep through the local executor, the timings
+aside, and every try of a run must say it ran at 127.0.0.1.
 """
 
 import json
@@ -12,8 +14,10 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -21,7 +25,7 @@ import pytest
 from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
-from fedjax_kd.sweep import executor_options, planning, slurm_executor, workers
+from fedjax_kd.sweep import executor_options, planning, ray_executor, slurm_executor, workers
 from tests.shared import assert_rewrites_to_itself
 from tests.test_main import REPO
 from tests.test_sweep import sweep_env
@@ -47,9 +51,29 @@ def _argv(out, *extra, algorithms=ALGORITHMS, seeds=SEEDS, sets=SETS):
   return argv
 
 
-def _sweep(out, *extra, env=None, **kw):
-  return subprocess.run(_argv(out, *extra, **kw), cwd=REPO, env=env or sweep_env(),
-                        capture_output=True, text=True, timeout=TIMEOUT_S)
+def _sweep(out, *extra, env=None, cluster=None, **kw):
+  """The sweep command, run where it reaches ``cluster`` (its namespace) if one is given."""
+  argv = _argv(out, *extra, **kw)
+  return subprocess.run(cluster.wrap(argv, REPO) if cluster else argv, cwd=REPO,
+                        env=env or sweep_env(), capture_output=True, text=True,
+                        timeout=TIMEOUT_S)
+
+
+def _on_loopback(out, names):
+  """Every try of every run in ``names`` ran at 127.0.0.1 (its node's address as its cluster
+  reaches it)."""
+  for name in names:
+    recs = _attempts(out, name)
+    assert recs and all(r.get('ip') == '127.0.0.1' for r in recs), (name, recs)
+
+
+# What a sweep prints on its standard output: its own lines, none of Ray's.
+OWN_LINE = re.compile(r"^(sweep: |ray: Ray's own messages go to |\[ *\d+/\d+\] |SIG(INT|TERM)[: ])")
+
+
+def _own_lines_only(text):
+  strays = [line for line in text.splitlines() if line and not OWN_LINE.match(line)]
+  assert not strays, strays[:5]
 
 
 def _rows(out, name):
@@ -92,6 +116,71 @@ def test_ray_missing_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys)
   assert err[0].startswith("error: --executor='ray' is not allowed: expected Ray installed: "
                            "pip install 'fedjax_kd[ray]'")
   assert not os.path.exists(tmp_path / 'out' / planning.RUNS_DIR / 'default')   # nothing ran
+
+
+def _free_port(host):
+  with socket.socket() as sock:
+    sock.bind((host, 0))
+    return sock.getsockname()[1]
+
+
+# 127.0.0.2: loopback, and not an address Ray rewrites into the machine's outward-facing one
+# (it rewrites only localhost, 127.0.0.1 and ::1).
+NOBODY = '127.0.0.2'
+
+
+def test_a_ray_address_where_nothing_listens_is_one_line_within_seconds(
+    tmp_path, capsys):
+  pytest.importorskip('ray')
+  address = f'{NOBODY}:{_free_port(NOBODY)}'
+  t0 = time.monotonic()
+  code = sweep.main(['--config=configs/default.py', '--seeds=0', f'--out={tmp_path}/out',
+                     '--executor=ray', f'--ray_address={address}'])
+  took = time.monotonic() - t0
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(err) == 1, err
+  assert err[0] == (f'error: --executor=ray: no Ray cluster at --ray_address={address} '
+                    "(nothing listens there); start one with 'ray start --head', or give its "
+                    "head's HOST:PORT (docs/cluster.md)")
+  assert took < 15, took
+  assert not os.path.exists(tmp_path / 'out' / planning.RUNS_DIR / 'default' / 'seed0' /
+                            'metrics.jsonl')
+
+
+def test_the_head_check_tells_a_silent_or_foreign_listener_from_a_grpc_server():
+  """What answers at the address: nothing (refused), a listener that never speaks (no answer
+  in the timeout), one that speaks something else, and one that answers the HTTP/2 preface
+  with a SETTINGS frame, as a Ray head's gRPC server does."""
+  assert ray_executor.head_answers(f'{NOBODY}:{_free_port(NOBODY)}', 1.0) == \
+      'nothing listens there'
+
+  def serve(reply):
+    listener = socket.socket()
+    listener.bind((NOBODY, 0))
+    listener.listen()
+
+    def answer():
+      conn, _ = listener.accept()
+      with conn:
+        if reply is not None:
+          conn.recv(len(ray_executor.HTTP2_PREFACE))
+          conn.sendall(reply)
+        time.sleep(2)
+    threading.Thread(target=answer, daemon=True).start()
+    return listener, f'{NOBODY}:{listener.getsockname()[1]}'
+
+  silent, address = serve(None)
+  t0 = time.monotonic()
+  assert ray_executor.head_answers(address, 0.5) == 'no answer in 0.5 s'
+  assert 0.5 <= time.monotonic() - t0 < 5
+  http1, address2 = serve(b'HTTP/1.1 400 Bad Request\r\n\r\n')
+  assert ray_executor.head_answers(address2, 2.0) == \
+      'what answers there does not speak gRPC, as a Ray head does'
+  # An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
+  grpc_like, address3 = serve(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+  assert ray_executor.head_answers(address3, 2.0) is None
+  for listener in (silent, http1, grpc_like):
+    listener.close()
 
 
 def test_slurm_without_its_commands_is_one_line(tmp_path, monkeypatch, capsys):
@@ -181,6 +270,49 @@ def test_the_overhead_table_gives_the_medians_and_their_ratio():
       '| `ray` (2 nodes of 1 CPU) | 46.0 s | 1.15x | 46.0, 50.0, 45.5 s |']
 
 
+@pytest.mark.slow
+def test_ctrl_c_while_joining_a_ray_cluster_starts_nothing_and_prints_no_traceback(tmp_path):
+  """A head that takes the connection and never answers; SIGINT while the sweep waits on it:
+  exit 130, its own lines only (the stop, and the summary), nothing on standard error."""
+  pytest.importorskip('ray')
+  listener = socket.socket()
+  listener.bind((NOBODY, 0))
+  listener.listen()
+  address = f'{NOBODY}:{listener.getsockname()[1]}'
+  joined = threading.Event()
+  held = []
+
+  def accept():
+    held.append(listener.accept()[0])
+    joined.set()
+
+  threading.Thread(target=accept, daemon=True).start()
+  proc = subprocess.Popen(_argv(tmp_path / 'out', '--executor=ray', f'--ray_address={address}',
+                                algorithms=('single',), seeds=(0,)),
+                          cwd=REPO, env=sweep_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    assert joined.wait(60), 'the sweep never connected'
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+  finally:
+    proc.kill()
+    listener.close()
+    for conn in held:
+      conn.close()
+  assert proc.returncode == 130, out + err
+  assert not err.strip(), err
+  _own_lines_only(out)
+  assert (f'SIGINT while joining the Ray cluster at --ray_address={address}: nothing started; '
+          'rerun the command to go on') in out.splitlines()
+  assert 'sweep: 0 done, 0 skipped, 0 failed, 1 stopped' in out
+  assert took < 15, took
+  assert not workers.attempts(str(tmp_path / 'out' / planning.RUNS_DIR / 'single' / 'seed0'))
+
+
 # ------------------------------------------------------------ the same sweep, locally
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
@@ -213,18 +345,31 @@ def ray_cluster(tmp_path_factory):
   try:
     cluster = local_clusters.start_ray(str(folder), nodes=2, cpus=1)
   except local_clusters.Unavailable as e:
-    pytest.skip(f'no local Ray cluster: {e}')
+    pytest.skip(f'no local Ray cluster on loopback only: {e}')
   yield cluster
   cluster.stop()
+
+
+@pytest.mark.slow
+def test_the_ray_cluster_has_only_loopback_and_its_nodes_are_at_127_0_0_1(ray_cluster):
+  """Its namespace holds lo alone, and the cluster lists each node at 127.0.0.1 (outside one,
+  Ray would register them at the machine's outward-facing address)."""
+  assert ray_cluster.net.interfaces() == ['lo']
+  nodes = ray_cluster.alive()
+  assert set(nodes) >= set(ray_cluster.ids[:2]) and set(nodes.values()) == {'127.0.0.1'}
 
 
 @pytest.mark.slow
 def test_a_sweep_through_ray_gives_the_local_rows_and_runs_on_both_nodes(
     tmp_path, reference, ray_cluster):
   out = tmp_path / 'out'
-  proc = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}')
+  proc = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}',
+                cluster=ray_cluster)
   assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
   assert 'sweep: 4 done, 0 skipped, 0 failed' in proc.stdout
+  assert f"ray: Ray's own messages go to {out}/{ray_executor.RAY_LOG}" in proc.stdout
+  _own_lines_only(proc.stdout)
+  assert not proc.stderr.strip(), proc.stderr[-3000:]
   nodes = set()
   for name in NAMES:
     (rec,) = _attempts(out, name)   # each run ran once, and says where
@@ -232,8 +377,10 @@ def test_a_sweep_through_ray_gives_the_local_rows_and_runs_on_both_nodes(
     nodes.add(rec['node'])
     assert _rows(out, name) == reference[name], name
   assert len(nodes) == 2
+  _on_loopback(out, NAMES)
   # Rerun: every run skipped, nothing submitted, the files untouched.
-  again = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}')
+  again = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}',
+                 cluster=ray_cluster)
   assert again.returncode == 0 and 'sweep: 0 done, 4 skipped' in again.stdout
   assert all(len(_attempts(out, n)) == 1 for n in NAMES)
 
@@ -246,7 +393,8 @@ def test_ctrl_c_stops_the_ray_runs_after_their_round_and_a_rerun_finishes_them(
   command resumes them, and every run ends with the rows of a sweep never stopped."""
   kw = LONG
   out = tmp_path / 'out'
-  argv = _argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}', **kw)
+  argv = ray_cluster.wrap(_argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}',
+                                **kw), REPO)
   log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
   proc = subprocess.Popen(argv, cwd=REPO, env=sweep_env(), stdout=log, stderr=subprocess.STDOUT)
   names = [f'single/seed{s}' for s in kw['seeds']]
@@ -284,6 +432,7 @@ def test_ctrl_c_stops_the_ray_runs_after_their_round_and_a_rerun_finishes_them(
     assert line.endswith(f'(resumed after round {k})'), line
   for n in names:
     assert _rows(out, n) == long_reference[n], n
+  _on_loopback(out, [n for n in names if _attempts(out, n)])
 
 
 @pytest.mark.slow
@@ -291,9 +440,10 @@ def test_the_reproduction_runs_through_ray_to_its_compare_md(tmp_path, ray_clust
   """``reproduction.py run --executor=ray`` (one tiny sweep), then ``report``."""
   runs = tmp_path / 'runs'
   script = [sys.executable, os.path.join(REPO, 'benchmarks', 'reproduction.py')]
-  r = subprocess.run(script + ['run', f'--runs={runs}', '--tiny', '--only=dsfl',
-                               '--sweeps=dsfl_digits', '--executor=ray',
-                               f'--ray_address={ray_cluster.address}', '--run_resources=CPU=1'],
+  r = subprocess.run(ray_cluster.wrap(
+      script + ['run', f'--runs={runs}', '--tiny', '--only=dsfl', '--sweeps=dsfl_digits',
+                '--executor=ray', f'--ray_address={ray_cluster.address}',
+                '--run_resources=CPU=1'], REPO),
                      cwd=REPO, env=sweep_env(), capture_output=True, text=True,
                      timeout=TIMEOUT_S)
   assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -301,7 +451,7 @@ def test_the_reproduction_runs_through_ray_to_its_compare_md(tmp_path, ray_clust
   assert planned and (runs / 'dsfl_digits' / 'compare.md').exists()
   for p in planned:
     (rec,) = workers.attempts(str(runs / 'dsfl_digits' / p['workdir']))
-    assert rec['executor'] == 'ray'
+    assert rec['executor'] == 'ray' and rec['ip'] == '127.0.0.1'
   out = tmp_path / 'reproduction.md'
   r = subprocess.run(script + ['report', f'--runs={runs}', f'--out={out}', '--tiny',
                                '--only=dsfl'], cwd=REPO, env=sweep_env(), capture_output=True,
@@ -318,8 +468,9 @@ def test_a_node_lost_mid_run_leaves_every_run_finished_once_with_the_local_rows(
   node = ray_cluster.add_node()
   out = tmp_path / 'out'
   log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
-  proc = subprocess.Popen(_argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}'),
-                          cwd=REPO, env=sweep_env(), stdout=log, stderr=subprocess.STDOUT)
+  proc = subprocess.Popen(
+      ray_cluster.wrap(_argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}'),
+                       REPO), cwd=REPO, env=sweep_env(), stdout=log, stderr=subprocess.STDOUT)
   victim, deadline = None, time.monotonic() + TIMEOUT_S
   while victim is None and time.monotonic() < deadline and proc.poll() is None:
     for name in NAMES:
@@ -339,6 +490,71 @@ def test_a_node_lost_mid_run_leaves_every_run_finished_once_with_the_local_rows(
   recs = _attempts(out, victim)
   assert len(recs) == 2 and recs[0]['node'] != recs[1]['node']
   assert 'after its node was lost' in text
+  _own_lines_only(text)   # Ray's lines about the lost node are in its log, not here
+  _on_loopback(out, NAMES)
+
+
+@pytest.mark.slow
+def test_a_node_whose_raylet_alone_dies_stops_its_run_before_the_retry_resumes_it(
+    tmp_path, ray_cluster, long_reference):
+  """A fourth node joins; once a run on it has saved a checkpoint, only its raylet is killed
+  (its Ray workers and the run's process are not). The run's process stops and exits before
+  the retry on a node left starts the run again, which resumes from the newest checkpoint
+  that process left. Every run ends once with the rows of a sweep never disturbed, and the
+  sweep prints none of Ray's lines about the lost node.
+
+  What stops it is a race, both ways of which lose nothing: the run's worker follows the
+  raylet and, once it sees it gone, stops after its round with a checkpoint (NODE_ENV:
+  ``test_a_worker_whose_node_daemon_is_gone_gets_sigterm`` tests that alone); or the node's
+  Ray worker exits first (Ray 2.60 ends a raylet's workers within seconds of it) and Ray
+  kills its child processes, the run's worker among them, mid-round."""
+  node = ray_cluster.add_node()
+  out = tmp_path / 'out'
+  stdout, stderr = open(tmp_path / 'sweep.out', 'w'), open(tmp_path / 'sweep.err', 'w')   # pylint: disable=consider-using-with
+  proc = subprocess.Popen(
+      ray_cluster.wrap(_argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}',
+                             **LONG), REPO), cwd=REPO, env=sweep_env(), stdout=stdout,
+      stderr=stderr)
+  names = [f'single/seed{s}' for s in LONG['seeds']]
+  victim, deadline = None, time.monotonic() + TIMEOUT_S
+  while victim is None and time.monotonic() < deadline and proc.poll() is None:
+    for name in names:
+      recs = _attempts(out, name)
+      ckpts = out / planning.RUNS_DIR / name / 'checkpoints'
+      if (recs and recs[-1]['node'] == ray_cluster.ids[node] and ckpts.is_dir()
+          and any(n.isdigit() and int(n) >= 2 for n in os.listdir(ckpts))):
+        victim = name
+        break
+    time.sleep(0.1)
+  assert victim is not None, 'no run was caught on the fourth node'
+  lost = _attempts(out, victim)[0]['pid']   # the run's worker process on that node
+  ckpts = out / planning.RUNS_DIR / victim / 'checkpoints'
+  ray_cluster.kill_raylet(node)
+  t0 = time.monotonic()
+  while time.monotonic() - t0 < 120:
+    if workers.process_token(lost) is None:
+      break
+    # While it lives, no other process has started the run (no second try recorded).
+    assert len(_attempts(out, victim)) == 1, 'the retry started beside the lost worker'
+    time.sleep(0.05)
+  else:
+    pytest.fail('the lost node\'s worker still runs 120 s after its raylet died')
+  left = max(int(n) for n in os.listdir(ckpts) if n.isdigit())   # its newest checkpoint
+  assert proc.wait(timeout=TIMEOUT_S) == 0, (tmp_path / 'sweep.out').read_text()[-3000:]
+  text, err = (tmp_path / 'sweep.out').read_text(), (tmp_path / 'sweep.err').read_text()
+  assert 'sweep: 4 done, 0 skipped, 0 failed' in text, text
+  _own_lines_only(text)
+  assert not err.strip(), err[-3000:]
+  log = (out / planning.RUNS_DIR / victim / planning.LOG_FILE).read_text()
+  assert f'resumed from {ckpts} after round {left}' in log, log[-3000:]
+  if "the node's daemon (pid " in log:   # the worker saw its raylet gone first
+    assert f'stopped after round {left};' in log, log[-3000:]
+  for name in names:
+    assert sum(line.split()[1:3] == ['done', name] for line in text.splitlines()) == 1, text
+    assert _rows(out, name) == long_reference[name], name
+  recs = _attempts(out, victim)
+  assert len(recs) == 2 and recs[0]['node'] != recs[1]['node']
+  _on_loopback(out, names)
 
 
 @pytest.mark.slow
@@ -354,7 +570,8 @@ def test_a_node_that_cannot_see_the_folder_is_one_line_and_nothing_starts(
   node = ray_cluster.add_node(wrap=hide)
   try:
     out = tmp_path / 'out'
-    proc = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}')
+    proc = _sweep(out, '--executor=ray', f'--ray_address={ray_cluster.address}',
+                  cluster=ray_cluster)
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1, proc.stdout + proc.stderr
     assert err[0].startswith('error: --executor=ray: node ')
@@ -376,7 +593,7 @@ def slurm(tmp_path_factory):
   try:
     cluster = local_clusters.start_slurm(str(folder), cpus=2)
   except local_clusters.Unavailable as e:
-    pytest.skip(f'no local SLURM: {e}')
+    pytest.skip(f'no local SLURM on loopback only: {e}')
   yield cluster
   cluster.stop()
 
@@ -385,8 +602,9 @@ def slurm(tmp_path_factory):
 def test_a_sweep_through_slurm_gives_the_local_rows(tmp_path, reference, slurm):
   out = tmp_path / 'out'
   env = {**sweep_env(), 'SLURM_CONF': slurm.conf}
+  assert slurm.net.interfaces() == ['lo']
   proc = _sweep(out, '--executor=slurm', '--slurm_partition=debug', '--slurm_cpus=1',
-                '--slurm_time=30', '--slurm_max_running=2', env=env)
+                '--slurm_time=30', '--slurm_max_running=2', env=env, cluster=slurm)
   assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
   assert 'sweep: 4 done, 0 skipped, 0 failed' in proc.stdout
   (script,) = (out / slurm_executor.SLURM_DIR).glob('array-*.sbatch')
@@ -398,6 +616,7 @@ def test_a_sweep_through_slurm_gives_the_local_rows(tmp_path, reference, slurm):
     k = job['runs'].index(str(out / planning.RUNS_DIR / name))
     assert (rec['executor'], rec['job']) == ('slurm', f'{job["job"]}_{k}')
     assert _rows(out, name) == reference[name], name
+  _on_loopback(out, NAMES)   # each task's node as its controller reaches it
 
 
 @pytest.mark.slow
@@ -410,8 +629,8 @@ def test_a_cancelled_array_task_resumes_from_its_checkpoint_when_the_command_rer
   out = tmp_path / 'out'
   env = {**sweep_env(), 'SLURM_CONF': slurm.conf}
   log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
-  proc = subprocess.Popen(_argv(out, '--executor=slurm', **kw), cwd=REPO, env=env,
-                          stdout=log, stderr=subprocess.STDOUT)
+  proc = subprocess.Popen(slurm.wrap(_argv(out, '--executor=slurm', **kw), REPO), cwd=REPO,
+                          env=env, stdout=log, stderr=subprocess.STDOUT)
   rundir = out / planning.RUNS_DIR / 'single' / 'seed1'
   deadline = time.monotonic() + TIMEOUT_S
   while time.monotonic() < deadline and proc.poll() is None:
@@ -420,15 +639,14 @@ def test_a_cancelled_array_task_resumes_from_its_checkpoint_when_the_command_rer
       break
     time.sleep(0.1)
   (rec,) = workers.attempts(str(rundir))
-  subprocess.run(['scancel', rec['job']], env=env, check=True)
+  subprocess.run(slurm.wrap(['scancel', rec['job']]), env=env, check=True)
   code = proc.wait(timeout=TIMEOUT_S)
   text = (tmp_path / 'sweep.out').read_text()
   assert code in (130, 143), text
   assert 'sweep: 1 done, 0 skipped, 0 failed, 1 stopped' in text, text
   summary = workdir_lib.read_json(str(rundir), 'summary.json')
   assert summary['stopped_by'] == 'SIGTERM' and summary['rounds'] < 30
-  again = subprocess.run(_argv(out, '--executor=slurm', **kw), cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=TIMEOUT_S)
+  again = _sweep(out, '--executor=slurm', env=env, cluster=slurm, **kw)
   assert again.returncode == 0, again.stdout + again.stderr
   assert 'sweep: 1 done, 1 skipped, 0 failed' in again.stdout
   assert f'resumed after round {summary["rounds"]}' in again.stdout
@@ -436,6 +654,7 @@ def test_a_cancelled_array_task_resumes_from_its_checkpoint_when_the_command_rer
   assert [len(j['runs']) for j in jobs] == [2, 1]   # the rerun submitted only that run
   for name in ('single/seed0', 'single/seed1'):
     assert _rows(out, name) == long_reference[name], name
+  _on_loopback(out, ('single/seed0', 'single/seed1'))
 
 
 @pytest.mark.slow
@@ -445,10 +664,10 @@ def test_detach_returns_at_once_and_the_rerun_collects_the_queued_tasks(tmp_path
   kw = dict(algorithms=('single',), seeds=(0, 1))
   out = tmp_path / 'out'
   env = {**sweep_env(), 'SLURM_CONF': slurm.conf}
-  first = _sweep(out, '--executor=slurm', '--detach', env=env, **kw)
+  first = _sweep(out, '--executor=slurm', '--detach', env=env, cluster=slurm, **kw)
   assert first.returncode == 0, first.stdout + first.stderr
   assert '0 done, 0 skipped, 0 failed, 2 left to SLURM (rerun to collect)' in first.stdout
-  again = _sweep(out, '--executor=slurm', env=env, **kw)
+  again = _sweep(out, '--executor=slurm', env=env, cluster=slurm, **kw)
   assert again.returncode == 0, again.stdout + again.stderr
   jobs = slurm_executor.read_jobs(str(out / slurm_executor.SLURM_DIR))
   assert len(jobs) == 1   # the rerun found both runs queued or finished: nothing resubmitted
@@ -459,3 +678,5 @@ def test_detach_returns_at_once_and_the_rerun_collects_the_queued_tasks(tmp_path
   for name in ('single/seed0', 'single/seed1'):
     (rec,) = _attempts(out, name)
     assert rec['executor'] == 'slurm' and rec['job'].startswith(jobs[0]['job'] + '_')
+    assert rec['ip'] == '127.0.0.1'
+

@@ -312,6 +312,47 @@ def test_a_worker_whose_sweep_is_gone_gets_sigterm(tmp_path):
   assert marker.read_text() == 'SIGTERM'
 
 
+def test_a_worker_whose_node_daemon_is_gone_gets_sigterm(tmp_path):
+  """A worker-like process follows a stand-in node daemon (a sleep, by its pid and start
+  time, NODE_ENV); killing the daemon gets it SIGTERM, which stops a run after its round."""
+  daemon = subprocess.Popen(['sleep', '60'])
+  marker = tmp_path / 'got_sigterm'
+  try:
+    token = workers.process_token(daemon.pid)
+    assert token and workers.token_alive(token)
+    pid, start = token.split()
+    assert not workers.token_alive(f'{pid} {int(start) + 1}')   # another process, same pid
+    worker = ('import os, signal, sys, time\n'
+              'from fedjax_kd.sweep import workers\n'
+              'workers.PARENT_POLL_S = 0.05\n'
+              'def on_term(signum, frame):\n'
+              f'  open({str(marker)!r}, "w").write("SIGTERM")\n'
+              '  os._exit(0)\n'
+              'signal.signal(signal.SIGTERM, on_term)\n'
+              'workers._follow_node()\n'
+              'print("following", flush=True)\n'
+              'time.sleep(60)\n')
+    proc = subprocess.Popen([sys.executable, '-c', worker], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, **{workers.NODE_ENV: token}))
+    assert proc.stdout.readline().strip() == 'following'
+    time.sleep(0.3)
+    assert not marker.exists()   # the daemon lives: nothing happens
+    daemon.kill()
+    daemon.wait()
+    assert proc.wait(timeout=30) == 0
+    assert marker.read_text() == 'SIGTERM'
+    assert "the node's daemon (pid " in proc.stderr.read()
+  finally:
+    daemon.kill()
+  assert workers.process_token(daemon.pid) is None and not workers.token_alive(token)
+
+
+def test_a_slurm_task_records_its_address_on_the_route_to_its_controller():
+  assert workers.route_address('127.0.0.1:6817') == '127.0.0.1'
+  assert workers.route_address('not an address') is None
+
+
 # ------------------------------------------------------------ a full disk
 def _enospc(*_):
   raise OSError(errno.ENOSPC, 'No space left on device')

@@ -39,8 +39,8 @@ def execute(runs: Sequence[Run], options: ExecutorOptions | None = None, jobs: i
     compilation_cache: as :func:`fedjax_kd.sweep.workers.execute`'s (a directory every node
       sees, for a cluster).
     home: the folder of the sweep (``--out``; the reproduction's ``--runs``), where an
-      executor keeps its own files (SLURM's: ``<home>/slurm``); default the runs' common
-      folder.
+      executor keeps its own files (SLURM's: ``<home>/slurm``; Ray's log: ``<home>/ray.log``);
+      default the runs' common folder.
 
   Returns:
     A :class:`RunResult` per run, in the order of ``runs``.
@@ -52,7 +52,8 @@ def execute(runs: Sequence[Run], options: ExecutorOptions | None = None, jobs: i
   options = options or ExecutorOptions()
   if options.executor == 'ray':
     from fedjax_kd.sweep import ray_executor  # pylint: disable=g-import-not-at-top
-    return ray_executor.execute(runs, options, log=log, compilation_cache=compilation_cache)
+    return ray_executor.execute(runs, options, log=log, compilation_cache=compilation_cache,
+                                home=home)
   if options.executor == 'slurm':
     from fedjax_kd.sweep import slurm_executor  # pylint: disable=g-import-not-at-top
     return slurm_executor.execute(runs, options, log=log, compilation_cache=compilation_cache,

@@ -9,10 +9,17 @@ cluster's resources hold.
 * **Shared storage first.** Before anything runs, this process writes a file beside the
   workdirs and a task on every live node reads it back; a node that cannot is one line
   (:func:`~fedjax_kd.sweep.executor_options.storage_error`) and nothing starts.
+* **Joining.** The head is asked first (:func:`head_answers`, at most
+  :data:`CONNECT_TIMEOUT_S`): an address where no Ray head answers is one line in seconds,
+  not Ray's minutes of retries, and Ctrl-C while joining starts nothing.
 * **A node lost.** Ray retries a task whose node or worker died (:data:`RETRIES` times) on
   another node; the run resumes there from its newest checkpoint, after waiting for the
   lost process's lock on the directory to go (:func:`~fedjax_kd.sweep.workers.await_free`).
+  A run whose node's raylet alone died does not play on beside its retry: its worker
+  follows the raylet and stops after its round (:data:`~fedjax_kd.sweep.workers.NODE_ENV`).
   Each try appends its node to the run's ``sweep_attempts.jsonl``.
+* **Ray's own output** (its warnings, a lost node's log lines, its retries) goes to
+  ``ray.log`` in the sweep's folder, not between the progress lines.
 * **Ctrl-C / SIGTERM.** Tasks not yet started are cancelled; the running runs are told
   through a file in their directory (:data:`~fedjax_kd.sweep.planning.STOP_FILE`, which a
   task watches), stop after their current round with a checkpoint, and answer; a second
@@ -24,24 +31,30 @@ sweep's folder (and a ``--config`` file) at the same path.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
 import signal
+import socket
+import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from fedjax_kd.errors import ConfigError, DataError
 from fedjax_kd.sweep import executor_options
 from fedjax_kd.sweep.planning import STOP_FILE, Run
 from fedjax_kd.sweep.workers import (
-    PARENT_ENV, RUNS_PER_WORKER, WHERE_ENV, Ledger, RunResult, StopRequested, Worker, attempts,
-    await_free, prepare, terminate_as_stop, worker_env)
+    NODE_ENV, PARENT_ENV, RUNS_PER_WORKER, WHERE_ENV, Ledger, RunResult, StopRequested, Worker,
+    attempts, await_free, prepare, process_token, terminate_as_stop, token_alive, worker_env)
 
 RETRIES = 3            # tries of a run after the first, where its node or worker died
 POLL_S = 0.5           # how often the driver looks for ended and started runs
 PROBE_TIMEOUT_S = 120  # how long a node may take to answer the shared-storage check
+CONNECT_TIMEOUT_S = 5.0  # how long the head may take to answer before the sweep gives up
+RAY_LOG = 'ray.log'    # in the sweep's folder: what Ray itself writes in this process
 
 
 def import_ray() -> Any:
@@ -54,21 +67,86 @@ def import_ray() -> Any:
   return ray
 
 
-def connect(ray: Any, address: str) -> bool:
-  """Connects this process to the cluster at ``address``; False if it already was.
+def connect(ray: Any, address: str) -> None:
+  """Connects this process to the cluster at ``address``, unless it already is.
+
+  The head is asked first, in at most :data:`CONNECT_TIMEOUT_S` (:func:`head_answers`): Ray's
+  own connect retries for minutes where nothing answers.
 
   Raises:
     DataError: no cluster answers there (Ray never starts one here).
   """
   if ray.is_initialized():
-    return False
+    return
+  first_line = lambda e: (str(e).strip().splitlines() or [type(e).__name__])[0]
+  target = address
+  resolve = getattr(getattr(getattr(ray, '_private', None), 'services', None),
+                    'canonicalize_bootstrap_address_or_die', None)
+  if resolve is not None:   # the HOST:PORT Ray itself would use ('auto': as 'ray start' left)
+    try:
+      target = resolve(address)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+      raise no_cluster(address, first_line(e)) from None
+  why = head_answers(target)
+  if why:
+    raise no_cluster(address, why if target == address else f'{target}: {why}')
   try:
     ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
   except (ConnectionError, RuntimeError, ValueError) as e:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise DataError(f'--executor=ray: no Ray cluster at --ray_address={address} ({first}); '
-                    "start one with 'ray start --head' (docs/cluster.md)") from None
-  return True
+    raise no_cluster(address, first_line(e)) from None
+
+
+def no_cluster(address: str, why: str) -> DataError:
+  """The one line for a ``--ray_address`` where no Ray cluster answers, and why not."""
+  return DataError(f'--executor=ray: no Ray cluster at --ray_address={address} ({why}); start '
+                   "one with 'ray start --head', or give its head's HOST:PORT (docs/cluster.md)")
+
+
+# What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame
+# (RFC 9113, 3.4). A Ray head's GCS is a gRPC server, so it answers with a SETTINGS frame.
+HTTP2_PREFACE = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS = 4   # the frame type, the fourth byte of a frame's header
+
+
+def head_answers(address: str, timeout: float | None = None) -> str | None:
+  """Whether a Ray head answers at ``address`` (``HOST:PORT``) within ``timeout`` seconds
+  (default :data:`CONNECT_TIMEOUT_S`): it takes the connection and answers an HTTP/2
+  preface, as its gRPC server does. A wait that Ctrl-C ends (KeyboardInterrupt).
+
+  Returns:
+    None when it answers (or cannot be asked this way: a cluster with TLS), else why not.
+  """
+  timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+  if os.environ.get('RAY_USE_TLS', '0').strip().lower() in ('1', 'true'):
+    return None
+  host, _, port = address.rpartition(':')
+  late = f'no answer in {timeout:g} s'
+  try:
+    sock = socket.create_connection((host.strip('[]'), int(port)), timeout=timeout)
+  except ConnectionRefusedError:
+    return 'nothing listens there'
+  except socket.timeout:
+    return late
+  except (OSError, ValueError) as e:
+    return getattr(e, 'strerror', None) or str(e) or type(e).__name__
+  with sock:
+    head = b''
+    try:
+      sock.sendall(HTTP2_PREFACE)
+      deadline = time.monotonic() + timeout
+      while len(head) < 9:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        chunk = sock.recv(9 - len(head))
+        if not chunk:
+          break
+        head += chunk
+    except socket.timeout:
+      return late
+    except OSError as e:
+      return e.strerror or type(e).__name__
+  if len(head) < 9 or head[3] != _SETTINGS:
+    return 'what answers there does not speak gRPC, as a Ray head does'
+  return None
 
 
 def _probe(path: str) -> tuple[str, str]:
@@ -172,8 +250,9 @@ def run_task(run: Run, env: dict[str, str]) -> dict[str, Any]:
               'summary': done.summary, 'where': where}
   finally:
     watching.set()
+  node = node_daemon()
   worker = _kept_worker({**worker_env(None), **env, WHERE_ENV: json.dumps(where),
-                         PARENT_ENV: str(os.getpid())})
+                         PARENT_ENV: str(os.getpid()), **({NODE_ENV: node} if node else {})})
   box: dict[str, Any] = {}
   asker = threading.Thread(target=lambda: box.update(answer=worker.ask(rundir)), daemon=True)
   asker.start()
@@ -197,8 +276,26 @@ def run_task(run: Run, env: dict[str, str]) -> dict[str, Any]:
                                                                      if tail else '')}
   elif answer['status'] == 'stopped' or worker.count >= RUNS_PER_WORKER:
     _let_go(worker)
+  if answer['status'] == 'stopped' and node and not token_alive(node):
+    # The node is gone and its run stopped for that: this answer must not stand for the run.
+    # A task whose worker dies is one Ray retries on a live node, which resumes the run.
+    os._exit(1)
   answer['where'] = where
   return answer
+
+
+def node_daemon() -> str | None:
+  """The :func:`~fedjax_kd.sweep.workers.process_token` of this Ray worker's raylet (Ray
+  starts its worker processes as the raylet's children), for the run's worker to follow
+  (:data:`~fedjax_kd.sweep.workers.NODE_ENV`); None where the parent is not a raylet."""
+  parent = os.getppid()
+  try:
+    with open(f'/proc/{parent}/comm') as f:
+      if f.read().strip() != 'raylet':
+        return None
+  except OSError:
+    return None
+  return process_token(parent)
 
 
 # The worker process a Ray worker process keeps between its tasks (Ray reuses its worker
@@ -229,11 +326,16 @@ def _let_go(worker: Worker) -> int:
 
 def execute(runs: Sequence[Run], options: executor_options.ExecutorOptions,
             log: Callable[[str], None] | None = print,
-            compilation_cache: str | None = None) -> list[RunResult]:
+            compilation_cache: str | None = None, home: str | None = None) -> list[RunResult]:
   """Runs every unfinished run of ``runs`` as a task on the Ray cluster of ``options``.
 
+  What Ray itself writes in this process (its warnings, a lost node's last log lines, the
+  retries it announces) goes to ``<home>/ray.log`` (:data:`RAY_LOG`; ``home`` defaults to
+  the runs' common folder), not between the progress lines; one line says where.
+
   Returns:
-    A :class:`RunResult` per run, in the order of ``runs``.
+    A :class:`RunResult` per run, in the order of ``runs``; all ``'stopped'`` (not started)
+    after a Ctrl-C or SIGTERM while joining the cluster.
 
   Raises:
     ConfigError: Ray is not installed.
@@ -243,28 +345,109 @@ def execute(runs: Sequence[Run], options: executor_options.ExecutorOptions,
   ledger = Ledger(runs, log)
   if not runs:
     return []
-  owner = connect(ray, options.ray_address)
-  try:
-    check_storage(ray, executor_options.shared_folder(runs))
-    pending = prepare(ledger)
-    for _, run, _ in pending:   # a stop file a stopped earlier call left
-      try:
-        os.remove(os.path.join(run.workdir, STOP_FILE))
-      except OSError:
-        pass
-    env = worker_env(compilation_cache, base=forwarded_env())
-    res = dict(options.resources)
-    task = ray.remote(run_task).options(
-        num_cpus=res.pop('CPU', 1.0), num_gpus=res.pop('GPU', 0.0), resources=res or None,
-        max_retries=RETRIES, retry_exceptions=False)
-    refs = {}
-    for i, run, note in pending:
-      refs[task.remote(run, env)] = (i, run, note, len(attempts(run.workdir)))
-    _follow(ray, refs, ledger)
-  finally:
-    if owner:
-      ray.shutdown()
+  folder = executor_options.shared_folder(runs)
+  path = os.path.join(home or folder, RAY_LOG)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  was_connected = ray.is_initialized()
+  with _ray_output_to(path) as moved:
+    try:
+      with terminate_as_stop():
+        try:
+          connect(ray, options.ray_address)
+          if moved:
+            ledger.log(f"ray: Ray's own messages go to {path}")
+          check_storage(ray, folder)
+        except (KeyboardInterrupt, StopRequested) as e:
+          name = 'SIGTERM' if isinstance(e, StopRequested) else 'SIGINT'
+          ledger.log(f'{name} while joining the Ray cluster at --ray_address='
+                     f'{options.ray_address}: nothing started; rerun the command to go on')
+          return ledger.results()
+      pending = prepare(ledger)
+      for _, run, _ in pending:   # a stop file a stopped earlier call left
+        try:
+          os.remove(os.path.join(run.workdir, STOP_FILE))
+        except OSError:
+          pass
+      env = worker_env(compilation_cache, base=forwarded_env())
+      res = dict(options.resources)
+      task = ray.remote(run_task).options(
+          num_cpus=res.pop('CPU', 1.0), num_gpus=res.pop('GPU', 0.0), resources=res or None,
+          max_retries=RETRIES, retry_exceptions=False)
+      refs = {}
+      for i, run, note in pending:
+        refs[task.remote(run, env)] = (i, run, note, len(attempts(run.workdir)))
+      _follow(ray, refs, ledger)
+    finally:
+      if not was_connected and ray.is_initialized():   # ours, joined here (or half-way)
+        ray.shutdown()
   return ledger.results()
+
+
+@contextlib.contextmanager
+def _ray_output_to(path: str) -> Iterator[bool]:
+  """Within it, what Ray writes in this process goes to the end of ``path``: its C++ core's
+  logs and its loggers' lines (standard error, file descriptor 2), and what its threads print
+  (the errors a cluster pushes to a driver: a lost node's last log lines, the retries),
+  which go to ``sys.stdout``. The lines this thread prints there (the progress lines) stay on
+  standard output, and the sweep's own errors are raised, to be printed after. Yields whether
+  it could open ``path`` (if not, nothing moves)."""
+  try:
+    log = open(path, 'a', buffering=1, encoding='utf-8', errors='replace')  # pylint: disable=consider-using-with
+    log.write(f'--- sweep {os.getpid()} at {time.strftime("%Y-%m-%d %H:%M:%S")}\n')
+  except OSError:
+    yield False
+    return
+  sys.stderr.flush()
+  saved = os.dup(2)
+  os.dup2(log.fileno(), 2)
+  stdout = sys.stdout
+  sys.stdout = _ByThread(stdout, log)
+  try:
+    yield True
+  finally:
+    if isinstance(sys.stdout, _ByThread):
+      sys.stdout = stdout
+    try:
+      sys.stderr.flush()
+    except (OSError, ValueError):
+      pass
+    os.dup2(saved, 2)
+    os.close(saved)
+    log.close()
+
+
+class _ByThread(io.TextIOBase):
+  """A ``sys.stdout`` that sends the writes of the thread that made it to ``own`` and those
+  of every other thread (Ray's) to ``others``."""
+
+  def __init__(self, own, others):
+    super().__init__()
+    self.own, self.others, self.thread = own, others, threading.get_ident()
+
+  def _target(self):
+    return self.own if threading.get_ident() == self.thread else self.others
+
+  def write(self, text: str) -> int:
+    try:
+      return self._target().write(text)
+    except ValueError:   # the log closed while a Ray thread still prints: drop it
+      return len(text)
+
+  def flush(self) -> None:
+    try:
+      self._target().flush()
+    except ValueError:
+      pass
+
+  def isatty(self) -> bool:
+    return self._target().isatty()
+
+  def fileno(self) -> int:
+    return self._target().fileno()
+
+  @property
+  def encoding(self) -> str:
+    return self.own.encoding
 
 
 def _follow(ray: Any, refs: dict[Any, tuple[int, Run, str, int]], ledger: Ledger) -> None:

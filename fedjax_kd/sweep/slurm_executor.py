@@ -63,8 +63,10 @@ $((SLURM_ARRAY_TASK_ID + 1)) of {list}): every node must see the sweep's folder 
 path (shared storage)" >&2
   exit 2
 fi
+CONTROLLER="${{SLURM_WORKING_CLUSTER#*:}}"   # CLUSTER:HOST:PORT:...: the controller's HOST:PORT
 {env}export {where}="{{\\"executor\\": \\"slurm\\", \\"job\\": \\"${{SLURM_ARRAY_JOB_ID}}_\
-${{SLURM_ARRAY_TASK_ID}}\\", \\"node\\": \\"${{SLURMD_NODENAME}}\\"}}"
+${{SLURM_ARRAY_TASK_ID}}\\", \\"node\\": \\"${{SLURMD_NODENAME}}\\", \
+\\"controller\\": \\"${{CONTROLLER%:*:*}}\\"}}"
 exec {python} -m fedjax_kd.sweep --_worker=- <<< "$RUNDIR"'''
 
 

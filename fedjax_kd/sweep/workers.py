@@ -41,6 +41,10 @@ PARENT_POLL_S = 1.0
 # Where a worker runs, as a JSON object the executor that started it sets (a Ray node, a
 # SLURM array task); each run's ATTEMPTS_FILE records it with the host and pid.
 WHERE_ENV = 'FEDJAX_KD_SWEEP_WHERE'
+# The daemon of the node a worker runs on (a Ray node's raylet), as "PID START" (its start
+# time, so that a new process given the same pid is not taken for it): a worker whose node is
+# gone stops after its current round (:func:`_follow_node`), checked every PARENT_POLL_S.
+NODE_ENV = 'FEDJAX_KD_SWEEP_NODE'
 _PR_SET_PDEATHSIG = 1             # <linux/prctl.h>
 
 
@@ -573,8 +577,9 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
 def record_attempt(rundir: str) -> dict[str, Any]:
   """Appends where this process runs ``rundir`` to its :data:`ATTEMPTS_FILE`: the host, the
   pid, the time, and what the executor that started it put in :data:`WHERE_ENV` (a JSON
-  object, e.g. a Ray node's id or a SLURM array task). A file the disk cannot take is
-  skipped: the run itself then reports the full disk.
+  object, e.g. a Ray node's id and address, or a SLURM array task and its controller, whose
+  route gives the node's address, ``ip``). A file the disk cannot take is skipped: the run
+  itself then reports the full disk.
 
   Returns:
     The record.
@@ -586,12 +591,30 @@ def record_attempt(rundir: str) -> dict[str, Any]:
   record = {'executor': 'local', **(where if isinstance(where, dict) else {}),
             'host': socket.gethostname(), 'pid': os.getpid(),
             'started': time.strftime('%Y-%m-%dT%H:%M:%S')}
+  if 'ip' not in record and record.get('controller'):
+    ip = route_address(str(record['controller']))
+    if ip:
+      record['ip'] = ip
   try:
     with open(os.path.join(rundir, ATTEMPTS_FILE), 'a') as f:
       f.write(json.dumps(record) + '\n')
   except OSError:
     pass
   return record
+
+
+def route_address(peer: str) -> str | None:
+  """This machine's address on its route to ``peer`` (``HOST:PORT``, e.g. a SLURM
+  controller): where the cluster reaches this node. A UDP socket's ``connect`` sends nothing;
+  None where there is no route."""
+  host, _, port = peer.rpartition(':')
+  try:
+    family = socket.AF_INET6 if ':' in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+      s.connect((host.strip('[]'), int(port)))
+      return s.getsockname()[0]
+  except (OSError, ValueError):
+    return None
 
 
 def attempts(rundir: str) -> list[dict[str, Any]]:
@@ -698,6 +721,51 @@ def _follow_parent() -> None:
   threading.Thread(target=watch, daemon=True, name='fedjax_kd-sweep-parent').start()
 
 
+def process_token(pid: int) -> str | None:
+  """``'PID START'`` for a live process (its start time from ``/proc``), else None: what
+  :data:`NODE_ENV` holds, and :func:`token_alive` checks."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      fields = f.read().rsplit(')', 1)[1].split()
+  except (OSError, IndexError):
+    return None
+  # Field 22 of stat, the start time; fields[0] here is field 3 (the state).
+  return f'{pid} {fields[19]}' if len(fields) > 19 and fields[0] not in 'ZX' else None
+
+
+def token_alive(token: str) -> bool:
+  """Whether the process of a :func:`process_token` still runs (not a zombie, not another
+  process with its pid)."""
+  try:
+    return process_token(int(token.split()[0])) == token
+  except (ValueError, IndexError):
+    return False
+
+
+def _follow_node() -> None:
+  """Makes this worker stop, after its current round with a checkpoint, once the daemon of
+  its node (:data:`NODE_ENV`) is gone.
+
+  A Ray node whose raylet dies is lost to its cluster, which retries the run on another
+  node; the run's process here must not play on beside the retry. It gets SIGTERM, as from a
+  sweep that stops it: the round ends, the checkpoint is saved, the run directory is let go,
+  and the retry (waiting for its lock) resumes from there. Without :data:`NODE_ENV` nothing
+  is done.
+  """
+  token = os.environ.pop(NODE_ENV, '')
+  if not token:
+    return
+
+  def watch():
+    while token_alive(token):
+      time.sleep(PARENT_POLL_S)
+    print(f'the node\'s daemon (pid {token.split()[0]}) is gone: the run stops after its '
+          'current round and saves a checkpoint', file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  threading.Thread(target=watch, daemon=True, name='fedjax_kd-sweep-node').start()
+
+
 def _parent_death_signal(signum: int) -> bool:
   """Asks Linux to send ``signum`` when the parent thread ends; False where it cannot."""
   if not sys.platform.startswith('linux'):
@@ -747,6 +815,7 @@ def worker_main(target: str) -> int:
   _hear_stop_signals()
   if target == '-':
     _follow_parent()
+    _follow_node()
   quiet_logs()
   # Where the sweep chose the cache, $FEDJAX_KD_COMPILATION_CACHE says so (execute()).
   compile_cache.enable(compile_cache.resolve()[0])
