@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import re
@@ -58,25 +59,30 @@ def test_directional_test_on_known_numbers():
   # ... but three seeds decide nothing, even a clear gain.
   holds, text = stats_lib.directional({0: .1, 1: .12, 2: .11})
   assert holds is None and text.endswith('n < 5: more seeds decide')
-  # The same difference in every seed (bytes fixed by the config): the sign decides.
-  holds, text = stats_lib.directional(dict.fromkeys(range(5), 2e6), kind='bytes')
-  assert holds is True and text.startswith('+2.00 ± 0.00 MB (n=5') and 'p < 0.001' in text
+  # The same difference in every seed (bytes fixed by the config): a count, no test.
+  f = stats_lib.directional(dict.fromkeys(range(5), 2e6), kind='bytes')
+  assert f.exact and f.holds is True and f.detail.startswith('+2.00 ± 0.00 MB (n=5')
+  assert f.detail.endswith('a count fixed by the configuration, no test')
+  # In a learned quantity it is no test either, down to the rounding of a subtraction.
+  f = stats_lib.directional({s: 0.1 + 1e-17 * s for s in range(5)})
+  assert f.flat and f.holds is None and not f.tested
   assert stats_lib.directional(dict.fromkeys(range(5), -2e6), kind='bytes')[0] is False
 
 
 def test_checks_on_known_numbers():
   t = stats_lib.Table([_cell('ACE', [.90, .92, .94, .91, .93]),
                  _cell('noisy', [.88, .93, .935, .92, .93]),   # ACE - noisy: +.02 -.01 .005 -.01 0
-                 _cell('clear', [.80, .82, .84, .81, .83]),
+                 _cell('clear', [.80, .83, .84, .81, .82]),
                  _cell('same', [.90, .92, .94, .91, .93]),
                  _cell('three', [.80, .82, .84]),
                  _cell('A', [.5, .6, .7, .6, .6], grid={'selection.method': 'fedentopt'}),
                  _cell('A', [.5] * 5, grid={'selection.method': 'uniform'})])
   holds, detail = checks_lib.exceeds('ACE', 'clear')(t)
   assert holds is True and detail.startswith('ACE 0.920 ± 0.016 vs clear 0.820 ± 0.016; paired '
-                                             'difference +0.100 ± 0.000 (n=5')
+                                             'difference +0.100 ± 0.007 (n=5')
   assert checks_lib.exceeds('ACE', 'noisy')(t)[0] is False
-  assert checks_lib.exceeds('ACE', 'same')(t)[0] is False
+  same = checks_lib.exceeds('ACE', 'same')(t)   # bit-identical sides: no test
+  assert same.flat and same.holds is None and 'bit-identical' in same.detail
   assert checks_lib.exceeds('ACE', 'missing')(t) == (None, 'not run: missing')
   holds, detail = checks_lib.exceeds('ACE', 'three')(t)   # three paired seeds: not decided
   assert holds is None and '(n=3;' in detail
@@ -93,7 +99,8 @@ def test_checks_on_known_numbers():
   assert checks_lib.not_worse('clear', 'ACE', tol=0.01)(t)[0] is False
   # mean -.001, SE .0058: p = .10
   assert checks_lib.not_worse('noisy', 'ACE', tol=0.01)(t)[0] is False
-  assert checks_lib.not_worse('same', 'ACE', tol=0.01)(t)[0] is True
+  same = checks_lib.not_worse('same', 'ACE', tol=0.01)(t)   # identical: not checkable either
+  assert same.flat and same.holds is None
   assert not checks_lib.Check('c', 's', checks_lib.matches('ACE', 'same')).paper_claim
   assert checks_lib.Check('c', 's', checks_lib.exceeds('ACE', 'same')).paper_claim
   # Bytes to the highest threshold S reaches in every seed and D in one: D's seed 4 never
@@ -111,7 +118,10 @@ def test_checks_on_known_numbers():
   f = checks_lib.fewer_bytes_to_threshold('S', 'D')(bt)
   assert f.holds is True and f.detail.startswith(
       'to reach 0.6: S 2.00 ± 0.00 MB vs D 4.20 ± 0.45 MB; ratio 0.476; D never reached it in '
-      'seed 4: counted at its total bytes; paired saving +2.20 ± 0.45 MB (n=5')
+      'seed 4: counted at its total bytes; paired log ratio +0.738 ± 0.100 (n=5')
+  # The test is on log(D/S) per seed: ln 2 four times and ln 2.5 once, a geometric mean x2.09.
+  assert f.detail.endswith('geometric mean ratio x2.09') and f.kind == 'ratio'
+  assert abs(f.mean - (4 * math.log(2) + math.log(2.5)) / 5) < 1e-12
   assert abs(f.relative - (1 - 2 / 4.2)) < 1e-12
   # The paper's measure leaves the one-time setup bytes out on both sides: 1.5 vs 3.7 MB.
   f = checks_lib.fewer_bytes_to_threshold('S', 'D', after_setup=True)(bt)
@@ -259,7 +269,7 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   tables = block.split('fedjax_kd against the independent implementations')
   assert len(tables) == 2
   summary = [ln for ln in tables[0].splitlines() if ln.startswith('| ')
-             and not ln.startswith('| claims |')]
+             and not ln.startswith('| paper |')]
   # A row for each paper's own claims and one for ours, where it has some.
   assert [ln.split(' | ')[0][2:] for ln in summary] == [
       s.paper + suffix for s in sections_lib.SECTIONS for suffix, ours in (('', False),
@@ -267,10 +277,13 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
       if any(c.paper == s.key and c.ours == ours for c in claims_lib.REGISTER)]
   cols = [[int(x) for x in ln.strip(' |').split(' | ')[1:]] for ln in summary]
   verdict_columns = len(headline_lib.SUMMARY_COLUMNS)
+  # Claims: in the register, decided, no sweep here; then checks: all, by verdict, accounting.
   assert sum(c[0] for c in cols) == len(claims_lib.REGISTER)
   assert sum(c[1] for c in cols) == 0   # one seed decides nothing
-  assert sum(sum(c[2:2 + verdict_columns]) + c[-1] for c in cols) == len(claims) + len(exact)
-  assert sum(c[-2] for c in cols) == sum(1 for c in claims_lib.REGISTER if c.unchecked)
+  assert sum(c[2] for c in cols) == sum(1 for c in claims_lib.REGISTER if c.unchecked)
+  assert all(c[3] == sum(c[4:4 + verdict_columns]) + c[-1] for c in cols)
+  assert len(cols[0]) == 4 + verdict_columns + 1
+  assert sum(c[3] for c in cols) == len(claims) + len(exact)
   agree = [ln for ln in tables[1].splitlines() if ln.startswith('| ') and ln[2:5] != 'pap']
   assert sum(sum(int(x) for x in ln.strip(' |').split(' | ')[1:]) for ln in agree) == len(others)
   for i, section in enumerate(sections_lib.SECTIONS, 1):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+
 from benchmarks.repro import claims as claims_lib
 from benchmarks.repro import standing as standing_lib
 from benchmarks.repro import verdicts as verdicts_lib
@@ -32,7 +34,7 @@ class Row:
     raw: the hypotheses' raw one-sided p-values (``for``, ``against``, ``half``).
     adjusted: the same, Holm-adjusted within the paper's family (None outside it).
     family: the number of hypotheses in that family.
-    needed: for an underpowered check, the seeds that would detect half the paper's effect.
+    needed: for an underpowered check, the seeds it would need (:class:`verdicts.Need`).
     gap: the single-client gap of the check's sweep (None where it has no floor).
   """
   section: Section
@@ -42,7 +44,7 @@ class Row:
   raw: dict[str, float] = dataclasses.field(default_factory=dict)
   adjusted: dict[str, float] | None = None
   family: int = 0
-  needed: int | None = None
+  needed: verdicts_lib.Need | None = None
   gap: float | None = None
 
   @property
@@ -67,6 +69,11 @@ class Row:
                              verdicts_lib.NO_EFFECT, verdicts_lib.LEANS_AGAINST)
             or (self.verdict not in (verdicts_lib.ACCOUNTING, verdicts_lib.NOT_RUN)
                 and f.mean is not None and f.mean < f.margin))
+
+  @property
+  def wants_why(self) -> bool:
+    """The report explains it: it goes against the paper, or the setting cannot check it."""
+    return self.against_paper or self.verdict == verdicts_lib.FLAT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,9 +164,10 @@ def decide(rows: Sequence[Row], gaps: Mapping[str, Gap | None] | None = None) ->
     else:
       adjusted = r.adjusted
     r.verdict = verdicts_lib.verdict(f, adjusted, r.check.effect, MIN_CLAIM_SEEDS,
-                                     accounting=r.check.accounting)
-    if r.verdict == verdicts_lib.UNDERPOWERED and r.family:
-      r.needed = verdicts_lib.seeds_needed(f, r.check.effect, verdicts_lib.LEVEL / r.family)
+                                     accounting=r.check.accounting, bound=r.check.at_least)
+    if r.verdict == verdicts_lib.UNDERPOWERED:
+      r.needed = verdicts_lib.seeds_needed(
+          f, r.check.effect, verdicts_lib.LEVEL / max(r.family, 1), bound=r.check.at_least)
 
 
 def _effect_text(r: Row) -> str:
@@ -168,6 +176,8 @@ def _effect_text(r: Row) -> str:
   ours = verdicts_lib.ours_effect(f)
   if ours is None:
     return '–'
+  if f.kind == 'ratio':
+    return f'x{np.exp(f.mean):.1f} ({100 * ours:.1f}% less)'
   if f.relative is not None:
     return f'{100 * abs(ours):.1f}% {"less" if ours >= 0 else "more"}'
   if f.kind == 'rounds':
@@ -198,13 +208,10 @@ def _raw_text(r: Row) -> str:
 
 def _verdict_text(r: Row) -> str:
   text = f'**{r.verdict}**'
-  if r.verdict == verdicts_lib.UNDERPOWERED:
-    if r.needed is None:
-      text += ' (no paper effect to size seeds by)'
-    elif r.needed > 1000:
-      text += ' (more than 1,000 seeds would be needed)'
-    else:
-      text += f' (about {r.needed} seeds would detect half the paper\'s effect)'
+  if r.verdict == verdicts_lib.UNDERPOWERED and r.needed is not None:
+    text += f' ({r.needed.text})'
+  elif r.verdict == verdicts_lib.FLAT:
+    text += ' (every seed the same difference: the setting cannot move it)'
   return text
 
 
@@ -269,18 +276,27 @@ def rule_text() -> str:
       '(paired by seed), oriented so that the claim reads mean(d) > m (m = 0, or -tol for '
       '"within tol of"). Each check carries up to three one-sided paired t-tests: *for* (H0: '
       'mean(d) ≤ m), *against* (H0: mean(d) ≥ m) and, where the paper gives a number E, *half* '
-      '(H0: mean(d) ≥ E/2; for a bytes saving E/2 of the baseline\'s bytes). Holm\'s method at '
+      '(H0: mean(d) ≥ E/2). A bytes claim is tested on the ratio: d is the per-seed log of the '
+      'baseline\'s bytes over ours and E the log of the paper\'s ratio, so half the effect is '
+      'the square root of the ratio ("x28.6" halves to x5.3); a claim of "at least" a ratio is '
+      'reproduced only at that ratio. Holm\'s method at '
       f'{lv} runs over every such hypothesis of a paper\'s checks together (one family per '
       f'paper), so the chance that any rejection about a paper is false stays at {lv}. With at '
       f'least {MIN_CLAIM_SEEDS} paired seeds the verdict is the first that applies: '
       '**contradicted** (*against* rejected); **reproduced** (*for* rejected and our estimate '
-      'at least E/2, or the paper gives no E); **smaller effect** (*for* rejected, estimate '
+      'at least E/2, or the paper gives no E, or at least the bound of an "at least" claim); '
+      '**smaller effect** (*for* rejected, estimate '
       'below E/2); **no effect** (*half* rejected: an effect of half the paper\'s size is '
       'excluded); **leans against** (nothing rejected, the estimate on the wrong side of m); '
       '**underpowered** (nothing rejected; the check says how many seeds would detect half '
       f'the paper\'s effect with {100 * verdicts_lib.POWER:g}% power at its measured spread, '
-      f'at the family\'s Bonferroni level {lv}/m, which Holm\'s first step uses). The first '
-      'four are *decided*. Each check prints its raw and adjusted p-values (for / against / '
+      f'at the family\'s Bonferroni level {lv}/m, which Holm\'s first step uses, or, where '
+      'our estimate lies below half the paper\'s effect, that no seed count would reproduce '
+      'it and how many would decide it as it stands). The first four are *decided*. Where '
+      'every seed gives the same difference (zero spread: bit-identical sides, when it is 0) '
+      'the comparison is **not checkable in this setting**, never decided: the setting '
+      'cannot move it (an ablation whose switch changes nothing where every client is '
+      'alike, say). Each check prints its raw and adjusted p-values (for / against / '
       'half), the paper\'s effect beside ours, and the unadjusted 90% interval of mean(d), for '
       'reading only: the verdict uses the adjusted p-values and the estimate. A byte count '
       'that follows from the configuration and the random draws alone is no test: '
@@ -382,9 +398,10 @@ def headline_sections(headline: Sequence[Row], agreement: Sequence[Row],
   out += ['', '## What goes against the papers, and why', '',
           'Every check of a paper\'s claim whose estimate goes against the paper (contradicted, '
           'smaller effect, no effect, leans against, or an estimate on the wrong side of the '
-          'margin), with what the independent implementations show at the same setting and '
-          'the explanation, or *unexplained*.', '']
-  against = [r for r in tests if not r.ours and r.against_paper]
+          'margin), and every check this setting cannot check (the two sides the same in '
+          'every seed), with what the independent implementations show at the same setting '
+          'and the explanation, or *unexplained*.', '']
+  against = [r for r in tests if not r.ours and r.wants_why]
   for cid in dict.fromkeys(r.check.claim_id for r in against):
     mine = [r for r in against if r.check.claim_id == cid]
     arbiters = [r for r in by_claim.get(cid, []) if r.check.arbiter]
@@ -437,11 +454,12 @@ SUMMARY_COLUMNS = verdicts_lib.COUNTED
 
 
 def summary_table(headline: Sequence[Row], sections: Sequence[Section]) -> list[str]:
-  """The README's summary: per paper, a row for its own claims and a row for ours: the claims
-  in the register, those decided in the regime, the checks' verdicts, the claims not
-  checkable here and the accounting rows (arbiters left out)."""
-  lines = ['| claims | in the register | decided in the regime | ' + ' | '.join(SUMMARY_COLUMNS)
-           + ' | not checkable | accounting |', '|---|' + '---|' * (len(SUMMARY_COLUMNS) + 4)]
+  """The README's summary: per paper, a row for its own claims and a row for ours. The claims
+  (in the register, decided in the regime, not checkable here) and the checks that test them
+  (how many, then their verdicts, arbiters left out) are counted in columns of their own."""
+  lines = ['| paper | claims | decided in the regime | no sweep here | checks | '
+           + ' | '.join(SUMMARY_COLUMNS) + ' | accounting |',
+           '|---|' + '---|' * (len(SUMMARY_COLUMNS) + 5)]
   for s in sections:
     for ours in (False, True):
       register = [c for c in claims_lib.REGISTER if c.paper == s.key and c.ours == ours]
@@ -452,9 +470,9 @@ def summary_table(headline: Sequence[Row], sections: Sequence[Section]) -> list[
       count = lambda v: sum(r.verdict == v for r in mine)
       unchecked = sum(1 for c in register if c.unchecked)
       lines.append(f'| {s.paper}{" (ours)" if ours else ""} | {len(register)} | '
-                   f'{len(decided_in_regime(headline, s.key, ours))} | '
-                   + ' | '.join(str(count(v)) for v in SUMMARY_COLUMNS)
-                   + f' | {unchecked} | {count(verdicts_lib.ACCOUNTING)} |')
+                   f'{len(decided_in_regime(headline, s.key, ours))} | {unchecked} | '
+                   f'{len(mine)} | ' + ' | '.join(str(count(v)) for v in SUMMARY_COLUMNS)
+                   + f' | {count(verdicts_lib.ACCOUNTING)} |')
   return lines
 
 

@@ -93,7 +93,7 @@ def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 # kind -> (scale, decimals, unit) of a number in a check's text: accuracy, bytes in MB,
 # rounds, or another value (an entropy in bits).
 UNITS = {'acc': (1.0, 3, ''), 'bytes': (results.MB, 2, ' MB'), 'rounds': (1.0, 1, ' rounds'),
-         'value': (1.0, 3, '')}
+         'value': (1.0, 3, ''), 'ratio': (1.0, 3, '')}   # ratio: a natural log
 
 
 def fmt_delta(d: dict[str, Any], kind: str = 'acc') -> str:
@@ -104,6 +104,9 @@ def fmt_delta(d: dict[str, Any], kind: str = 'acc') -> str:
   return f'{d["mean"] / scale:+.{digits}f} ± {std}'
 
 
+# Per-seed differences that spread less than this (relative) are one difference: a - b over
+# seeds of a constant gap leaves only the rounding of the subtraction (about 1e-16).
+FLAT_TOL = 1e-9
 MIN_CLAIM_SEEDS = 5     # a paper claim's verdict: at least five paired seeds
 CLAIM_LEVEL = 0.05      # ... and the claimed direction at p < 0.05 (one-sided paired t-test)
 
@@ -148,13 +151,16 @@ def directional(diffs: dict[int, float], margin: float = 0.0, kind: str = 'acc',
   * Does not hold: p >= ``level`` with at least ``min_seeds`` seeds.
   * None: fewer than ``min_seeds`` seeds (the text says how many ran).
 
-  Every seed the same difference (SE 0): the sign decides; for bytes (a count fixed by the
-  configuration) the finding is marked ``exact``: no test.
+  Every seed the same difference (SE 0) is no test: for bytes (a count fixed by the
+  configuration) the finding is marked ``exact`` (accounting), for a learned quantity
+  ``flat`` (not checkable in this setting: identical sides, or a switch the setting never
+  moves); the sign is reported, never tested.
 
   Args:
     diffs: ``{seed: a - b}`` oriented so that the claim is ``a - b > margin``.
     margin: 0 for "exceeds"; ``-tol`` for "not worse by more than tol" (non-inferiority).
-    kind: ``'acc'`` (3 decimals), ``'bytes'`` (shown in MB), ``'rounds'`` or ``'value'``.
+    kind: ``'acc'`` (3 decimals), ``'bytes'`` (shown in MB), ``'ratio'`` (a log ratio of
+      bytes), ``'rounds'`` or ``'value'``.
     level: the test's level.
     min_seeds: the fewest paired seeds that decide.
 
@@ -169,19 +175,32 @@ def directional(diffs: dict[int, float], margin: float = 0.0, kind: str = 'acc',
     return Finding(None, f'{signed(m / scale, digits)}{unit} (n=1); one seed decides nothing',
                    n=1, mean=m, margin=margin)
   n, m, se, text = _interval(diffs, level, kind)
+  x = np.asarray(list(diffs.values()), np.float64)
+  if np.ptp(x) <= FLAT_TOL * max(1.0, float(np.abs(x).max())):
+    se = 0.0   # the same difference in every seed, up to the rounding of a subtraction
   if se > 0:
     t = (m - margin) / se
     p, p_against = float(scipy_stats.t.sf(t, n - 1)), float(scipy_stats.t.cdf(t, n - 1))
-  else:   # every seed the same difference: its sign decides (none when it is the margin)
-    p, p_against = (0.0, 1.0) if m > margin else (1.0, 0.0) if m < margin else (1.0, 1.0)
-  exact = se == 0 and kind == 'bytes'   # a byte count fixed by the configuration
+  else:   # every seed the same difference: nothing to test (p stays 1 both ways)
+    p, p_against = 1.0, 1.0
+  se = float(se)
+  exact = bool(se == 0 and kind in ('bytes', 'ratio'))   # a byte count fixed by the configuration
+  flat = bool(se == 0 and not exact)
   null = f'{signed(margin / scale, digits)}{unit}' if margin else '0'
-  text += f'; one-sided paired t-test, H0: d ≤ {null}: p {fmt_p(p)}'
+  if exact:
+    text += '; every seed the same: a count fixed by the configuration, no test'
+  elif flat:
+    text += ('; every seed the same difference' + (' (the two sides bit-identical)' if m == 0
+                                                   else '') + ': no spread, no test')
+  else:
+    text += f'; one-sided paired t-test, H0: d ≤ {null}: p {fmt_p(p)}'
   if n < min_seeds:
     return Finding(None, text + f'; n < {min_seeds}: more seeds decide', n=n, mean=m,
-                   margin=margin, p=p, p_against=p_against, exact=exact, se=se, kind=kind)
-  return Finding(p < level, text, n=n, mean=m, margin=margin, p=p, p_against=p_against,
-                 exact=exact, se=se, kind=kind)
+                   margin=margin, p=p, p_against=p_against, exact=exact, se=se, kind=kind,
+                   flat=flat)
+  holds = (m > margin) if exact else None if flat else p < level
+  return Finding(holds, text, n=n, mean=m, margin=margin, p=p, p_against=p_against,
+                 exact=exact, se=se, kind=kind, flat=flat)
 
 
 EQUIVALENCE_LEVEL = 0.05   # each one-sided test of :func:`equivalence`
