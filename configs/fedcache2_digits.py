@@ -25,6 +25,7 @@ def get_config(setting: str = ''):
     if setting == 'baselines':   # parameter exchange (MTFL, kNN-Per, SCDPFL): one model spec
       c.clients.models = [presets.FEDCACHE2_SCARCE_MODELS[-1]]
       c.server.model = presets.FEDCACHE2_SCARCE_MODELS[-1]
+      c.data.val_fraction = 0.1   # kNN-Per tunes its lambda on held-out rows; all hold them out
     return c
   if setting:
     raise ValueError(f"configs/fedcache2_digits.py:{setting}: expected no argument, ':scarce' "

@@ -233,15 +233,42 @@ def test_batched_client_scores_match_a_per_client_numpy_loop():
 
 
 def test_knn_per_options_are_checked():
-  base = {'clients.models': ['mlp@0.25']}
+  base = {'clients.models': ['mlp@0.25'], 'data.val_fraction': 0.1}
   with pytest.raises(ConfigError, match='knn_per.lam'):
     config_lib.validate(tiny_config('knn_per', rounds=1, **base, **{'knn_per.lam': 1.5}))
-  with pytest.raises(ConfigError, match='data.val_fraction'):
-    config_lib.validate(tiny_config('knn_per', rounds=1, **base, **{'knn_per.tune': 'val'}))
+  # Tuning lambda needs held-out rows: without them the line names data.val_fraction.
+  with pytest.raises(ConfigError, match=r'data.val_fraction=0.0 .*held out'):
+    config_lib.validate(tiny_config('knn_per', rounds=1, **{**base, 'data.val_fraction': 0.0}))
+  for fixed in ({'knn_per.lam': 0.5}, {'knn_per.tune': 'loo'}):   # nothing to hold out
+    config_lib.validate(tiny_config('knn_per', rounds=1, **{**base, 'data.val_fraction': 0.0},
+                                    **fixed))
   with pytest.raises(ConfigError, match='clients.models'):
-    config_lib.validate(tiny_config('knn_per', rounds=1))
+    config_lib.validate(tiny_config('knn_per', rounds=1, **{'data.val_fraction': 0.1}))
   s = config_lib.validate(tiny_config('knn_per', rounds=1, **base))
-  assert (s.options.k, s.options.scale, s.options.lam, s.options.tune) == (7, 1.0, -1.0, 'loo')
+  assert (s.options.k, s.options.scale, s.options.lam, s.options.tune) == (7, 1.0, -1.0, 'val')
+
+
+def test_lambda_tuned_on_the_training_rows_is_zero_and_on_held_out_rows_is_not():
+  # One client, two classes on a line: training rows at 0, 0.1 (class 0) and 5, 5.1 (class 1),
+  # which the global model fits (0.9 on the true class); two held-out rows at 0.05 and 5.05
+  # that it gets wrong (0.4 on the true class). k = 1.
+  f = np.array([[0.0], [0.1], [5.0], [5.1], [0.05], [5.05]], np.float32)
+  y = np.array([0, 0, 1, 1, 0, 1], np.int32)
+  p = np.array([[.9, .1], [.9, .1], [.1, .9], [.1, .9], [.4, .6], [.6, .4]], np.float32)
+  store = (np.array([[0, 1, 2, 3]], np.int32), np.array([4], np.int32))
+  held_out = (np.array([[4, 5]], np.int32), np.array([2], np.int32))
+  grid = np.array([[0.0, 0.5, 1.0]], np.float32)
+  kw = dict(k=1, scale=1.0, num_classes=2)
+  # Leave-one-out on the training rows: every row's neighbour shares its class, so every
+  # lambda scores 1 and the tie goes to lambda = 0, the global model alone.
+  acc, _ = knn_per_lib._scores(f, y, f, p, y, store, store, grid, loo=True, **kw)
+  np.testing.assert_allclose(acc, [[1.0, 1.0, 1.0]])
+  assert float(knn_ops.choose(acc, grid[0])[0]) == 0.0
+  # On the held-out rows the global model scores 0, and lambda = 0.5 already mixes in enough
+  # of the kNN's one-hot vote: 0.5 (1, 0) + 0.5 (0.4, 0.6) = (0.7, 0.3).
+  acc, _ = knn_per_lib._scores(f, y, f, p, y, store, held_out, grid, loo=False, **kw)
+  np.testing.assert_allclose(acc, [[0.0, 1.0, 1.0]])
+  assert float(knn_ops.choose(acc, grid[0])[0]) == 0.5
 
 
 # ------------------------------------------------------------ end to end
@@ -275,7 +302,7 @@ def test_mtfl_two_rounds_counts_only_federated_parameters(tmp_path):
 @pytest.mark.slow
 def test_knn_per_two_rounds_bytes_and_lambda_zero_is_the_global_model(tmp_path):
   c = tiny_config('knn_per', rounds=2, **{'clients.models': ['mlp@0.25'],
-                                          'server.model': 'mlp@0.25',
+                                          'server.model': 'mlp@0.25', 'data.val_fraction': 0.2,
                                           'clients.participation': 0.5,
                                           'data.per_client_test': True})
   rows, summary = _run(tmp_path, c)
