@@ -179,8 +179,9 @@ def _tiny(rounds=3, **overrides):
 
 def test_options_resolve_and_bad_values_name_the_field():
   o = fedconcat.FedConcatOptions()
-  assert (o.clusters, o.resolved_encoder_rounds(500)) == (5, 480)   # FedEntOpt's 480 / 500
-  assert [o.resolved_encoder_rounds(r) for r in (1, 2, 3, 25)] == [1, 1, 2, 24]
+  # FedEntOpt's 480 encoder rounds, then 500 classifier rounds; 60 rounds: 29.4 -> 29.
+  assert (o.clusters, o.resolved_encoder_rounds(980)) == (5, 480)
+  assert [o.resolved_encoder_rounds(r) for r in (1, 2, 3, 25, 60)] == [1, 1, 1, 12, 29]
   assert dataclasses.replace(o, encoder_rounds=7).resolved_encoder_rounds(500) == 7
   for field, value in (('fedconcat.clusters', 0), ('fedconcat.encoder_rounds', 4),
                        ('fedconcat.classifier_init', 'normal'),

@@ -171,8 +171,9 @@ def shrunk_config(case: str, data_dir: pathlib.Path, store: str):
 def golden_tiny_config(algorithm: str):
   """Two rounds of ``algorithm`` on 300 synthetic images: four clients and the server all one
   small MLP, so every tiny case runs on the same compiled kernels (kNN-Per, which tunes its
-  lambda on held-out rows, holds a fifth of each client's rows out)."""
-  return tiny_config(algorithm, rounds=2, **{
+  lambda on held-out rows, holds a fifth of each client's rows out; FedConcat runs four
+  rounds, so that its default split gives two to the encoders and two to the classifier)."""
+  return tiny_config(algorithm, rounds=4 if algorithm == 'fedconcat' else 2, **{
       'data.source': 'synthetic:300', 'data.num_public': 60, 'clients.models': ['mlp@0.25'],
       'server.model': 'mlp@0.25', 'distill.public_per_round': 50, 'distill.batch_size': 25,
       'eval.every': 1, 'checkpoint.every': 0,

@@ -27,9 +27,11 @@ Choices the paper leaves open, or that the engine needs:
 
 * Round budget. The engine has one ``rounds``: the first ``E`` are the encoder phase and the
   rest the classifier phase, ``E = fedconcat.encoder_rounds`` or, when it is 0,
-  ``round(fedconcat.encoder_share * rounds)`` (0.96: 480 of 500) clipped to
-  ``[1, rounds - 1]``. FedEntOpt's literal 480 + 500 is ``rounds = 980``,
-  ``fedconcat.encoder_rounds = 480``.
+  ``round(fedconcat.encoder_share * rounds)`` clipped to ``[1, rounds - 1]``. FedEntOpt
+  trains the encoders 480 rounds and then the classifier 500, so the default share is
+  480 / 980 (a 60-round budget: 29 encoder rounds, then 31 classifier rounds) and
+  ``rounds = 980`` is its literal budget. (Read as 480 of 500, a share of 0.96, the
+  classifier of a 60-round run would get 2 rounds of 3 minibatches from its random start.)
 * Participation. The round's participants (any selection) train their own cluster's model
   in the encoder phase (the authors sample the participants once over all clients, then
   run FedAvg inside each cluster on those it holds); all participants train the classifier.
@@ -51,8 +53,10 @@ Choices the paper leaves open, or that the engine needs:
   Laplace noise on the label distributions (``--eps``).
 * Evaluation. ``test_acc`` is the global model's accuracy in the classifier phase; in the
   encoder phase (no classifier yet) it is the mean over clusters of the cluster models'
-  test accuracies (``fedconcat_phase`` is 0 then, 1 after; ``cluster_acc_{mean,min,max}``
-  are logged throughout).
+  test accuracies. ``fedconcat_phase`` says which a round scored (0: the cluster models,
+  1: the concatenated model); ``cluster_acc_{mean,min,max}`` are logged throughout. A
+  summary over the last rounds (``last10_acc``) scores the concatenated model alone once
+  the classifier phase is at least that long, as it is at the default share.
 
 Bytes (4-byte floats under every rule set):
 
@@ -99,6 +103,11 @@ WEIGHTINGS = ('samples', 'uniform')
 CLASSIFIER_INITS = ('random', 'zeros', 'concat')
 
 
+# FedEntOpt's budget: "480 rounds to train the encoder and 500 rounds to train the linear
+# classifier", two phases one after the other, so the encoders take 480 of 980 rounds.
+PAPER_ENCODER_SHARE = 480 / (480 + 500)
+
+
 @dataclasses.dataclass(frozen=True)
 class FedConcatOptions:
   """``fedconcat.*``."""
@@ -107,8 +116,9 @@ class FedConcatOptions:
                                  '(FedEntOpt: 5)', ge=1)
   encoder_rounds: int = options.option(0, 'rounds of the encoder phase; 0: '
                                        'round(encoder_share * rounds)', ge=0)
-  encoder_share: float = options.option(0.96, 'the encoder phase share of the rounds when '
-                                        'encoder_rounds is 0 (480 / 500)', gt=0, le=1)
+  encoder_share: float = options.option(PAPER_ENCODER_SHARE, 'the encoder phase share of the '
+                                        'rounds when encoder_rounds is 0 (FedEntOpt: 480 '
+                                        'encoder + 500 classifier rounds)', gt=0, le=1)
   classifier_lr: float = options.option(0.0, "the classifier's learning rate; 0: "
                                         'train.learning_rate', ge=0)
   classifier_steps: int = options.option(3, 'minibatches per participant per classifier '
