@@ -117,19 +117,27 @@ def _np_project(v, z):
   return np.maximum(v - (css[rho - 1] - z) / rho, 0.0)
 
 
-def _np_step(c, s, lam, rho, lr, normalize):
-  """The step of c, transcribed: the analytic gradient of
-  lam sum_n mean_x KL(t_n || s_n) + rho ||c - 1/N||^2 with t_n = sum_m c_nm s_m / sum_m c_nm
-  is lam mean_x sum_j (s_mj - t_nj)(log t_nj + 1 - log s_nj) / mass_n + 2 rho (c_nm - 1/N)."""
+def _np_grad(c_row, s, i, lam, rho, population, paper=True):
+  """The gradient of row i of lam sum_n mean_x KL(t_n || s_n) + rho ||c - 1/N||^2, with
+  t_n = sum_m c_nm s_m / mass_n. The paper's (``paper``), the row's mass held fixed:
+  lam mean_x sum_j s_mj (log t_nj + 1 - log s_nj) / mass_n + 2 rho (c_nm - 1/N). Through the
+  renormalisation as well: s_mj becomes s_mj - t_nj, the same less a constant over m."""
+  mass = c_row.sum()
+  t = np.einsum('m,mxc->xc', c_row, s) / mass
+  return np.array([lam * np.mean(np.sum((s[m] - (0 if paper else t))
+                                        * (np.log(t) + 1 - np.log(s[i])), -1)) / mass
+                   + 2 * rho * (c_row[m] - 1.0 / population) for m in range(len(c_row))])
+
+
+def _np_step(c, s, lam, rho, lr, normalize, paper=True):
+  """The step of c, transcribed, on the gradient of :func:`_np_grad`."""
   c = c.astype(np.float64)
   s = s.astype(np.float64)
   n = c.shape[0]
   new = np.zeros_like(c)
   for i in range(n):
     mass = c[i].sum()
-    t = np.einsum('m,mxc->xc', c[i], s) / mass
-    g = np.array([lam * np.mean(np.sum((s[m] - t) * (np.log(t) + 1 - np.log(s[i])), -1))
-                  / mass + 2 * rho * (c[i, m] - 1.0 / n) for m in range(n)])
+    g = _np_grad(c[i], s, i, lam, rho, n, paper)
     if normalize:
       g = g / np.abs(g).sum()
     new[i] = _np_project(c[i] - lr * g, mass)
@@ -148,6 +156,11 @@ def test_coefficient_step_matches_a_numpy_transcription(normalize, lr):
   kl = np.sum(t * (np.log(t) - np.log(s)), -1).mean(-1).sum()
   np.testing.assert_allclose(value, 2.0 * kl + 0.7 * np.sum((C3 - 1 / 3) ** 2), rtol=1e-5)
   assert not np.allclose(new, C3)
+  # The gradient through the renormalisation differs from the paper's by a constant per row:
+  # the plain step cannot tell them apart (the projection removes it), the normalised step
+  # can.
+  other = _np_step(C3, s, 2.0, 0.7, lr, normalize, paper=False)
+  assert np.allclose(other, want, atol=1e-9) != normalize
 
 
 def test_coefficient_step_leaves_absent_clients_and_keeps_row_mass():
@@ -168,10 +181,7 @@ def test_coefficient_step_leaves_absent_clients_and_keeps_row_mass():
 
 
 def _grad_n3(block, s, i):
-  mass = block[i].sum()
-  t = np.einsum('m,mxc->xc', block[i], s) / mass
-  g = np.array([np.mean(np.sum((s[m] - t) * (np.log(t) + 1 - np.log(s[i])), -1)) / mass
-                + 2 * 0.7 * (block[i, m] - 1.0 / 3) for m in range(len(block))])
+  g = _np_grad(block[i], s, i, 1.0, 0.7, 3)
   return g / np.abs(g).sum()
 
 

@@ -52,8 +52,16 @@ def personalised_targets(c: Array, s: Array, mask: Array) -> Array:
 def coefficient_loss(c: Array, s: Array, mask: Array, lam: float | Array, rho: float | Array,
                      population: int) -> Array:
   """``lam * sum_{n in mask} mean_x KL(t_n || s_n) + rho * sum_{n, j in mask} (c_nj - 1/N)^2``
-  with ``N = population`` (all clients of the experiment)."""
-  t = personalised_targets(c, s, mask)
+  with ``N = population`` (all clients of the experiment).
+
+  Its gradient is the paper's: ``t_n = sum_j c_nj s_j``, each row's block mass held fixed
+  (the mass the step keeps). Differentiating through :func:`personalised_targets`'
+  renormalisation instead gives the paper's gradient less a constant per row: a plain step
+  would not care (the projection onto the simplex removes it), but a normalised step would
+  scale the shifted gradient and move ``c`` elsewhere."""
+  w = jnp.where(_pair_mask(mask), c, 0.0)
+  mass = jax.lax.stop_gradient(jnp.maximum(jnp.sum(w, axis=1, keepdims=True), 1e-30))
+  t = jnp.einsum('nj,jmc->nmc', w / mass, s)
   logt = jnp.log(jnp.maximum(t, 1e-30))
   logs = jnp.log(jnp.maximum(s, 1e-30))
   kl = jnp.mean(jnp.sum(jnp.where(t > 0, t * (logt - logs), 0.0), axis=-1), axis=-1)   # [S]
