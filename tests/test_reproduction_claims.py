@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import re
 import shutil
 
 import numpy as np
@@ -260,7 +261,11 @@ def test_the_committed_report_names_every_stale_run_and_counts_none():
   named = {line.split('`')[1] for line in part.splitlines() if line.startswith('- `')}
   assert named == set(stale)
   if not stale:
-    assert 'None: every archived run is tied' in part
+    assert 'None is left out: every archived run is tied' in part
+  # The count of each kind of tie is printed, and they add up to the archive.
+  tied = re.search(r'(\d+) archived runs stand.*?: (\d+) by the golden record.*?(\d+) by a '
+                   r'replay.*?(\d+) by their reference', part, re.S)
+  assert tied and int(tied.group(1)) == sum(map(int, tied.groups()[1:])), part[:600]
 
 
 @pytest.mark.slow
@@ -285,6 +290,41 @@ def test_a_stale_run_is_named_and_enters_no_number(tmp_path):
   cell = next(c for c in cells if c['variant'] == first['variant'])
   assert cell['excluded'] == [first['seed']] and first['seed'] not in cell['seeds']
   assert first['seed'] not in cell['stats']['final_acc']['values']
+
+
+def test_a_tie_to_a_commit_outside_the_history_is_stale(tmp_path):
+  # A run tied by record to a commit that no clone of this repository holds (made in a
+  # checkout whose commits never landed) is tied to nothing anyone can check: stale until
+  # replayed. A tie to a commit in the history stands.
+  if standing.in_history('HEAD') is None:
+    pytest.skip('not a git repository: record ties cannot be checked here')
+  name = 'scarlet_digits'
+  _copy_sweep(name, tmp_path)
+  engines = {name: _sweeps()[name]}
+  first = standing._git('rev-list', '--max-parents=0', 'HEAD').split()[0]  # pylint: disable=protected-access
+  ties = {run.path: {'tie': 'record', 'by': first,
+                     'fingerprint': standing.fingerprint(run, standing.read_today)}
+          for run in standing.iter_runs(str(tmp_path), engines)}
+  victim = sorted(ties)[0]
+  ties[victim]['by'] = '6596516f028532178736551ece542b5f988ce5dc'   # not in the history
+  (tmp_path / standing.STANDING_FILE).write_text(json.dumps({'runs': ties}))
+  stale = standing.stale_runs(str(tmp_path), engines)
+  assert list(stale) == [victim], stale
+  assert "6596516, which is not in this repository's history: replay it" in stale[victim]
+  assert standing.in_history(first) and standing.in_history(ties[victim]['by']) is False
+
+
+def test_a_replay_compares_the_columns_todays_code_logs_and_names_the_others():
+  want = {'round': 1, 'test_acc': 0.5, 'up_bytes': 10, 'down_bytes': 5, 'server_ua': 0.3,
+          'round_time_s': 2.0}
+  same = {'round': 1, 'test_acc': 0.5, 'up_bytes': 10, 'down_bytes': 5, 'round_time_s': 9.0}
+  assert standing.compare_replay(same, want) == {standing.GONE: (['server_ua'], None)}
+  # A shared column that differs is a difference, whatever else is gone.
+  assert set(standing.compare_replay({**same, 'up_bytes': 11}, want)) == {'up_bytes'}
+  # A round without one of every round's columns is another program.
+  assert set(standing.compare_replay({k: v for k, v in same.items() if k != 'test_acc'},
+                                     want)) == {'test_acc', 'server_ua'}
+  assert standing.compare_replay({**same, 'server_ua': 0.3}, want) == {}
 
 
 def test_a_fingerprint_follows_the_golden_record_of_the_family():
@@ -466,7 +506,6 @@ def test_the_committed_ratio_verdict_recomputes_from_its_printed_figures():
   # The report prints each ratio check's per-seed log ratios as mean ± std (n; SE; ...): a
   # one-sided t-test from those digits, Holm-free, gives the printed raw p, and the verdict
   # follows from the estimate against the bound x28.6 (fc2_comm_28x is an "at least" claim).
-  import re  # pylint: disable=g-import-not-at-top
   md = (REPO / 'docs' / 'reproduction.md').read_text()
   rows = [line for line in md.splitlines()
           if line.startswith('| fc2_comm_28x |') and 'paired log ratio' in line]

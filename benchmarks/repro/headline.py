@@ -328,7 +328,8 @@ def decided_in_regime(headline: Sequence[Row], paper: str, ours: bool = False) -
 
 def headline_sections(headline: Sequence[Row], agreement: Sequence[Row],
                       sections: Sequence[Section], stale: dict[str, str] | None,
-                      gaps: Mapping[str, Gap | None]) -> list[str]:
+                      gaps: Mapping[str, Gap | None],
+                      tied: Mapping[str, int] | None = None) -> list[str]:
   """The report's top: the claims register, the settings' regimes, the verdicts, the
   accounting table, the explanations of what goes against the papers, the agreement checks
   and the stale runs."""
@@ -439,14 +440,21 @@ def headline_sections(headline: Sequence[Row], agreement: Sequence[Row],
     out += [f'Not checked: the runs\' folder has no `{standing_lib.STANDING_FILE}` '
             '(`python benchmarks/reproduction.py standing --replay` ties each run to today\'s '
             'code and writes it).']
-  elif stale:
-    out += [f'{len(stale)} archived runs are not tied to today\'s code (see '
-            '`benchmarks/repro/standing.py`) and are left out of every number above:', '']
-    out += [f'- `{path}`: {why}' for path, why in sorted(stale.items())]
   else:
-    out += ['None: every archived run is tied to today\'s code by its commit\'s golden record, '
-            'its reference\'s source or a replay of its first round (`benchmarks/repro/'
-            'standing.py`; `python benchmarks/reproduction.py standing` ties new runs).']
+    tied = tied or {}
+    out += [f'{sum(tied.values())} archived runs stand, tied to today\'s code '
+            '(`benchmarks/repro/standing.py`; `python benchmarks/reproduction.py standing` '
+            f'ties new runs): {tied.get("record", 0)} by the golden record of the commit that '
+            'made them (a commit in this repository\'s history whose record agrees with '
+            f'today\'s on their paper\'s cases), {tied.get("replay", 0)} by a replay of their '
+            'first round with today\'s code, and '
+            f'{tied.get("source", 0)} by their reference\'s source, unchanged since.', '']
+    if stale:
+      out += [f'{len(stale)} archived runs are not tied to today\'s code and are left out of '
+              'every number above:', '']
+      out += [f'- `{path}`: {why}' for path, why in sorted(stale.items())]
+    else:
+      out += ['None is left out: every archived run is tied.']
   return out + ['']
 
 

@@ -87,6 +87,8 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
   # ties (the committed archive does; a test holds it to that).
   checked = os.path.exists(os.path.join(args.runs, standing_lib.STANDING_FILE))
   stale = standing_lib.stale_runs(args.runs, sweep_engines(sections), tree) if checked else {}
+  tied = (standing_lib.tie_counts(args.runs, sweep_engines(sections), tree, stale) if checked
+          else {})
   # An archive is rebuilt from, never run into: runs go to runs/repro and are archived after.
   run_dir = 'runs/repro' if archived else args.runs
   run_cmd = ('python benchmarks/reproduction.py run --runs=' + shlex.quote(run_dir)
@@ -254,7 +256,8 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
   if args.tiny:
     head += ['**--tiny: a smoke test of the pipeline (2 rounds, 4 clients, synthetic data); '
              'the numbers mean nothing.**', '']
-  head += headline_sections(headline, agreement, sections, stale if checked else None, gaps)
+  head += headline_sections(headline, agreement, sections, stale if checked else None, gaps,
+                            tied)
   os.makedirs(out_dir, exist_ok=True)
   workdir_lib.write_text(out_md, '\n'.join(head + body).rstrip() + '\n')
   print(f'wrote {out_md} ({len(headline)} checks of the papers\' claims, {len(agreement)} '

@@ -3,7 +3,8 @@
 A run *stands* when something ties its numbers to today's code. The ties, tried in order:
 
 * **record**: the run's ``summary.json`` records a clean commit (no uncommitted changes)
-  and the golden record (``tests/golden_metrics.json``) at that commit agrees with today's,
+  in this repository's history (a commit no clone holds ties nothing, and a run tied to one
+  is stale until replayed) and the golden record (``tests/golden_metrics.json``) at that commit agrees with today's,
   within the golden test's own tolerances, on every case of the run's paper family and the
   tiny case of its algorithm.
 * **source** (a PyTorch reference or the driver of the SCARLET authors' code): the
@@ -151,6 +152,14 @@ def _git(*args: str) -> str | None:
   return r.stdout if r.returncode == 0 else None
 
 
+def in_history(commit: str) -> bool | None:
+  """Whether ``commit`` is in this repository's history (HEAD or an ancestor of it); None
+  where there is no git repository to ask (a tie by record is then taken as it stands)."""
+  if _git('rev-parse', '--git-dir') is None:
+    return None
+  return _git('merge-base', '--is-ancestor', commit, 'HEAD') is not None
+
+
 def read_at(commit: str) -> Callable[[str], str | None]:
   return lambda path: _git('show', f'{commit}:{path}')
 
@@ -228,7 +237,8 @@ def stale_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]],
       return stale_runs(archive, sweeps, opened)
   ties = load(archive).get('runs', {})
   today: dict[tuple, str | None] = {}
-  out = {}
+  known: dict[str, bool | None] = {}
+  out: dict[str, str] = {}
   for run in iter_runs(tree, sweeps):
     key = (run.engine, run.section, run.algorithm, run.module)
     if key not in today:
@@ -239,6 +249,36 @@ def stale_runs(archive: str, sweeps: Mapping[str, tuple[str, str, str]],
     elif tie.get('fingerprint') != today[key]:
       out[run.path] = (f'tied by {tie.get("tie")} to code whose results have changed since '
                        '(the golden record or the reference source differs)')
+    elif _outside_history(tie, known):
+      # A tie to a commit is only as good as the commit: one no clone can check is none.
+      out[run.path] = (f'tied by {tie["tie"]} to commit {tie["by"].split()[0][:7]}, which is '
+                       "not in this repository's history: replay it")
+  return out
+
+
+def _outside_history(tie: Mapping[str, Any], known: dict[str, bool | None] | None = None
+                     ) -> bool:
+  """Whether ``tie`` is to a commit (by record or source) that this repository's history
+  does not hold; ``known`` caches the answers by commit."""
+  if tie.get('tie') not in ('record', 'source'):
+    return False
+  commit = (tie.get('by') or '?').split()[0]   # a tie to no commit is to none in the history
+  known = {} if known is None else known
+  if commit not in known:
+    known[commit] = in_history(commit)
+  return known[commit] is False
+
+
+def tie_counts(archive: str, sweeps: Mapping[str, tuple[str, str, str]], tree: str,
+               stale: Mapping[str, str]) -> dict[str, int]:
+  """``{kind: runs}``: how many of the archive's runs (``tree``, the archive opened) stand,
+  by the kind of their tie (``record``, ``replay``, ``source``)."""
+  ties = load(archive).get('runs', {})
+  out: dict[str, int] = {}
+  for run in iter_runs(tree, sweeps):
+    if run.path not in stale and run.path in ties:
+      kind = ties[run.path].get('tie', '')
+      out[kind] = out.get(kind, 0) + 1
   return out
 
 
@@ -283,7 +323,30 @@ def replay_fedjax(workdir: str) -> dict[str, tuple]:
   with tempfile.TemporaryDirectory() as tmp:
     runner.run(spec, tmp, resume=False, progress=False, until=1)
     got = _first_row(tmp)
-  return same_rows(got, _first_row(workdir), acc=max(REPLAY_ACC, one_sample(spec)))
+  return compare_replay(got, _first_row(workdir), acc=max(REPLAY_ACC, one_sample(spec)))
+
+
+def compare_replay(got: Mapping[str, Any], want: Mapping[str, Any],
+                   acc: float = REPLAY_ACC) -> dict[str, tuple]:
+  """The differing columns of a replayed first round ``got`` against the recorded ``want``.
+
+  A column the run logged that today's code no longer logs at all is no number of today's
+  code (earlier code logged ``server_ua`` for every algorithm with per-client test splits,
+  today's for parameter exchange alone): the replay compares the columns both log and, when
+  they agree, names the others under :data:`GONE`. A missing column every round has
+  (:data:`ROUND_COLUMNS`) is another program, a difference."""
+  gone = sorted(k for k in want if k not in got and not k.endswith('_s'))
+  if not gone or set(gone) & set(ROUND_COLUMNS):
+    return same_rows(got, want, acc=acc)
+  diff = same_rows(got, {k: v for k, v in want.items() if k in got}, acc=acc)
+  return diff or {GONE: (gone, None)}
+
+
+# The columns every round logs: a replay that lacks one of them is another program.
+ROUND_COLUMNS = ('round', 'test_acc', 'up_bytes', 'down_bytes')
+# The key under which a replay that matches on every column today's code logs names the
+# columns only the run logged.
+GONE = 'not logged by today\'s code'
 
 
 def one_sample(spec: Any) -> float:
@@ -397,8 +460,10 @@ def tie(archive: str, sweeps: Mapping[str, tuple[str, str, str]], replay: bool,
 
 def _tie(archive: str, tree: str, sweeps: Mapping[str, tuple[str, str, str]], replay: bool,
          only: Callable[[ArchivedRun], bool], log: Callable[[str], None]) -> dict[str, int]:
-  doc = load(archive)
-  ties = doc.setdefault('runs', {})
+  # Only what this call ties or fails to tie is written back (merged into the file), so
+  # several calls on different sweeps may run at once without undoing each other's ties.
+  doc: dict[str, Any] = {'runs': {}, 'unmatched': {}}
+  ties = doc['runs']
   golden_today = json.loads(read_today(GOLDEN))
   stale = stale_runs(archive, sweeps, tree)
   runs = [r for r in iter_runs(tree, sweeps) if r.path in stale and only(r)]
@@ -411,17 +476,18 @@ def _tie(archive: str, tree: str, sweeps: Mapping[str, tuple[str, str, str]], re
     first = members[0]
     now = fingerprint(first, read_today)
     held = load(archive).get('runs', {}).get(first.path)
-    if held is not None and held.get('fingerprint') == now:   # tied meanwhile elsewhere
-      continue
+    if held is not None and held.get('fingerprint') == now and not _outside_history(held):
+      continue   # tied meanwhile elsewhere
     how, detail = None, ''
-    if first.engine == 'fedjax_kd' and first.commit and not first.commit.endswith('+dirty'):
+    if (first.engine == 'fedjax_kd' and _clean(first.commit)
+        and in_history(first.commit) is not False):
       old = (read_at(first.commit)(GOLDEN) or '{}')
       keys = family_keys(golden_today, first.section, first.algorithm)
       if golden_agrees(json.loads(old), golden_today, keys):
         how, detail = 'record', first.commit
     if how is None and first.engine != 'fedjax_kd':
       made = made_at(first)
-      if made and fingerprint(first, read_at(made)) == now:
+      if made and in_history(made) is not False and fingerprint(first, read_at(made)) == now:
         how, detail = 'source', made
     if how is None and replay and first.platform != 'cpu':
       # A GPU's float kernels are not a CPU's: its runs replay on a GPU (or tie by record).
@@ -436,12 +502,16 @@ def _tie(archive: str, tree: str, sweeps: Mapping[str, tuple[str, str, str]], re
           got = replay_run(first, where, isa)
         except Exception as e:  # pylint: disable=broad-except
           got = {'replay failed': (f'{type(e).__name__}: {e}'[:400], None)}
-        if got is None or not got:
+        if got is None or not got or set(got) == {GONE}:   # stands (or cannot replay here)
           diff = got
           break
         diff = diff or got   # the first replay's differences are the ones kept
       if diff is None:
         log(f'{first.path}: cannot replay here (the SCARLET authors\' code is not set up)')
+      elif set(diff) == {GONE}:
+        how, detail = 'replay', f'{first.path} at {head}' + (
+            '' if isa == 'native' else f' with {isa.upper()} kernels') + (
+                f'; {", ".join(diff[GONE][0])} not logged today, not compared')
       elif diff:
         counts['unmatched'] += len(members)
         log(f'{first.path}: replay differs: {diff}')
