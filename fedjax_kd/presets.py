@@ -59,6 +59,8 @@ def digits(algorithm: str = 'dsfl') -> ml_collections.ConfigDict:
     c.clients.models = ['cnn@1.0']   # parameter averaging needs one architecture
   if algorithm == 'acepfl':
     c.data.val_fraction = 0.1        # the best past model is picked on validation rows
+  if algorithm == 'knn_per':
+    c.data.val_fraction = 0.1        # lambda is tuned on rows held out of training
   return c
 
 
