@@ -138,6 +138,7 @@ def _np_step(c, s, lam, rho, lr, normalize, paper=True):
   for i in range(n):
     mass = c[i].sum()
     g = _np_grad(c[i], s, i, lam, rho, n, paper)
+    g = g - g.mean()   # along the row's constraint sum_m c_nm = mass
     if normalize:
       g = g / np.abs(g).sum()
     new[i] = _np_project(c[i] - lr * g, mass)
@@ -156,11 +157,18 @@ def test_coefficient_step_matches_a_numpy_transcription(normalize, lr):
   kl = np.sum(t * (np.log(t) - np.log(s)), -1).mean(-1).sum()
   np.testing.assert_allclose(value, 2.0 * kl + 0.7 * np.sum((C3 - 1 / 3) ** 2), rtol=1e-5)
   assert not np.allclose(new, C3)
-  # The gradient through the renormalisation differs from the paper's by a constant per row:
-  # the plain step cannot tell them apart (the projection removes it), the normalised step
-  # can.
+  # The gradient through the renormalisation differs from the paper's by a constant per row,
+  # which the centring removes: both give the same step, plain or normalised.
   other = _np_step(C3, s, 2.0, 0.7, lr, normalize, paper=False)
-  assert np.allclose(other, want, atol=1e-9) != normalize
+  np.testing.assert_allclose(other, want, atol=1e-9)
+  # Normalised, a row moves by lr in L1 (no entry clipped at 0 here), whatever the size of
+  # the constant the KL term's gradient carries in every entry (lam (1 + ...)).
+  if normalize:
+    np.testing.assert_allclose(np.abs(np.asarray(new, np.float64) - C3).sum(1), lr, rtol=1e-4)
+    uncentred = np.stack([_np_project(C3[i] - lr * (lambda g: g / np.abs(g).sum())(
+        _np_grad(C3[i].astype(np.float64), s.astype(np.float64), i, 2.0, 0.7, 3)), 1.0)
+        for i in range(3)])
+    assert np.abs(uncentred - C3).sum(1).max() < 0.5 * lr   # the step it used to take
 
 
 def test_coefficient_step_leaves_absent_clients_and_keeps_row_mass():
@@ -182,6 +190,7 @@ def test_coefficient_step_leaves_absent_clients_and_keeps_row_mass():
 
 def _grad_n3(block, s, i):
   g = _np_grad(block[i], s, i, 1.0, 0.7, 3)
+  g = g - g.mean()
   return g / np.abs(g).sum()
 
 

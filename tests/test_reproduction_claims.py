@@ -447,6 +447,27 @@ def test_the_printed_verdicts_follow_the_printed_rule():
   assert sum(seen.values()) >= 3 and len(seen) >= 2, seen
 
 
+def test_the_method_against_its_strongest_baseline_by_hand():
+  """The paper's method (the reference, else its algorithm's plain variant) against the best
+  variant of another algorithm in the same grid cell, single clients left out; the smallest
+  margin over cells."""
+  from benchmarks.repro import headline
+  from benchmarks.repro.defs import SweepDef
+  cell = lambda label, acc, grid=None: {'variant': label, 'cell': dict(grid or {}), 'n': 1,
+                                        'label': label, 'stats': {'final_acc': {'mean': acc}}}
+  variants = (('P', 'paper', {}), ('P ablated', 'paper', {'x': 1}), ('B1', 'b1', {}),
+              ('B2', 'b2', {}), ('Single', 'single', {}))
+  t = {'s': stats_lib.Table([cell('P', 0.90, {'c': 0}), cell('P ablated', 0.99, {'c': 0}),
+                             cell('B1', 0.85, {'c': 0}), cell('B2', 0.87, {'c': 0}),
+                             cell('Single', 0.95, {'c': 0}), cell('P', 0.80, {'c': 5}),
+                             cell('B1', 0.83, {'c': 5})])}
+  g = headline.method_gap(SweepDef('s', 't', variants, floor='Single'), t, 'paper')
+  assert (g.best, g.floor) == ('P', 'B1') and g.gap == pytest.approx(-0.03)   # c = 5
+  g = headline.method_gap(SweepDef('s', 't', variants, reference='P ablated'), t, 'paper')
+  assert g.floor == 'B2' and g.gap == pytest.approx(0.12)
+  assert headline.method_gap(SweepDef('s', 't', variants[2:]), t, 'paper') is None
+
+
 def test_the_regime_gap_by_hand():
   from benchmarks.repro import headline
   from benchmarks.repro.defs import SweepDef

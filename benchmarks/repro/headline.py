@@ -135,6 +135,31 @@ def regime_gap(d: SweepDef, tables: Mapping[str, Table]) -> Gap | None:
   return min(gaps, key=lambda g: g.gap) if gaps else None
 
 
+def method_gap(d: SweepDef, tables: Mapping[str, Table], algorithm: str) -> Gap | None:
+  """How far the paper's method (``d.reference``, else the sweep's variant of ``algorithm``
+  with no fields changed) ends above its strongest baseline: the best variant of another
+  algorithm, single-client training left out (final headline accuracy, mean over seeds; the
+  smallest margin over grid cells)."""
+  if d.name not in tables:
+    return None
+  own = [v for v in d.variants if (v[0] == d.reference if d.reference
+                                    else v[1] == algorithm and not v[2])]
+  if len(own) != 1:
+    return None
+  label, algo = own[0][0], own[0][1]
+  floor = d.floor if isinstance(d.floor, str) else ''
+  others = {v[0] for v in d.variants if v[1] != algo and v[0] != floor and v[1] != 'single'}
+  cells = [c for c in tables[d.name].cells if c['n']]
+  gaps = []
+  for m in (c for c in cells if c['variant'] == label):
+    same = [c for c in cells if c['variant'] in others and c['cell'] == m['cell']]
+    if same:
+      best = max(same, key=lambda c: c['stats']['final_acc']['mean'])
+      gaps.append(Gap(d.name, m['label'], m['stats']['final_acc']['mean'], best['label'],
+                      best['stats']['final_acc']['mean']))
+  return min(gaps, key=lambda g: g.gap) if gaps else None
+
+
 def decide(rows: Sequence[Row], gaps: Mapping[str, Gap | None] | None = None) -> None:
   """Verdicts: Holm over every hypothesis of each paper's tested checks, the verdict rule of
   :mod:`benchmarks.repro.verdicts` with the paper's effect; arbiters at their raw p; agreement

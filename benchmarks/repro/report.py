@@ -15,8 +15,8 @@ from benchmarks.repro import standing as standing_lib
 from benchmarks.repro.archive import ARCHIVE_MARKER, open_runs
 from benchmarks.repro.defs import SKIPPED
 from benchmarks.repro.headline import (REGIME_GAP, ChecksOf, Row, agreement_table, checks_table,
-                                       decide, headline_sections, regime_gap, rule_text,
-                                       summary_table)
+                                       decide, headline_sections, method_gap, regime_gap,
+                                       rule_text, summary_table)
 from benchmarks.repro.plan import command_line, commit, official_command, placeholder_paths
 from benchmarks.repro.plan import sweep_command, torch_command
 from benchmarks.repro.sections import select, sweep_engines
@@ -48,6 +48,44 @@ def update_block(path: str, lines: Sequence[str], begin: str = README_BEGIN,
   before, rest = text.split(begin, 1)
   after = rest.split(end, 1)[1]
   workdir_lib.write_text(path, before + begin + '\n' + '\n'.join(lines) + '\n' + end + after)
+
+
+LOCKSTEP_JSON = 'authors_lockstep.json'
+
+
+def lockstep_section(path: str) -> list[str]:
+  """The baselines' lock-steps beside their authors' code, from ``python -m
+  benchmarks.authors``'s output ``path`` (nothing if it is absent)."""
+  import json  # pylint: disable=g-import-not-at-top
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding='utf-8') as f:
+    doc = json.load(f)
+  out = ["## The baselines beside their authors' code", '',
+         f'Made by `{doc["command"]}` on {doc["generated"]} (`{LOCKSTEP_JSON}`; the checkouts '
+         'come from `bash benchmarks/authors/fetch.sh DIR`). Each row ran fedjax_kd and the '
+         "authors' own code, imported from their repository at the commit given, for whole "
+         'rounds from the same initial weights over the same minibatches, and compared every '
+         'parameter of the models named after every round. A lock-step holds when the largest '
+         f'difference stays within {doc["tolerance"]:g} (float rounding); the accuracy column '
+         'is the largest difference of the accuracy both sides report.', '',
+         "| baseline | authors' repository @ commit | rounds | largest parameter difference "
+         '| largest accuracy difference | models compared | lock-step |',
+         '|---|---|---|---|---|---|---|']
+  for r in doc['lockstep']:
+    out.append(f'| {r["baseline"]} | [{r["repo"]}](https://github.com/{r["repo"]}) @ '
+               f'`{r["commit"][:7]}` | {r["rounds"]} | {r["max_param_diff"]:.1e} | '
+               f'{r["max_acc_diff"]:.4f} | {esc(r["what"])} | '
+               f'**{"holds" if r["holds"] else "does not hold"}** |')
+  notes = [f'* **{r["baseline"]}**: ' + '; '.join(r['notes']) for r in doc['lockstep']
+           if r['notes']]
+  if notes:
+    out += ['', 'Settings and differences kept (each in docs/papers.md with its effect):', '']
+    out += notes
+  if doc['not_lockstepped']:
+    out += ['', 'Without a lock-step:', '']
+    out += [f'* **{name}**: {why}' for name, why in doc['not_lockstepped'].items()]
+  return out + ['']
 
 
 def _rel(path: str, start: str) -> str:
@@ -146,6 +184,10 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
                  + ('the regime where collaboration can show.' if gap.gap >= REGIME_GAP else
                     f'less than {100 * REGIME_GAP:g} points, so a paper\'s effect has little '
                     'room to show here.'), '']
+        if (m := method_gap(d, tables, section.key)) is not None:
+          body += [f'{esc(m.best)} ({m.best_acc:.3f}) ends {100 * m.gap:+.1f} points against '
+                   f'its strongest baseline here, {esc(m.floor)} ({m.floor_acc:.3f}): the room '
+                   "the paper's comparison with its baselines has.", '']
       if machines := machines_line(src, plan_doc):
         body += [machines, '']
       diverged = sweep.diverged_lines(cells)
@@ -258,6 +300,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
              'the numbers mean nothing.**', '']
   head += headline_sections(headline, agreement, sections, stale if checked else None, gaps,
                             tied)
+  head += lockstep_section(os.path.join(out_dir, LOCKSTEP_JSON))
   os.makedirs(out_dir, exist_ok=True)
   workdir_lib.write_text(out_md, '\n'.join(head + body).rstrip() + '\n')
   print(f'wrote {out_md} ({len(headline)} checks of the papers\' claims, {len(agreement)} '

@@ -38,8 +38,11 @@ What the paper leaves open, and what we do:
   ``KL_loss`` has no such factor); ``lam = 1``;
 * **c's step size**: the paper's value is not in the text we could read, and a plain step's
   effect depends on the scale of the gradient (small at ``T = 10``, where the predictions are
-  near uniform). By default (``kt_pfl.c_step = 'normalized'``) each row's gradient is scaled
-  to L1 norm 1 and the row moves by ``kt_pfl.c_lr = 0.1`` in L1 before the projection: the
+  near uniform). Each row's gradient is first centred over the row (the component the
+  projection removes; the KL term puts about ``lam`` in every entry, and without the centring
+  a normalised row moved by a thousandth of ``c_lr``). By default (``kt_pfl.c_step =
+  'normalized'``) each row's centred gradient is scaled to L1 norm 1 and the row moves by
+  ``kt_pfl.c_lr = 0.1`` in L1 before the projection: the
   code's rescaled step (a mean entry move of 0.01-0.05 before its ``softmax(5 w)``) changes a
   row by roughly 0.05-0.25 in L1. ``c_step = 'plain'`` is the textbook ``c - c_lr * grad``;
 * **what is evaluated**: the client models after distillation, each on its own test split
@@ -83,8 +86,8 @@ class KTPFLOptions:
   lam: float = options.option(1.0, 'lambda: weight of the distillation loss', gt=0)
   c_lr: float = options.option(0.1, 'step size of the knowledge coefficient matrix c (with '
                                "c_step='normalized': each row's L1 move)", ge=0)
-  c_step: str = options.option('normalized', "'normalized' (each row's gradient scaled to L1 "
-                               "norm 1) or 'plain' (lr * gradient)", choices=C_STEPS)
+  c_step: str = options.option('normalized', "'normalized' (each row's centred gradient scaled "
+                               "to L1 norm 1) or 'plain' (lr * gradient)", choices=C_STEPS)
 
   def validate(self, spec, algorithm) -> None:
     del algorithm

@@ -96,10 +96,18 @@ def coefficient_step(c: Array, s: Array, mask: Array, lam: float | Array, rho: f
                      normalize: bool = False) -> tuple[Array, Array]:
   """One projected gradient step on :func:`coefficient_loss` over the participants' block.
 
+  Each row's gradient is first taken along the row's constraint (its mean over the block
+  subtracted): the projection onto the simplex removes that constant anyway, so a plain step
+  does not change, but the normalised step would otherwise spend its length on it. The KL
+  term's gradient carries about ``lam`` in every entry (the derivative of ``t log t``), with
+  differences between entries of a thousandth of that where predictions are soft, so a
+  normalised step of the uncentred gradient moved a row by about a thousandth of ``lr``.
+
   Args:
-    normalize: scale each row's gradient (over the block) to L1 norm 1 before the step, so a
-      row moves by ``lr`` in L1 before the projection (a scale-free step; the authors' code
-      rescales its steps to a fixed size too); False: the plain step ``lr * grad``.
+    normalize: scale each row's centred gradient (over the block) to L1 norm 1 before the
+      step, so a row moves by ``lr`` in L1 (before the projection clips an entry at 0; a
+      scale-free step; the authors' code rescales its steps to a fixed size too); False: the
+      plain step ``lr * grad``.
 
   Returns:
     ``(new c [S, S], the loss before the step)``.
@@ -107,6 +115,8 @@ def coefficient_step(c: Array, s: Array, mask: Array, lam: float | Array, rho: f
   pair = _pair_mask(mask)
   value, g = jax.value_and_grad(coefficient_loss)(c, s, mask, lam, rho, population)
   g = jnp.where(pair, g, 0.0)
+  size = jnp.maximum(jnp.sum(pair, axis=1, keepdims=True), 1)
+  g = jnp.where(pair, g - jnp.sum(g, axis=1, keepdims=True) / size, 0.0)
   if normalize:
     g = g / jnp.maximum(jnp.sum(jnp.abs(g), axis=1, keepdims=True), 1e-30)
   mass = jnp.sum(jnp.where(pair, c, 0.0), axis=1)
