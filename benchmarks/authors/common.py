@@ -189,8 +189,13 @@ def _numpy(tree, row: int):
   return jax.tree.map(lambda x: np.asarray(x[row]), tree)
 
 
-def ours(cfg, rounds: int | None = None) -> Ours:
-  """Builds ``cfg``'s experiment and plays its rounds with every client, keeping every state."""
+def ours(cfg, rounds: int | None = None, actives: Sequence[np.ndarray] | None = None) -> Ours:
+  """Builds ``cfg``'s experiment and plays its rounds, keeping every state.
+
+  Args:
+    rounds: how many (default: the config's).
+    actives: per round, the ``[K]`` mask of its clients (default: every client, every round).
+  """
   import jax  # pylint: disable=g-import-not-at-top
   from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
   setting = ref.export_setting(cfg, (cfg.algorithm,))
@@ -200,9 +205,10 @@ def ours(cfg, rounds: int | None = None) -> Ours:
   # Host copies: a round may donate the state it was given (local training does).
   host = lambda st: jax.tree.map(np.array, st)
   states, rows = [host(state)], []
-  active = np.ones(algo.num_clients, bool)
-  for t in range(1, (rounds or exp.spec.rounds) + 1):
-    state, out = base.play_round(algo, state, t, active)
+  every = np.ones(algo.num_clients, bool)
+  actives = actives or [every] * (rounds or exp.spec.rounds)
+  for t, active in enumerate(actives, 1):
+    state, out = base.play_round(algo, state, t, np.asarray(active))
     row = dict(out.metrics)
     row.update({k: float(v) for k, v in algo.evaluate(state).items()
                 if np.ndim(v) == 0})

@@ -128,23 +128,6 @@ def config(rounds: int = 3, seed: int = 0, participation: float = 1.0, width: fl
                         'clients.participation': participation, **overrides})
 
 
-def ours_with(cfg, actives: list[np.ndarray]) -> common.Ours:
-  """``common.ours`` with the given ``[K]`` active mask in each round (their draws)."""
-  from benchmarks.torch_ref import common as ref  # pylint: disable=g-import-not-at-top
-  from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
-  setting = ref.export_setting(cfg, (cfg.algorithm,))
-  algo = setting.experiment.algorithm
-  state = base.init_state(algo)
-  states, rows = [state], []
-  for t, active in enumerate(actives, 1):
-    state, out = base.play_round(algo, state, t, active)
-    row = dict(out.metrics)
-    row.update({k: float(v) for k, v in algo.evaluate(state).items() if np.ndim(v) == 0})
-    states.append(state)
-    rows.append(row)
-  return common.Ours(setting=setting, states=states, rows=rows)
-
-
 def draws(seed: int, rounds: int, num_clients: int, participation: float) -> list[np.ndarray]:
   """Their loop's client draws, ``np.random.choice(W, M, replace=False)`` once a round after
   ``np.random.seed(seed)`` (nothing else in their loop draws from numpy), ``M = int(W C)``."""
@@ -205,8 +188,8 @@ def lockstep(path: str, seed: int = 0, rounds: int = 3, participation: float = 1
   picks = draws(seed, rounds + 1, k_clients, participation)
   if ours_run is None:
     actives = [np.isin(np.arange(k_clients), p) for p in picks[:rounds]]
-    ours_run = ours_with(config(rounds, seed, participation, width, **(overrides or {})),
-                         actives)
+    ours_run = common.ours(config(rounds, seed, participation, width, **(overrides or {})),
+                           actives=actives)
   run = ours_run
   s = run.setting
   assert len(s.client_rows) == k_clients
