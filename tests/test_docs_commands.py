@@ -752,7 +752,7 @@ def work(tmp_path_factory) -> pathlib.Path:
     (root / name).symlink_to(REPO / name)
   (root / 'docs').mkdir()
   for name in ('reproduction_runs', 'gpu_suite', 'memory_plan_h100.json',
-               'memory_plan_cpu.json', 'memory_plan_configs.json'):
+               'memory_plan_cpu.json', 'memory_plan_configs.json', 'authors_lockstep.json'):
     (root / 'docs' / name).symlink_to(REPO / 'docs' / name)
   return root
 
