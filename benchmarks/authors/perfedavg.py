@@ -52,6 +52,7 @@ import copy
 import numpy as np
 
 from benchmarks.authors import common
+from benchmarks.authors import pfedme
 
 PARTS = 2   # D, D' per meta step (first order)
 
@@ -113,26 +114,12 @@ def lockstep(path: str, seed: int = 0, rounds: int = 3, beta: float = 0.001,
   assert int(o.eval_steps) == 1, 'the driver reproduces one adaptation step'
   epochs, batch_size, _ = s.train
   k_clients = len(s.client_rows)
-  data = [run.client_data(k) for k in range(k_clients)]
-  x_test = common.nchw(s.x_test)
-  y_test = torch.from_numpy(np.asarray(s.y_test, np.int64))
-  test = list(zip(x_test, y_test))
+  data, read_data, read_user_data = pfedme.their_readers(run)
   adapt = adapt_batches(run, batch_size)
-
-  def read_data(dataset):
-    del dataset
-    return [str(k) for k in range(k_clients)], [], {}, {}
-
-  def read_user_data(i, data_, dataset):
-    del data_, dataset
-    x, y = common.nchw(data[i][0]), torch.from_numpy(np.asarray(data[i][1], np.int64))
-    return str(i), list(zip(x, y)), test
 
   diffs, acc_p, acc_glob = [], [], []
   clock = {'t': 0}
-  stubs = {name: common.stub(name) for name in ('h5py', 'torchvision',
-                                                'torchvision.transforms')}
-  with common.imported_from(path, stubs):
+  with common.imported_from(path, {name: common.stub(name) for name in pfedme.STUBS}):
     import FLAlgorithms.servers.serverperavg as mod  # pylint: disable=g-import-not-at-top
     from FLAlgorithms.optimizers.fedoptimizer import MySGD  # pylint: disable=g-import-not-at-top
     mod.read_data, mod.read_user_data = read_data, read_user_data
@@ -168,12 +155,8 @@ def lockstep(path: str, seed: int = 0, rounds: int = 3, beta: float = 0.001,
 
     mod.UserPerAvg = User
 
-    class Server(mod.PerAvg):
+    class Server(pfedme.quiet_server(clock), mod.PerAvg):
       """Their Per-FedAvg server; every model compared after each round's aggregation."""
-
-      def send_parameters(self):
-        clock['t'] += 1
-        super().send_parameters()
 
       def aggregate_parameters(self):
         super().aggregate_parameters()
@@ -183,12 +166,6 @@ def lockstep(path: str, seed: int = 0, rounds: int = 3, beta: float = 0.001,
         acc_p.append(float(np.mean([personalised_acc(self.model, k)
                                     for k in range(k_clients)])))
         acc_glob.append(common.accuracy(self.model, s.x_test, s.y_test))
-
-      def save_results(self):
-        pass
-
-      def save_model(self):
-        pass
 
     model = common.torch_model(run, run.server(0))
     server = Server(torch.device('cpu'), 'lockstep', 'PerAvg', (model, 'Mclr_CrossEntropy'),

@@ -53,6 +53,50 @@ import numpy as np
 from benchmarks.authors import common
 
 
+# What the repository's modules import but the lock-steps never call.
+STUBS = ('h5py', 'torchvision', 'torchvision.transforms')
+
+
+def their_readers(run: common.Ours):
+  """``(data, read_data, read_user_data)``: each client's training rows, and the
+  repository's two data readers (``utils/model_utils.py``) returning fedjax_kd's rows, the
+  server's test set as every user's test data."""
+  import torch  # pylint: disable=g-import-not-at-top
+  s = run.setting
+  k_clients = len(s.client_rows)
+  data = [run.client_data(k) for k in range(k_clients)]
+  test = list(zip(common.nchw(s.x_test), torch.from_numpy(np.asarray(s.y_test, np.int64))))
+
+  def read_data(dataset):
+    del dataset
+    return [str(k) for k in range(k_clients)], [], {}, {}
+
+  def read_user_data(i, data_, dataset):
+    del data_, dataset
+    x, y = common.nchw(data[i][0]), torch.from_numpy(np.asarray(data[i][1], np.int64))
+    return str(i), list(zip(x, y)), test
+
+  return data, read_data, read_user_data
+
+
+def quiet_server(clock: dict):
+  """A mixin for their servers: ``clock['t']`` counts the rounds (a round starts with
+  ``send_parameters``), and nothing is written to disk."""
+
+  class Quiet:
+    def send_parameters(self):
+      clock['t'] += 1
+      super().send_parameters()
+
+    def save_results(self):
+      pass
+
+    def save_model(self):
+      pass
+
+  return Quiet
+
+
 def config(rounds: int = 3, seed: int = 0, beta: float = 1.0):
   return common.tiny('pfedme', rounds, seed=seed,
                      **{'pfedme.weighted': True, 'pfedme.beta': beta})
@@ -81,19 +125,7 @@ def lockstep(path: str, seed: int = 0, rounds: int = 3, beta: float = 1.0, mu: f
   o = s.experiment.algorithm.options
   epochs, batch_size, _ = s.train
   k_clients = len(s.client_rows)
-  data = [run.client_data(k) for k in range(k_clients)]
-  x_test = common.nchw(s.x_test)
-  y_test = torch.from_numpy(np.asarray(s.y_test, np.int64))
-  test = list(zip(x_test, y_test))
-
-  def read_data(dataset):
-    del dataset
-    return [str(k) for k in range(k_clients)], [], {}, {}
-
-  def read_user_data(i, data_, dataset):
-    del data_, dataset
-    x, y = common.nchw(data[i][0]), torch.from_numpy(np.asarray(data[i][1], np.int64))
-    return str(i), list(zip(x, y)), test
+  data, read_data, read_user_data = their_readers(run)
 
   def with_params(model, params):
     m = copy.deepcopy(model)
@@ -104,9 +136,7 @@ def lockstep(path: str, seed: int = 0, rounds: int = 3, beta: float = 1.0, mu: f
 
   diffs, acc_theta, acc_glob, acc_w = [], [], [], []
   clock = {'t': 0}
-  stubs = {name: common.stub(name) for name in ('h5py', 'torchvision',
-                                                'torchvision.transforms')}
-  with common.imported_from(path, stubs):
+  with common.imported_from(path, {name: common.stub(name) for name in STUBS}):
     import FLAlgorithms.servers.serverpFedMe as mod  # pylint: disable=g-import-not-at-top
     mod.read_data, mod.read_user_data = read_data, read_user_data
 
@@ -140,12 +170,8 @@ def lockstep(path: str, seed: int = 0, rounds: int = 3, beta: float = 1.0, mu: f
 
     mod.UserpFedMe = User
 
-    class Server(mod.pFedMe):
+    class Server(quiet_server(clock), mod.pFedMe):
       """Their pFedMe server; every model compared after each round's aggregation."""
-
-      def send_parameters(self):
-        clock['t'] += 1
-        super().send_parameters()
 
       def persionalized_aggregate_parameters(self):
         super().persionalized_aggregate_parameters()
@@ -157,12 +183,6 @@ def lockstep(path: str, seed: int = 0, rounds: int = 3, beta: float = 1.0, mu: f
                                         for m in thetas])))
         acc_glob.append(common.accuracy(self.model, s.x_test, s.y_test))
         acc_w.append(float(self.rs_glob_acc_per[-1]))   # their own "personal" accuracy
-
-      def save_results(self):
-        pass
-
-      def save_model(self):
-        pass
 
     model = common.torch_model(run, run.server(0))
     server = Server(torch.device('cpu'), 'lockstep', 'pFedMe', (model, 'Mclr_CrossEntropy'),
