@@ -52,7 +52,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = pathlib.Path(__file__).with_name('golden_metrics.json')
 SMALL_MODELS = ('mlp@0.25', 'mlp@0.5', 'cnn@0.25', 'mlp@1.0')
 
-# (case name, config file and argument, algorithm override or '').
+# Two of the shrunk cases' eight clients a round (10 % would be one: nothing to drop).
+_TWO = {'clients.participation': 0.25}
+# (case name, config file and argument, algorithm override or '', other overrides).
 CASES = (
     ('default', 'default.py', ''),
     ('digits_dsfl_sa', 'digits_dsfl_sa.py', ''),
@@ -85,6 +87,16 @@ CASES = (
     ('fedentopt_digits_fedprox', 'fedentopt_digits.py:c2,fedprox', ''),
     ('fedentopt_digits_scaffold', 'fedentopt_digits.py:c2,scaffold', ''),
     ('fedentopt_digits_fednova', 'fedentopt_digits.py:c2,fednova', ''),
+    # The arms of the reproduction's FedEntOpt sweeps, each its own case, so that a change to
+    # the KL selector, the dropout, the stragglers or the noisy label counts moves a record
+    # (and makes the archived runs of those arms stale until they replay).
+    ('fedentopt_digits_kl', 'fedentopt_digits.py:c2,fedavg,kl', '', _TWO),
+    ('fedentopt_digits_dropout', 'fedentopt_digits.py', '', {**_TWO, 'selection.dropout': 0.3}),
+    ('fedentopt_digits_stragglers', 'fedentopt_digits.py:c2,fedprox,uniform', '',
+     {'clients.participation': 0.5, 'selection.stragglers': 0.5, 'train.epochs': 2}),
+    ('fedentopt_digits_dp', 'fedentopt_digits.py', '', {**_TWO, 'selection.dp': True}),
+    ('fedentopt_digits_dir01', 'fedentopt_digits.py:dir0.1', '',
+     {**_TWO, 'selection.buffer': 0.5}),
     ('fedentopt_mnist_cpu', 'fedentopt_mnist_cpu.py', ''),
     ('fedentopt_cifar10', 'fedentopt_cifar10.py', ''),
     ('fedentopt_cifar100', 'fedentopt_cifar100.py:c3', ''),
@@ -103,13 +115,16 @@ TINY = ('acepfl', 'centralized', 'cfd', 'comet', 'dsfl', 'fd', 'fedavg', 'fedcac
 # What CI runs (about 2 minutes on 2 cores): the host store with partial participation (the
 # gather/scatter of every per-client array) for one algorithm of each engine family: the
 # public-set protocol (DS-FL, SCARLET's cache, COMET's per-client cache, Selective-FD's upload
-# masks), FD, FedCache 2.0, ACE-pFL and SCAFFOLD (client table plus local-rule hooks).
+# masks), FD, FedCache 2.0, ACE-pFL and SCAFFOLD (client table plus local-rule hooks); and
+# the FedEntOpt sweeps' arms on the device store (what the reproduction's standing check reads).
 # FEDJAX_KD_GOLDEN=all runs every case on both stores (about 20 minutes); run it before
 # landing any change to the engine, the algorithms or the stores.
 CI_CASES = {('default', 'host'), ('digits_fd', 'host'), ('scarlet_digits', 'host'),
             ('scarlet_digits_comet', 'host'), ('scarlet_digits_selective_fd', 'host'),
             ('fedcache2_digits', 'host'), ('fedentopt_digits_scaffold', 'host'),
-            ('acepfl_digits', 'host')}
+            ('acepfl_digits', 'host'), ('fedentopt_digits_kl', 'device'),
+            ('fedentopt_digits_dropout', 'device'), ('fedentopt_digits_stragglers', 'device'),
+            ('fedentopt_digits_dp', 'device'), ('fedentopt_digits_dir01', 'device')}
 
 
 def _sensor_npz(directory: pathlib.Path) -> str:
@@ -129,7 +144,7 @@ def _sensor_npz(directory: pathlib.Path) -> str:
 
 def shrunk_config(case: str, data_dir: pathlib.Path, store: str):
   """The case's config file, made small (see the module docstring)."""
-  _, path, algorithm = next(c for c in CASES if c[0] == case)
+  _, path, algorithm, *overrides = next(c for c in CASES if c[0] == case)
   path = path.format(sensor=_sensor_npz(data_dir))
   c = config_lib.load_file(str(REPO / 'configs' / path))
   if algorithm:
@@ -165,6 +180,9 @@ def shrunk_config(case: str, data_dir: pathlib.Path, store: str):
     c.clients.store = store
     if c.clients.participation >= 1.0:
       c.clients.participation = 0.5
+  for field, value in (overrides[0] if overrides else {}).items():   # the case's own, last
+    group, name = field.split('.')
+    c[group][name] = value
   return c
 
 
