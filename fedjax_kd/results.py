@@ -79,6 +79,23 @@ def series(rows: Sequence[dict[str, Any]], metric: str,
                                  for r in keep], np.float64)}
 
 
+# The row key of an algorithm whose ``test_acc`` scores different models in different rounds
+# (FedConcat: the cluster models' mean, then the concatenated model): an integer naming the
+# model a round scored. Accuracy summaries over rounds read only the rounds that scored the
+# final round's model (:func:`final_model_rows`).
+SCORED_MODEL = 'scored_model'
+
+
+def final_model_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """The rows that scored the same model as the last evaluated row (every row when the run
+  logs no :data:`SCORED_MODEL`)."""
+  marked = [r for r in rows if r.get(SCORED_MODEL) is not None]
+  if not marked:
+    return list(rows)
+  last = marked[-1][SCORED_MODEL]
+  return [r for r in rows if r.get(SCORED_MODEL) == last]
+
+
 # ---------------------------------------------------------------- summarising
 def summarize(rows: Sequence[dict[str, Any]], spec: Any, setup_bytes: Mapping[str, int],
               rules_name: str) -> dict[str, Any]:
@@ -90,7 +107,7 @@ def summarize(rows: Sequence[dict[str, Any]], spec: Any, setup_bytes: Mapping[st
     setup_bytes: the one-time exchange before round 1 (``{'up', 'down', 'total'}``).
     rules_name: the byte-accounting rules in use.
   """
-  evaluated = [r for r in rows if r.get('test_acc') is not None]
+  evaluated = [r for r in final_model_rows(rows) if r.get('test_acc') is not None]
   accs = [r['test_acc'] for r in evaluated]
   top = int(np.argmax(accs)) if accs else None
   out = {

@@ -228,7 +228,7 @@ def test_two_encoder_rounds_then_one_classifier_round(tmp_path):
       np.testing.assert_allclose(got[cl], want, rtol=1e-5, atol=1e-6)
 
   rows, summary = run(tmp_path, c)
-  assert [r['fedconcat_phase'] for r in rows] == [0, 0, 1]
+  assert [r['scored_model'] for r in rows] == [0, 0, 1]
   assert all(r['participants'] == 5 for r in rows)
   assert summary['setup_bytes'] == model * 4 + k * classes * 4   # initial model + counts
   for t in (1, 2):

@@ -39,6 +39,26 @@ def test_series_skips_unevaluated_rounds_and_falls_back_only_to_a_client_mean():
   np.testing.assert_allclose(results.series(bare, 'client_acc', 'fd')['acc'], [0.5])
 
 
+def test_round_summaries_read_only_the_final_models_rounds():
+  # FedConcat-like: 12 rounds of cluster models (accuracy 0.9) then 3 of the concatenated
+  # model (0.2, 0.3, 0.4). Mixing them would give a last-10 of (7 * 0.9 + 0.9) / 10 = 0.72.
+  from fedjax_kd.sweep import collect  # pylint: disable=g-import-not-at-top
+  rows = [{'round': t, 'test_acc': 0.9, 'scored_model': 0, 'cum_bytes': 10 * t,
+           'round_bytes': 10} for t in range(1, 13)]
+  rows += [{'round': 12 + i, 'test_acc': a, 'scored_model': 1, 'cum_bytes': 120 + 10 * i,
+            'round_bytes': 10} for i, a in enumerate((0.2, 0.3, 0.4), 1)]
+  assert [r['round'] for r in results.final_model_rows(rows)] == [13, 14, 15]
+  got = collect.run_stats(rows, None, thresholds=(0.3, 0.8))
+  assert got['last10_acc'] == pytest.approx(0.3)      # (0.2 + 0.3 + 0.4) / 3
+  assert got['best_acc'] == pytest.approx(0.4) and got['final_acc'] == pytest.approx(0.4)
+  assert got['rounds_to_0.3'] == 14                    # not round 1 (a cluster model)
+  assert got['rounds_to_0.8'] is None
+  plain = [{k: v for k, v in r.items() if k != 'scored_model'} for r in rows]
+  assert results.final_model_rows(plain) == plain     # no marker: every round
+  assert collect.run_stats(plain, None, thresholds=())['last10_acc'] == pytest.approx(
+      (7 * 0.9 + 0.9) / 10)
+
+
 def test_stat_and_formats_by_hand():
   s = results.stat({0: 0.5, 1: 0.7, 2: float('nan'), 3: None})
   assert s['n'] == 2 and s['mean'] == pytest.approx(0.6)

@@ -50,13 +50,15 @@ def run_stats(rows: Sequence[dict[str, Any]], summary: dict[str, Any] | None,
 
   Returns:
     ``final_acc``, ``best_acc``, ``last10_acc`` (mean of the last 10
-    evaluated ``test_acc``), ``final_client_acc``, ``best_client_acc``,
+    evaluated ``test_acc``; these and the threshold numbers read only the rounds that scored
+    the final round's model, :func:`fedjax_kd.results.final_model_rows`), ``final_client_acc``, ``best_client_acc``,
     ``total_bytes``, ``bytes_per_round``, ``rounds``, ``wall_s``, ``setup_bytes`` (the
     one-time bytes before round 1, included in every cumulative count),
     ``rounds_to_<x>`` and ``bytes_to_<x>`` per threshold (None if never
     reached), and each extra metric's mean.
   """
-  test = results.series(rows, 'test_acc')
+  # the rounds that scored the final model (FedConcat's classifier phase, not its clusters)
+  test = results.series(results.final_model_rows(rows), 'test_acc')
   client = results.series(rows, 'client_acc')
   out: dict[str, Any] = {
       'final_acc': float(test['acc'][-1]) if len(test['acc']) else None,
