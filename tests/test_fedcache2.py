@@ -248,11 +248,9 @@ def test_batchnorm_train_mode_two_per_class_and_tiny_ridge_stay_finite(tmp_path)
     assert r['dd_skipped_steps'] == 0
 
 
-def test_the_download_pool_is_declared_to_the_memory_planner_as_built():
-  """From the first round with downloads the algorithm keeps its pool (the private rows as
-  model inputs, then every cache slot): its planned_buffers are that array's shape and dtype,
-  and the plan and XLA's figure count its bytes."""
-  from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
+def _pool_after_two_rounds():
+  """The tiny FedCache 2.0 experiment, its planned pool buffer, the pool it keeps after
+  round 2, round 1's cache and the bytes of its data arrays."""
   exp = experiment.build(config_lib.validate(fc2_tiny()))
   algo, d = exp.algorithm, exp.ctx.data
   (want,) = algo.planned_buffers()
@@ -260,12 +258,29 @@ def test_the_download_pool_is_declared_to_the_memory_planner_as_built():
   assert algo._pool_x is None   # pylint: disable=protected-access  (round 1: nothing cached)
   cache = state.extra           # what round 2's clients download from
   base.play_round(algo, state, 2, np.ones(K, bool))
-  pool = algo._pool_x  # pylint: disable=protected-access
+  data = sum(getattr(d, f).nbytes for f in d.__dataclass_fields__
+             if isinstance(getattr(d, f), jax.Array))
+  return exp, want, algo._pool_x, cache, data  # pylint: disable=protected-access
+
+
+@pytest.mark.slow   # FedCache 2.0's programs compile for 20 s; tiny/fedcache2 runs them quick
+def test_the_download_pool_is_declared_to_the_memory_planner_as_built():
+  """From the first round with downloads the algorithm keeps its pool (the private rows as
+  model inputs, then every cache slot): its planned_buffers are that array's shape and dtype,
+  and the plan counts its bytes."""
+  from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
+  exp, want, pool, cache, data = _pool_after_two_rounds()
+  d = exp.ctx.data
   assert (pool.shape, pool.dtype) == (want.shape, want.dtype)
   n = d.x_private.shape[0]
   np.testing.assert_array_equal(pool[:n], d.normalize(d.x_private))
   np.testing.assert_array_equal(pool[n:], cache.x.reshape((-1,) + cache.x.shape[2:]))
-  data = sum(getattr(d, f).nbytes for f in d.__dataclass_fields__
-             if isinstance(getattr(d, f), jax.Array))
   assert memory.plan(exp).data == data + pool.nbytes
+
+
+@pytest.mark.slow
+def test_xlas_figure_counts_the_download_pool_too():
+  """XLA's own figure (every program compiled) has the pool's bytes too."""
+  from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
+  exp, _, pool, _, data = _pool_after_two_rounds()
   assert memory.xla_figure(exp).data == data + pool.nbytes

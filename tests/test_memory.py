@@ -346,7 +346,8 @@ def test_a_run_gives_setups_freed_host_memory_back_before_its_rounds(tmp_path, m
   rows = lambda: len(metrics.read_text().splitlines()) if metrics.exists() else 0
   calls = []
   monkeypatch.setattr(memory, 'release_host', lambda: calls.append(rows()) or True)
-  spec = config_lib.validate(tiny_config(rounds=2))
+  from tests.test_golden import golden_tiny_config  # pylint: disable=g-import-not-at-top
+  spec = config_lib.validate(golden_tiny_config('fedavg'))   # its kernels: compiled already
   runner.run(spec, str(tmp_path / 'run'), progress=False, until=1)
   runner.run(spec, str(tmp_path / 'run'), progress=False)   # resumes after round 1
   assert calls == [0, 1] and rows() == 2

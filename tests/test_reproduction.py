@@ -206,6 +206,19 @@ def test_curve_tables_on_known_numbers():
           == '| ERA | 2 | 0.200 ± 0.141 | 0.500 ± – |')
 
 
+def test_runs_at_chance_by_hand():
+  from benchmarks.repro.defs import SweepDef  # pylint: disable=g-import-not-at-top
+  d = SweepDef('s', 'S', (), data='digits')     # 10 classes: at chance below 0.15
+  cells = [{'label': 'MTFL', 'stats': {'last10_acc': results.stat({0: 0.101, 1: 0.92, 2: 0.149})}},
+           {'label': 'Single client', 'stats': {'last10_acc': results.stat({0: 0.196})}},
+           {'label': 'none', 'stats': {}}]
+  assert tables_lib.at_chance(d, cells) == [('MTFL', 0, 0.101), ('MTFL', 2, 0.149)]
+  lines = report_lib.chance_section([('s', 'MTFL', 0, 0.101), ('s', 'MTFL', 2, 0.149)], 40)
+  assert lines[2].startswith('2 of 40 finished runs end with a last-10 accuracy below 1.5/C')
+  assert lines[4] == '* `s`, MTFL: 2 run(s)'
+  assert report_lib.chance_section([], 7)[2].startswith('0 of 7 finished runs')
+
+
 @pytest.mark.slow
 def test_tiny_pipeline_writes_every_section(tmp_path):
   runs = tmp_path / 'runs'

@@ -28,6 +28,11 @@ SEEDS10 = tuple(range(10))
 SEEDS15 = tuple(range(15))
 PAIRED_SEEDS = SEEDS       # fedjax_kd against a reference: the same five seeds
 TINY_SEEDS = (0,)         # --tiny checks the pipeline, not the numbers
+# The classes of each sweep's task (SweepDef.data), for the report's runs-at-chance line.
+CLASSES = {'digits': 10, 'mnist': 10}
+# A run "ends at chance" when its last-10 accuracy is below this many times 1/C: collapsed or
+# never learning (a label-skewed single client scores its own ~2 classes, about 2/C).
+CHANCE_FACTOR = 1.5
 MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')
 # PyTorch's default initialisation in fedjax_kd: the variant field that pairs a fedjax_kd run
 # with a reference that draws its own initial weights (SCARLET, ACE-pFL).

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from benchmarks.repro import standing as standing_lib
 from benchmarks.repro.archive import ARCHIVE_MARKER, open_runs
-from benchmarks.repro.defs import SKIPPED
+from benchmarks.repro.defs import CHANCE_FACTOR, CLASSES, SKIPPED
 from benchmarks.repro.headline import (REGIME_GAP, ChecksOf, Row, agreement_table, checks_table,
                                        decide, headline_sections, method_gap, regime_gap,
                                        rule_text, summary_table)
@@ -23,7 +23,7 @@ from benchmarks.repro.sections import select, sweep_engines
 from benchmarks.repro.stats import MIN_CLAIM_SEEDS, Table
 from benchmarks.repro.tables import (copy_figures, curve_table, esc, machines_line,
                                      metric_curve_table, pair_figure, paired_round_table,
-                                     seed_curve_table, setting_line, sweep_table)
+                                     seed_curve_table, setting_line, sweep_table, at_chance)
 from benchmarks.repro.verdicts import Finding
 from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
@@ -88,6 +88,25 @@ def lockstep_section(path: str) -> list[str]:
   return out + ['']
 
 
+def chance_section(chance: Sequence[tuple[str, str, int, float]], finished: int,
+                   diverged: int = 0) -> list[str]:
+  """The report's count of finished runs whose last-10 accuracy is at chance, by sweep and
+  variant (each sweep's own line names the seeds), and of the diverged runs."""
+  out = ['## Runs at chance', '',
+         f'{len(chance)} of {finished} finished runs end with a last-10 accuracy below '
+         f'{CHANCE_FACTOR:g}/C (C: the task\'s classes): a collapsed or untrained model. '
+         'The single-client floors end near 2/C by design (a client scores the classes it '
+         'holds) and are above it.'
+         + (f' Besides, {diverged} run(s) diverged (a NaN or Inf stopped them; each sweep '
+            'lists them and no mean counts them).' if diverged else '')]
+  by: dict[tuple[str, str], int] = {}
+  for name, label, _, _ in chance:
+    by[(name, label)] = by.get((name, label), 0) + 1
+  if by:
+    out += [''] + [f'* `{name}`, {esc(label)}: {n} run(s)' for (name, label), n in by.items()]
+  return out + ['']
+
+
 def _rel(path: str, start: str) -> str:
   return os.path.relpath(path, start).replace(os.sep, '/')
 
@@ -120,6 +139,8 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
   body: list[Any] = []
   metas: list[dict[str, Any]] = []
   seeds_seen: set[int] = set()
+  chance: list[tuple[str, str, int, float]] = []   # (sweep, label, seed, last-10 accuracy)
+  finished = diverged_runs = 0
   archived = os.path.exists(os.path.join(args.runs, ARCHIVE_MARKER))
   # Runs no longer tied to today's code are left out, where the runs' folder records the
   # ties (the committed archive does; a test holds it to that).
@@ -190,6 +211,13 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
                    "the paper's comparison with its baselines has.", '']
       if machines := machines_line(src, plan_doc):
         body += [machines, '']
+      finished += done
+      diverged_runs += sum(len(c['diverged']) for c in cells)
+      if low := at_chance(d, cells):
+        chance += [(d.name, *x) for x in low]
+        body += [f'**Runs at chance** (last-10 accuracy below {CHANCE_FACTOR:g}/C = '
+                 f'{CHANCE_FACTOR / CLASSES[d.data]:.2f}): ' + '; '.join(
+                     f'{esc(label)} seed {s} ({v:.3f})' for label, s, v in low) + '.', '']
       diverged = sweep.diverged_lines(cells)
       if diverged:
         body += ['**Diverged runs** (a round left NaN or Inf in the model state and the run '
@@ -300,6 +328,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
              'the numbers mean nothing.**', '']
   head += headline_sections(headline, agreement, sections, stale if checked else None, gaps,
                             tied)
+  head += chance_section(chance, finished, diverged_runs)
   head += lockstep_section(os.path.join(out_dir, LOCKSTEP_JSON))
   os.makedirs(out_dir, exist_ok=True)
   workdir_lib.write_text(out_md, '\n'.join(head + body).rstrip() + '\n')

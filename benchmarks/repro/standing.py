@@ -464,7 +464,11 @@ def _tie(archive: str, tree: str, sweeps: Mapping[str, tuple[str, str, str]], re
   # several calls on different sweeps may run at once without undoing each other's ties.
   doc: dict[str, Any] = {'runs': {}, 'unmatched': {}}
   ties = doc['runs']
-  golden_today = json.loads(read_today(GOLDEN))
+  # One reading of today's golden record for every group: its agreement and the fingerprint
+  # written beside the tie come from the same text, even if the file changes meanwhile.
+  golden_text = read_today(GOLDEN)
+  golden_today = json.loads(golden_text)
+  today = lambda path: golden_text if path == GOLDEN else read_today(path)
   stale = stale_runs(archive, sweeps, tree)
   runs = [r for r in iter_runs(tree, sweeps) if r.path in stale and only(r)]
   groups: dict[str, list[ArchivedRun]] = {}
@@ -474,7 +478,7 @@ def _tie(archive: str, tree: str, sweeps: Mapping[str, tuple[str, str, str]], re
   head = (_git('rev-parse', '--short', 'HEAD') or '?').strip()
   for members in groups.values():
     first = members[0]
-    now = fingerprint(first, read_today)
+    now = fingerprint(first, today)
     held = load(archive).get('runs', {}).get(first.path)
     if held is not None and held.get('fingerprint') == now and not _outside_history(held):
       continue   # tied meanwhile elsewhere

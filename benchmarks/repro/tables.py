@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from benchmarks.repro.defs import SweepDef
+from benchmarks.repro.defs import CHANCE_FACTOR, CLASSES, SweepDef
 from benchmarks.repro.stats import Table, fmt_delta, paired, values_at_round
 from fedjax_kd import results
 from fedjax_kd import sweep
@@ -33,6 +33,15 @@ COLUMNS = {
 
 def esc(text: str) -> str:
   return str(text).replace('|', '\\|')
+
+
+def at_chance(d: SweepDef, cells: Sequence[dict[str, Any]]) -> list[tuple[str, int, float]]:
+  """``(label, seed, last-10 accuracy)`` of each finished run of ``d`` whose last-10
+  accuracy is below :data:`CHANCE_FACTOR` / C (C: the task's classes)."""
+  bound = CHANCE_FACTOR / CLASSES[d.data]
+  return [(c['label'], int(s), float(v)) for c in cells
+          for s, v in sorted(c['stats'].get('last10_acc', {}).get('values', {}).items())
+          if v < bound]
 
 
 def setting_line(cells: Sequence[dict[str, Any]], out: str) -> str:
