@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fedjax_kd.metric_names import SCORED_MODEL
 from fedjax_kd.ops import comm
 
 MB = 1e6
@@ -77,13 +78,6 @@ def series(rows: Sequence[dict[str, Any]], metric: str,
           'acc': np.array([r[key] for r in keep], np.float64),
           'cum_bytes': np.array([r['cum_bytes'] if finite(r.get('cum_bytes')) else np.nan
                                  for r in keep], np.float64)}
-
-
-# The row key of an algorithm whose ``test_acc`` scores different models in different rounds
-# (FedConcat: the cluster models' mean, then the concatenated model): an integer naming the
-# model a round scored. Accuracy summaries over rounds read only the rounds that scored the
-# final round's model (:func:`final_model_rows`).
-SCORED_MODEL = 'scored_model'
 
 
 def final_model_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

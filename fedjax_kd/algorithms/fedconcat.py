@@ -53,7 +53,7 @@ Choices the paper leaves open, or that the engine needs:
   Laplace noise on the label distributions (``--eps``).
 * Evaluation. ``test_acc`` is the global model's accuracy in the classifier phase; in the
   encoder phase (no classifier yet) it is the mean over clusters of the cluster models'
-  test accuracies. ``scored_model`` (:data:`fedjax_kd.results.SCORED_MODEL`) says which a
+  test accuracies. ``scored_model`` (:data:`fedjax_kd.metric_names.SCORED_MODEL`) says which a
   round scored (0: the cluster models, 1: the concatenated model);
   ``cluster_acc_{mean,min,max}`` are logged throughout. Summaries over rounds (best,
   last-10, rounds and bytes to a threshold) read only the concatenated model's rounds once
@@ -88,7 +88,7 @@ import numpy as np
 import optax
 
 from fedjax_kd import options
-from fedjax_kd import results
+from fedjax_kd.metric_names import SCORED_MODEL
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import bucket
@@ -395,7 +395,7 @@ class FedConcat(base.Algorithm):
                                         d.y_test, chunk=self.spec.eval.chunk)
     acc, nll, switched = jax.device_get((acc, nll, state.extra.switched))
     out = {'cluster_acc_mean': float(np.mean(acc)), 'cluster_acc_min': float(np.min(acc)),
-           'cluster_acc_max': float(np.max(acc)), results.SCORED_MODEL: int(bool(switched))}
+           'cluster_acc_max': float(np.max(acc)), SCORED_MODEL: int(bool(switched))}
     if switched:
       g_acc, g_nll, probs = _accuracy_and_nll(self.global_logits(state, d.x_test), d.y_test)
       out.update(test_acc=float(g_acc), test_loss=float(g_nll))
