@@ -153,6 +153,12 @@ def section() -> Section:
           Check('ERA reaches the accuracy threshold with fewer bytes than SA', s,
                 fewer_bytes_to_threshold('DS-FL ERA', 'DS-FL SA', after_setup=True),
                 claim_id='dsfl_era_vs_sa_comm', effect=0.75, effect_text='up to 75% less'),
+          Check('DS-FL (ERA) reaches the accuracy threshold with fewer bytes than FedAvg', s,
+                fewer_bytes_to_threshold('DS-FL ERA', 'FedAvg', after_setup=True),
+                claim_id='dsfl_comm_vs_fl', effect=0.99,
+                effect_text='99.0-99.4% less to a target accuracy (Tables 2 and 3: '
+                'Fashion-MNIST and Reuters; the cumulative cost leaves the open-data '
+                'broadcast out)'),
           Check('DS-FL (ERA) sends fewer bytes a round than FedAvg', s,
                 lower('DS-FL ERA', 'FedAvg', key='bytes_per_round'),
                 claim_id='dsfl_comm_vs_fl', effect=0.99, accounting=True,
