@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from typing import ClassVar
 
 import numpy as np
@@ -21,7 +22,7 @@ GUIDE = os.path.join(REPO, 'docs', 'custom_algorithm.md')
 
 def guide_blocks():
   with open(GUIDE) as f:
-    return re.findall(r'```python\n(.*?)```', f.read(), flags=re.S)
+    return [textwrap.dedent(b) for b in re.findall(r'```python\n(.*?)```', f.read(), flags=re.S)]
 
 
 @pytest.fixture
@@ -35,8 +36,9 @@ def guide():
 
 def test_the_guide_has_the_algorithm_and_the_config_blocks():
   blocks = guide_blocks()
-  assert len(blocks) == 2
+  assert len(blocks) == 3
   assert '@algorithms.register' in blocks[0] and 'def get_config' in blocks[1]
+  assert 'class MedianProtocol(protocol.Protocol)' in blocks[2]
 
 
 def test_median_labels_by_hand(guide):
@@ -192,3 +194,61 @@ def test_a_class_defined_again_replaces_itself_another_is_refused(guide):
     name = 'median_distill'
   with pytest.raises(ValueError, match='already registered to MedianDistill'):
     algorithms.register(Other)
+
+
+def _rows(workdir) -> list[dict]:
+  """metrics.jsonl without its clock columns."""
+  rows = [json.loads(line) for line in open(workdir / 'metrics.jsonl')]
+  return [{k: v for k, v in row.items() if not k.endswith('_s')} for row in rows]
+
+
+@pytest.mark.slow
+def test_a_protocol_member_with_only_aggregate_runs(guide, tmp_path):
+  """The guide's third block: a ``Protocol`` subclass that defines nothing but ``aggregate``,
+  and no options class, runs the family's round with its bytes counted."""
+  from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top
+  exec(compile(guide_blocks()[2], GUIDE, 'exec'), guide)   # pylint: disable=exec-used
+  try:
+    c = tiny_config(rounds=2)
+    c.algorithm = 'median_protocol'
+    spec = config_lib.validate(c)
+    runner.run(spec, str(tmp_path / 'run'), progress=False)
+    rows = _rows(tmp_path / 'run')
+    assert [r['round'] for r in rows] == [1, 2]
+    # 4 clients upload 100 public samples x 10 float32 classes a round; the labels go down
+    # once, multicast, from round 2 on (the family's next-round schedule).
+    assert all(r['up_bytes'] == 4 * 100 * 10 * 4 for r in rows)
+    assert rows[0]['down_bytes'] < rows[1]['down_bytes']
+    assert np.isfinite(rows[1]['distill_loss']) and 0.0 <= rows[1]['test_acc'] <= 1.0
+  finally:
+    algorithms.unregister('median_protocol')
+
+
+@pytest.mark.slow
+def test_a_protocol_member_with_the_mean_as_aggregate_is_dsfl_sa(tmp_path):
+  """A member that defines only ``aggregate`` runs exactly the family's round: with the
+  uploaders' mean it is DS-FL with SA in the next-round schedule, every metric equal."""
+  from fedjax_kd.algorithms import protocol  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.ops import aggregate  # pylint: disable=g-import-not-at-top
+  from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top
+
+  @algorithms.register
+  class MeanOnly(protocol.Protocol):
+    name = 'mean_only'
+
+    def aggregate(self, probs, mask):
+      mean, count = aggregate.uploader_mean(probs, mask)
+      return mean, count > 0, {}
+
+  try:
+    out = {}
+    for name, extra in (('mean_only', {}),
+                        ('dsfl', {'dsfl.aggregation': 'sa', 'dsfl.schedule': 'next_round'})):
+      c = config_lib.override(tiny_config(rounds=2), extra)
+      c.algorithm = name
+      runner.run(config_lib.validate(c), str(tmp_path / name), progress=False)
+      out[name] = _rows(tmp_path / name)
+    dsfl = [{k: v for k, v in row.items() if k != 'sa_entropy'} for row in out['dsfl']]
+    assert out['mean_only'] == dsfl
+  finally:
+    algorithms.unregister('mean_only')

@@ -40,6 +40,7 @@ label), and ``play_round`` reads the rest once per round.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any, ClassVar
 
@@ -47,6 +48,7 @@ import flax
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from fedjax_kd import options
@@ -247,9 +249,16 @@ class Protocol(base.Algorithm):
     self.debug = bool(os.environ.get('FEDJAX_KD_DEBUG'))
 
   # ------------------------------------------------------------- options
-  @property
+  @functools.cached_property
   def cache(self) -> CacheOptions:
-    return self.options.cache
+    """The soft-label cache's options: the member's own ``cache`` field, or, for a member
+    whose options do not nest :class:`CacheOptions` (or that has none), the ``cache.*``
+    group read from the config as the built-in members read it."""
+    own = getattr(self.options, 'cache', None)
+    if isinstance(own, CacheOptions):
+      return own
+    config = self.spec.raw if self.spec.raw is not None else ml_collections.ConfigDict()
+    return options.read(CacheOptions, config, self.spec, type(self))
 
   # ----------------------------------------------------------- lifecycle
   def init(self):
