@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from fedjax_kd.data.partition import label_histogram, partition
-from fedjax_kd.ops import selection
+from fedjax_kd import selection
 
 # name: (num_classes, labels per class, partition, partition kwargs, M, Q,
 #        reference: FedEntOpt H, FedEntOpt coverage, random H, random coverage)

@@ -260,14 +260,19 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
 def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
   """Checks every field and returns the frozen spec; raises ConfigError naming the field.
 
-  The field names and types first (:func:`check_fields`), then the algorithm's name, then
-  every group's declared checks and rules (:func:`fedjax_kd.options.read` of
-  :class:`~fedjax_kd.spec.ExperimentSpec`), then the algorithm's own options.
+  The field names and types first (:func:`check_fields`), then the algorithm's and the
+  selection method's names, then every group's declared checks and rules
+  (:func:`fedjax_kd.options.read` of :class:`~fedjax_kd.spec.ExperimentSpec`), then the
+  selection method's rules and the algorithm's own options.
   """
   from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import selection  # pylint: disable=g-import-not-at-top
   check_fields(config)
   cls = algorithms.ALGORITHMS[fields.choice(config, 'algorithm', tuple(algorithms.ALGORITHMS))]
+  method = selection.METHODS[fields.choice(config, 'selection.method',
+                                           tuple(selection.METHODS))]
   spec = dataclasses.replace(options.read(ExperimentSpec, config, algorithm=cls), raw=config)
+  method.validate(spec)
   return dataclasses.replace(spec, options=cls.options_from_config(config, spec))
 
 
@@ -280,14 +285,17 @@ def option_tables() -> str:
   (the top level and one table per group of :class:`~fedjax_kd.spec.ExperimentSpec`), then
   every registered algorithm's (``options_class``)."""
   from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
-  out = ['**The top level**', '', *options.TABLE_HEADER, *options.table(ExperimentSpec,
-                                                                        with_nested=False), '']
+  from fedjax_kd import selection  # pylint: disable=g-import-not-at-top
+  registered = {'algorithm': tuple(algorithms.ALGORITHMS),
+                'selection.method': tuple(selection.METHODS)}
+  out = ['**The top level**', '', *options.TABLE_HEADER,
+         *options.table(ExperimentSpec, with_nested=False, registered=registered), '']
   for f in dataclasses.fields(ExperimentSpec):
     if f.metadata.get('nested'):
       group = f.default_factory
       what = group.__doc__.splitlines()[0].split(': ', 1)[-1]
       out += [f'**`{group.group}`** (`{group.__name__}`): {what}', '',
-              *options.TABLE_HEADER, *options.table(group), '']
+              *options.TABLE_HEADER, *options.table(group, registered=registered), '']
   for cls in dict.fromkeys(algorithms.ALGORITHMS.values()):
     if cls.options_class is None:
       continue

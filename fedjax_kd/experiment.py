@@ -17,14 +17,13 @@ import optax
 from fedjax_kd import algorithms
 from fedjax_kd import fields
 from fedjax_kd import memory as memory_lib
-from fedjax_kd import selection as selection_lib
+from fedjax_kd import selection
 from fedjax_kd.algorithms.base import Algorithm, Context
 from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.core.store import ClientStore
 from fedjax_kd.data import prepare as prepare_lib
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
-from fedjax_kd.ops import selection as selection_ops
 from fedjax_kd.spec import DataSpec, ExperimentSpec, OptimSpec
 
 
@@ -125,7 +124,7 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   fed = Federation(data, spec.clients.models, modules, optimizers,
                    store=make_store(spec, workdir), compute_dtype=spec.train.compute_dtype,
                    client_chunk=spec.clients.chunk)
-  selector = selection_lib.ClientSelector(spec, data.client_labels(), data.client_n)
+  selector = selection.ClientSelector(spec, data.client_labels(), data.client_n)
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
                 optimizers=optimizers,
                 bytes_per_public_sample=per_sample,
@@ -148,5 +147,5 @@ def participants(spec: ExperimentSpec, t: int) -> np.ndarray:
   if spec.clients.participation >= 1.0:
     mask[:] = True
   else:
-    mask[selection_ops.uniform_round(k, spec.selection.m, spec.seed, t)] = True
+    mask[selection.uniform_round(k, spec.selection.m, spec.seed, t)] = True
   return mask

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_kd import selection
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import bucket  # the engine's slot buckets
 from fedjax_kd.core.kernels import CohortKernels
@@ -279,7 +280,7 @@ class MemoryPlan:
 def _round_clients(spec: Any) -> int:
   """The most clients a round can train: ``selection.m`` (or ``participation`` of K)."""
   k = spec.clients.num_clients
-  if spec.clients.participation >= 1.0 and spec.selection.method == 'uniform':
+  if spec.clients.participation >= 1.0:
     return k
   m = max(spec.selection.m, math.ceil(spec.clients.participation * k))
   return min(k, m)
@@ -347,7 +348,7 @@ def _parts(experiment: Any) -> _Parts:
                 batch=int(algo.step_batch()), public=public,
                 scored=int(scored), classes=int(d.num_classes),
                 visits_all=bool(spec.eval.clients or algo.server_model is None
-                                or spec.selection.method == 'power_of_choice'),
+                                or selection.METHODS[spec.selection.method].needs_losses),
                 maps=tuple(algo.planned_maps(shapes.table)))
 
 

@@ -225,15 +225,24 @@ def allowed(cls: type, name: str) -> str:
   return kind
 
 
-def table(cls: type, with_nested: bool = True) -> list[str]:
+def table(cls: type, with_nested: bool = True,
+          registered: dict[str, Sequence[str]] | None = None) -> list[str]:
   """Markdown rows ``| field | default | allowed | what |`` of ``cls`` and (``with_nested``) the
-  classes it nests, each field by its config path."""
+  classes it nests, each field by its config path.
+
+  Args:
+    registered: ``{config path: names}`` for fields whose values a registry holds (the
+      layers above know the registries): their allowed column lists those names.
+  """
+  registered = registered or {}
   rows = []
   for f in _own(cls):
-    rows.append(f'| `{_path(cls, f.name)}` | {_cell(f.default)} | {allowed(cls, f.name)} | '
-                f'{f.metadata["doc"]} |')
+    path = _path(cls, f.name)
+    ok = (', '.join(f'`{n!r}`' for n in registered[path]) if path in registered
+          else allowed(cls, f.name))
+    rows.append(f'| `{path}` | {_cell(f.default)} | {ok} | {f.metadata["doc"]} |')
   for _, sub in (_nested(cls) if with_nested else ()):
-    rows += table(sub)
+    rows += table(sub, registered=registered)
   return rows
 
 

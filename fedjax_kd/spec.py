@@ -30,13 +30,8 @@ option, derived, nested = options.option, options.derived, options.nested
 OPTIMIZERS = ('sgd', 'adam')
 COMPUTE_DTYPES = ('float32', 'bfloat16')   # train.compute_dtype (core.kernels.COMPUTE_DTYPES)
 NORMALIZATIONS = ('unit', 'symmetric', 'standardize')
-SELECTORS = ('uniform', 'fedentopt', 'power_of_choice', 'kl')
 STORES = ('device', 'host', 'disk')
 SOURCES = "'digits', 'synthetic[:N]', 'npz:<path>' or 'tfds:<name>'"
-
-# FedEntOpt's whole [rounds, clients a round] int64 schedule is computed (and written to
-# selection.json) up front; a config that would need more than this is refused.
-MAX_SCHEDULE_BYTES = 64 * 2**20
 
 
 def _below_one(value: float, field: str) -> float:
@@ -276,7 +271,8 @@ class OptimSpec:
 class SelectionSpec:
   """``selection.*``: client selection for every algorithm; M = round(participation * K)."""
   group: ClassVar[str] = 'selection'
-  method: str = option('uniform', 'how the M clients of a round are chosen', choices=SELECTORS)
+  method: str = option('uniform', 'how the M clients of a round are chosen: a method of '
+                       'fedjax_kd.selection.METHODS (fedjax_kd.selection.register adds one)')
   buffer: float = option(0.5, 'FedEntOpt: FIFO size Q = floor(buffer * K) <= K - M', ge=0)
   dp: bool = option(False, 'FedEntOpt: Laplace noise on the uploaded label counts')
   epsilon: float = option(0.5, "FedEntOpt: the noise's epsilon", gt=0)
@@ -307,22 +303,8 @@ class SelectionSpec:
       raise ConfigError('selection.buffer', self.buffer,
                         f'a fraction in [0, 1) of the {k} clients (Q = floor(buffer * K) must '
                         'be smaller than the number of clients)')
-    if self.method == 'fedentopt' and q > k - m:
-      raise ConfigError('selection.buffer', self.buffer,
-                        f'a fraction with Q = floor(buffer * K) <= K - M = {k} - {m} = '
-                        f'{k - m} (got Q = {q}); otherwise fewer than M clients can be '
-                        f'available in a round; i.e. buffer <= {(k - m) / k:g}')
     if self.candidates > k:
       raise ConfigError('selection.candidates', self.candidates, f'an integer in [0, {k}]')
-    if self.method == 'power_of_choice' and 0 < self.candidates < m:
-      raise ConfigError('selection.candidates', self.candidates,
-                        f'0 (= min(K, 2M)) or an integer in [M, K] = [{m}, {k}]')
-    if self.method == 'fedentopt' and spec.rounds * m * 8 > MAX_SCHEDULE_BYTES:
-      raise ConfigError('rounds', spec.rounds,
-                        f'at most {MAX_SCHEDULE_BYTES // (8 * m):,} with selection.method='
-                        f"'fedentopt' and {m} clients a round: its schedule is computed up "
-                        f'front and would take {spec.rounds * m * 8 / 2**30:.1f} GiB (the '
-                        f'limit is {MAX_SCHEDULE_BYTES // 2**20} MiB)')
     if self.straggler_min_epochs > max(spec.train.epochs, 1):
       raise ConfigError('selection.straggler_min_epochs', self.straggler_min_epochs,
                         f'an integer in [1, train.epochs = {spec.train.epochs}]')

@@ -631,6 +631,10 @@ PYTHON_BLOCKS: dict[str, Run | Elsewhere | Skip] = {
         'test_the_options_come_from_the_command_line_and_a_typo_is_refused',
         'the two blocks as one config file, parsed and validated (and run by this file\'s '
         'command tests)'),
+    'docs/custom_algorithm.md: from fedjax_kd.algorithms import protocol': Elsewhere(
+        'tests/test_custom_algorithm.py::test_a_protocol_member_with_only_aggregate_runs',
+        'executed after the first block, its member run for two rounds with its bytes '
+        'counted'),
     'docs/design.md: state, out = algorithm.round(state, r) # r: Round(t, fed, active, epochs_k)':
         Run('test_design_md_weighted_example', 'slow',
             "executed on the Weighted example's state and a Round(t, fed, active, epochs_k)"),
@@ -1218,8 +1222,8 @@ def test_the_baseline_sweeps_plan_every_run(work):
 
 def _my_median(folder: pathlib.Path) -> None:
   guide = [b.text for b in fenced_blocks('docs/custom_algorithm.md') if b.kind == 'python']
-  assert len(guide) == 2
-  (folder / 'my_median.py').write_text('\n\n'.join(guide) + '\n')
+  assert len(guide) == 3   # the algorithm, the config file; then the Protocol member
+  (folder / 'my_median.py').write_text('\n\n'.join(guide[:2]) + '\n')
 
 
 @pytest.mark.slow

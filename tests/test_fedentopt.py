@@ -16,7 +16,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import experiment, presets
 from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError
-from fedjax_kd.ops import selection as sel_ops
+from fedjax_kd import selection as sel_ops
 from tests.test_fedcache2 import load_config, run
 
 K = 20
@@ -92,11 +92,11 @@ def test_fedentopt_schedule_is_precomputed_on_true_or_noisy_counts():
   sel = exp.ctx.selector
   counts = exp.ctx.data.client_labels()
   want = sel_ops.fedentopt_schedule(counts.astype(float), 6, 5, 14, 0)   # Q = 0.7 K
-  np.testing.assert_array_equal(sel.schedule, want)
+  np.testing.assert_array_equal(sel.method.schedule, want)
   for t in range(1, 7):
     np.testing.assert_array_equal(np.flatnonzero(sel.plan(t).active), np.sort(want[t - 1]))
   dp = experiment.build(spec_of(fe_tiny(rounds=6, **{'selection.dp': True}))).ctx.selector
-  assert (dp.counts >= 0).all() and not np.array_equal(dp.counts, counts)
+  assert (dp.method.counts >= 0).all() and not np.array_equal(dp.method.counts, counts)
   np.testing.assert_array_equal(dp.true_counts, counts)
   # Coverage is reported on the true counts.
   plan = sel.plan(1)
@@ -108,7 +108,7 @@ def test_dropout_exact_and_bernoulli_keep_the_schedule():
   sel = experiment.build(spec_of(fe_tiny(rounds=20, **{'selection.dropout': 0.3}))).ctx.selector
   for t in range(1, 21):
     p = sel.plan(t)
-    np.testing.assert_array_equal(np.sort(p.order), np.sort(sel.schedule[t - 1]))
+    np.testing.assert_array_equal(np.sort(p.order), np.sort(sel.method.schedule[t - 1]))
     assert p.selected.sum() == 5 and p.active.sum() == 5 - round(0.3 * 5)   # 2 drop
     assert not (p.active & ~p.selected).any()
   bern = experiment.build(spec_of(fe_tiny(rounds=200, **{

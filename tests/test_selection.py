@@ -1,4 +1,4 @@
-"""Tests for fedjax_kd.ops.selection (FedEntOpt, uniform, Power-of-Choice)."""
+"""Tests for the selection methods' math (FedEntOpt, uniform, Power-of-Choice, KL)."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedjax_kd.data.partition import label_histogram, partition
-from fedjax_kd.ops import selection as sel
+from fedjax_kd import selection as sel
 
 # CIFAR-10-like balanced labels: 5000 per class.
 CIFAR10_LABELS = np.repeat(np.arange(10), 5000)
@@ -448,3 +448,61 @@ def test_power_of_choice_select():
     sel.power_of_choice_select(cand, losses, 6)
   with pytest.raises(ValueError, match='distinct'):
     sel.power_of_choice_select([1, 1], [0.0, 1.0], 1)
+
+
+# ------------------------------------------------------------- the registry
+def test_a_registered_method_is_a_config_value_with_its_own_rules():
+  """A method registers as an algorithm does: the config accepts its name, runs its rules
+  after the spec's and lists it when refusing another name; the selector adds dropout."""
+  from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top
+
+  @sel.register
+  class Lowest(sel.Method):
+    """The M clients with the lowest ids, every round."""
+    name = 'lowest_ids'
+
+    @classmethod
+    def validate(cls, spec):
+      if spec.clients.num_clients < 4:
+        raise ConfigError('clients.num_clients', spec.clients.num_clients, 'at least 4')
+
+    def select(self, t, losses_fn):
+      return np.arange(self.m, dtype=np.int64), sel.base.NO_CANDIDATES
+
+  try:
+    assert list(sel.METHODS)[:4] == ['uniform', 'fedentopt', 'power_of_choice', 'kl']
+    c = tiny_config(**{'clients.participation': 0.5, 'selection.method': 'lowest_ids',
+                       'selection.dropout': 0.5})
+    spec = config_lib.validate(c)
+    selector = sel.ClientSelector(spec, np.ones((4, 10)), np.full(4, 10))
+    for t in (1, 2):
+      plan = selector.plan(t)
+      np.testing.assert_array_equal(plan.order, [0, 1])
+      assert plan.active.sum() == 1 and plan.active[:2].any()   # round(0.5 * 2) dropped
+    assert selector.setup_payloads() == []    # it uploads no label counts
+    assert selector.description()['method'] == 'lowest_ids'
+    with pytest.raises(ConfigError, match=r'^clients\.num_clients=3 is not allowed: expected '
+                                          r'at least 4'):
+      config_lib.validate(tiny_config(**{'clients.num_clients': 3,
+                                         'selection.method': 'lowest_ids'}))
+    with pytest.raises(ConfigError, match="expected one of 'uniform', 'fedentopt', "
+                                          "'power_of_choice', 'kl', 'lowest_ids'"):
+      config_lib.validate(tiny_config(**{'selection.method': 'oort'}))
+    class Other(sel.Method):
+      name = 'lowest_ids'
+    with pytest.raises(ValueError,
+                       match=r'already registered to .*\.Lowest \(pass replace=True\)'):
+      sel.register(Other)
+    with pytest.raises(ValueError, match='not a subclass of selection.Method'):
+      sel.register(object)
+    class Mine(sel.Method):
+      name = 'fedentopt'
+    with pytest.raises(ValueError, match="'fedentopt' is a built-in selection method"):
+      sel.register(Mine, replace=True)
+    sel.unregister('fedentopt')        # built-in ones stay
+    assert 'fedentopt' in sel.METHODS
+  finally:
+    sel.unregister('lowest_ids')
+  assert 'lowest_ids' not in sel.METHODS

@@ -8,5 +8,5 @@ from fedjax_kd import lazy_submodules
 
 _SUBMODULES = ('aggregate', 'cache', 'cluster', 'codec', 'comm', 'density', 'errors',
                'knowledge_cache', 'krr', 'label_cluster', 'losses', 'param_aggregate',
-               'privacy', 'selection', 'temperature')
+               'privacy', 'temperature')
 __getattr__, __dir__ = lazy_submodules(__name__, _SUBMODULES)
