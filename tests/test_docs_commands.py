@@ -1440,3 +1440,9 @@ if __name__ == '__main__':
       kinds[kind] = kinds.get(kind, 0) + 1
     print(f'{name}: {len(found[name])} ({", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))})')
   print(f'quoted outputs: {len(found["output"])}')
+
+
+def test_the_readme_stays_short():
+  """The README is the front page: at most 250 lines; the rest lives in docs/."""
+  lines = (REPO / 'README.md').read_text().splitlines()
+  assert len(lines) <= 250, f'README.md has {len(lines)} lines: move some into docs/'
