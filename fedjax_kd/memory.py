@@ -558,7 +558,7 @@ def xla_figure(experiment: Any, *, dry: bool = True) -> XlaFigure:
     selector = experiment.ctx.selector
     active = selector.plan(1, lambda mask: algo.selection_losses(state, mask)).active
     state, _ = base.play_round(algo, state, 1, active)
-    algo.evaluate(state)
+    algo.scores(state)
   per: dict[str, int] = {}
   for phase, m in programs.seen:
     n = m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes

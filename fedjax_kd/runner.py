@@ -43,7 +43,6 @@ import time
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd import checkpoint as checkpoint_lib
@@ -54,7 +53,7 @@ from fedjax_kd import memory as memory_lib
 from fedjax_kd import results
 from fedjax_kd import watchdog
 from fedjax_kd import workdir as workdir_lib
-from fedjax_kd.algorithms.base import RoundOutput, init_state, play_round
+from fedjax_kd.algorithms.base import RoundOutput, finite_flags, init_state, play_round
 from fedjax_kd.core import compiles
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 from fedjax_kd.ops import comm
@@ -193,22 +192,15 @@ class _CompileProgress(contextlib.AbstractContextManager):
 
 
 # ------------------------------------------------------------ NaN guard
-@jax.jit
-def _finite_leaves(tree):
-  def ok(x):
-    if jnp.issubdtype(x.dtype, jnp.inexact):
-      return jnp.all(jnp.isfinite(x))
-    return jnp.bool_(True)
-  return jax.tree.map(ok, tree)
-
-
-def nonfinite_arrays(state: Any, fed: Any = None) -> list[str]:
+def nonfinite_arrays(state: Any, fed: Any = None, finite: Any = None) -> list[str]:
   """The state's arrays holding NaN or Inf, grouped, with the clients affected.
 
   Args:
     state: an :class:`~fedjax_kd.algorithms.base.AlgState` (any pytree).
     fed: the :class:`~fedjax_kd.core.federation.Federation`, to name the
       clients of a bad row of ``state.clients[c]``.
+    finite: the host value of :func:`~fedjax_kd.algorithms.base.finite_flags` of
+      ``state``, when the round has read it already (None: read it here).
 
   Returns:
     One entry per group of arrays (the first two levels of the state, e.g.
@@ -216,7 +208,7 @@ def nonfinite_arrays(state: Any, fed: Any = None) -> list[str]:
     ``"clients[0].params: 6 of 6 arrays, e.g. ['Dense_0']['bias'] (clients 0, 2)"``;
     empty when every floating-point array is finite.
   """
-  flags = jax.device_get(_finite_leaves(state))
+  flags = jax.device_get(finite_flags(state)) if finite is None else finite
   if all(jax.tree.leaves(flags)):
     return []
   groups: dict[str, dict[str, Any]] = {}
@@ -460,21 +452,22 @@ class _Session:
     with compiles.time_compiles() as compiled:
       plan = self.selector.plan(t, lambda mask, st=self.state: algo.selection_losses(st, mask))
       active = plan.active
+      scored = t % self.spec.eval.every == 0 or t == self.spec.rounds
       if active.any():
-        # The output comes back read to the host: one transfer of every metric and payload
-        # count of the round (RoundOutput.to_host), so the bytes and the row are host numbers.
+        # The output comes back read to the host: one transfer of every metric, payload
+        # count and (when due) score of the round and of the NaN guard's flags
+        # (RoundOutput.read), so the bytes and the row are host numbers.
         self.state, out = play_round(
-            algo, self.state, t, active,
-            check=lambda st, fed, o: _check_finite(st, o, t, active, fed, self.ckpt,
-                                                   self.last_saved))
+            algo, self.state, t, active, evaluate=scored,
+            check=lambda st, fed, o, finite: _check_finite(st, o, t, active, fed, self.ckpt,
+                                                           self.last_saved, finite))
       else:   # everybody dropped out: the model is unchanged, nothing is sent
-        out = RoundOutput({}, [])
+        out = RoundOutput({}, [], algo.scores(self.state) if scored else {})
       self.ledger, sent = self.ledger.add(out.payloads)
       row: dict[str, Any] = {'round': t, 'participants': int(active.sum())}
       row.update(self.selector.round_metrics(plan))
       row.update(out.metrics)
-      if t % self.spec.eval.every == 0 or t == self.spec.rounds:
-        row.update(algo.evaluate(self.state))
+      row.update(out.scores)
     row.update(self.ledger.row(sent))
     row.update({'round_time_s': time.time() - t0, 'compile_s': compiled.seconds})
     return row
@@ -575,9 +568,10 @@ def _check_resumable(workdir: str, cfg_path: str, cfg_json: str, latest: int,
 
 
 def _check_finite(state, out: RoundOutput, t: int, active: np.ndarray, fed, ckpt,
-                  last_saved: int | None) -> None:
-  """Raises DivergenceError if round ``t`` left NaN or Inf in the state."""
-  bad = nonfinite_arrays(state, fed)
+                  last_saved: int | None, finite: Any = None) -> None:
+  """Raises DivergenceError if round ``t`` left NaN or Inf in the state (``finite``: its
+  flags, read with the round)."""
+  bad = nonfinite_arrays(state, fed, finite)
   if not bad:
     return
   losses = [k for k, v in out.metrics.items()

@@ -48,3 +48,81 @@ def assert_rewrites_to_itself(tmp_path, doc: str, main, argv, flag: str = '--mar
   page.write_text(committed)
   assert main([*argv, f'{flag}={page}']) == 0
   assert page.read_text() == committed
+
+
+class DeviceReads:
+  """Counts the device-to-host reads of each round a run plays (:func:`count_reads`).
+
+  A read is a point where the host waits for the device: one ``jax.device_get`` call (of
+  any pytree), or one implicit conversion of a ``jax.Array`` (``float(x)``, ``np.asarray(x)``,
+  ``bool(x)``) outside one. On a CPU ``jax.transfer_guard`` sees no transfer (the arrays
+  are host memory already), so the reads are counted where they are asked for.
+
+  Attributes:
+    rounds: ``{t: reads during round t}`` (selection, the round, the NaN guard and its
+      evaluation: ``runner``'s whole ``play``).
+    sites: ``{t: {"file:line": reads}}``, the package's line nearest each read.
+  """
+
+  def __init__(self):
+    self.rounds: dict[int, int] = {}
+    self.sites: dict[int, dict[str, int]] = {}
+    self._t = None
+    self._inside = 0
+
+  def _count(self, kind: str) -> None:
+    import traceback  # pylint: disable=g-import-not-at-top
+    if self._t is None or self._inside:
+      return
+    site = next((f'{f.filename.rpartition("fedjax_kd/")[2]}:{f.lineno}'
+                 for f in reversed(traceback.extract_stack()[:-2])
+                 if '/fedjax_kd/' in f.filename), '?')
+    self.rounds[self._t] = self.rounds.get(self._t, 0) + 1
+    key = f'{site} ({kind})'
+    self.sites.setdefault(self._t, {})[key] = self.sites.get(self._t, {}).get(key, 0) + 1
+
+
+def count_reads(reads: DeviceReads | None = None):
+  """A context manager that yields a :class:`DeviceReads` (``reads``, or a new one) counting
+  every round that ``fedjax_kd.runner`` plays inside it (it patches ``jax.device_get``,
+  ``jax.Array``'s host value and the runner's round for its duration)."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax._src import array as array_lib  # pylint: disable=g-import-not-at-top
+
+  from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
+
+  @contextlib.contextmanager
+  def counting():
+    value, get, play = array_lib.ArrayImpl._value, jax.device_get, runner._Session.play
+
+    def counted_value(self):
+      reads._count('implicit')
+      return value.fget(self)
+
+    def counted_get(x):
+      reads._count('device_get')
+      reads._inside += 1
+      try:
+        return get(x)
+      finally:
+        reads._inside -= 1
+
+    def counted_play(session, t):
+      reads._t, reads.rounds[t] = t, 0
+      try:
+        return play(session, t)
+      finally:
+        reads._t = None
+
+    array_lib.ArrayImpl._value = property(counted_value)
+    jax.device_get = counted_get
+    runner._Session.play = counted_play
+    try:
+      yield reads
+    finally:
+      array_lib.ArrayImpl._value, jax.device_get, runner._Session.play = value, get, play
+
+  reads = reads if reads is not None else DeviceReads()
+  return counting()

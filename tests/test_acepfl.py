@@ -168,7 +168,7 @@ def test_history_is_mean_of_aggregates_and_best_model_is_tracked(tmp_path, monke
   # Eq. 3 with equal weights inside clusters: the teacher is a convex mix of the rows.
   np.testing.assert_allclose(seen[0].sum(-1), 1.0, atol=1e-5)
   # UA is the unweighted mean of per-client accuracies; the weighted mean uses test sizes.
-  ev = algo.evaluate(state)
+  ev = algo.scores(state)
   acc, _ = algo.ctx.fed.evaluate(state.clients, per_client_test=True)
   n = np.asarray(exp.ctx.data.test_n, float)
   assert ev['test_acc'] == pytest.approx(float(np.mean(acc)))

@@ -320,5 +320,5 @@ def test_knn_per_two_rounds_bytes_and_lambda_zero_is_the_global_model(tmp_path):
   acc0, _, _, n = algo.personalised_scores(st, lams=np.zeros(k, np.float32))
   split = algo.server_split_metrics(st)['server_ua']
   np.testing.assert_allclose(np.nanmean(acc0), split, rtol=1e-6)
-  ev = algo.evaluate(st)
+  ev = algo.scores(st)
   assert ev['test_acc'] >= 0.0 and set(ev) >= {'global_acc', 'server_ua', 'knn_lambda_mean'}

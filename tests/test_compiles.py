@@ -119,7 +119,7 @@ def run_rounds(algo, selector, state, rounds, masks=None):
       active[masks[t - 1]] = True
     if active.any():
       state, _ = base.play_round(algo, state, t, active)
-    algo.evaluate(state)
+    algo.scores(state)
   return state
 
 

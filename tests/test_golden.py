@@ -46,7 +46,7 @@ from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
 from fedjax_kd import results
 from fedjax_kd import runner
-from tests.shared import tiny_config
+from tests.shared import count_reads, tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = pathlib.Path(__file__).with_name('golden_metrics.json')
@@ -204,11 +204,16 @@ def case_config(key: str, tmp: pathlib.Path):
   return golden_tiny_config(store) if case == 'tiny' else shrunk_config(case, tmp, store)
 
 
-def metrics(key: str, tmp: pathlib.Path) -> list[dict]:
-  """Every deterministic column of every round of one case (timings dropped)."""
+def metrics(key: str, tmp: pathlib.Path, reads=None) -> list[dict]:
+  """Every deterministic column of every round of one case (timings dropped); ``reads``, a
+  ``DeviceReads``, counts the run's device reads (``tests.shared.count_reads``)."""
   spec = config_lib.validate(case_config(key, tmp))
   workdir = tmp / key.replace('/', '-')
-  runner.run(spec, str(workdir), resume=False, progress=False)
+  if reads is None:
+    runner.run(spec, str(workdir), resume=False, progress=False)
+  else:
+    with count_reads(reads):
+      runner.run(spec, str(workdir), resume=False, progress=False)
   rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   return [{k: v for k, v in r.items() if not k.endswith('_s')} for r in rows]
 
@@ -244,9 +249,9 @@ def _golden() -> dict:
   return json.loads(GOLDEN.read_text())
 
 
-def _check(key: str, tmp: pathlib.Path) -> None:
+def _check(key: str, tmp: pathlib.Path, reads=None) -> None:
   want = _golden()[key]
-  got = metrics(key, tmp)
+  got = metrics(key, tmp, reads)
   n = num_test_samples(key, tmp)
   assert [r['round'] for r in got] == [r['round'] for r in want]
   for g, w in zip(got, want):
@@ -255,9 +260,60 @@ def _check(key: str, tmp: pathlib.Path) -> None:
     assert not diff, f'{key} round {w["round"]}: {diff}'
 
 
+# A round reads the device once: its metrics, payload counts, scores and the NaN guard's
+# flags in one transfer (RoundOutput.read). These algorithms read more, for host control
+# flow their rounds need (each read's line says why):
+ROUND_READS = {
+    # The public-set family: whether a downlink is pending and how many of its samples carry
+    # a label (the clients distil on those only), and whether the server has any to distil on.
+    **dict.fromkeys(('dsfl', 'scarlet', 'cfd', 'comet', 'selective_fd'), 3),
+    # Which clients beat their best past model (predicted again), and whether a teacher has
+    # history; FedMD has no selection accuracy.
+    'acepfl': 3, 'fedmd': 2,
+    'fedcache2': 2,   # the widest download sets the training kernel's shape
+    'fedconcat': 2,   # which model it scores (the cluster models or the concatenated one)
+}
+
+
 @pytest.mark.parametrize('algorithm', TINY)
 def test_every_algorithm_gives_its_recorded_tiny_rounds(algorithm, tmp_path):
-  _check(f'tiny/{algorithm}', tmp_path)
+  """Its recorded metrics, and at most its share of device reads in round 2 (round 1 also
+  compiles, and reads what a first round sets up)."""
+  from tests.shared import DeviceReads  # pylint: disable=g-import-not-at-top
+  reads = DeviceReads()
+  _check(f'tiny/{algorithm}', tmp_path, reads)
+  budget = ROUND_READS.get(algorithm, 1)
+  assert reads.rounds[2] <= budget, (
+      f'{algorithm}: round 2 read the device {reads.rounds[2]} times (at most {budget}): '
+      f'{reads.sites[2]}')
+
+
+def test_the_read_count_sees_implicit_and_explicit_reads(tmp_path):
+  """The counter cannot miss a read: an algorithm that reads a loss with float() in its
+  round is counted one more than FedAvg, and a round's evaluation is no extra read."""
+  from fedjax_kd.algorithms import fedavg  # pylint: disable=g-import-not-at-top
+  from tests.shared import DeviceReads  # pylint: disable=g-import-not-at-top
+
+  @algorithms.register
+  class Reading(fedavg.FedAvg):
+    name = 'reading_fedavg'
+
+    def round(self, state, r):
+      state, out = super().round(state, r)
+      float(out.metrics['train_loss'])   # a read of its own
+      return state, out
+
+  counts = {}
+  try:
+    for name in ('fedavg', 'reading_fedavg'):
+      c = golden_tiny_config('fedavg')
+      c.algorithm = name
+      with count_reads() as reads:
+        runner.run(config_lib.validate(c), str(tmp_path / name), progress=False)
+      counts[name] = reads.rounds[2]
+  finally:
+    algorithms.unregister('reading_fedavg')
+  assert counts == {'fedavg': 1, 'reading_fedavg': 2}
 
 
 def test_every_built_in_algorithm_has_a_tiny_case():

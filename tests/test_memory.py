@@ -253,12 +253,12 @@ def test_out_of_memory_mid_run_is_one_line_and_the_same_command_resumes(tmp_path
   work = tmp_path / 'run'
   real = runner.play_round
 
-  def exhausted(algo, state, t, active, check=None):
+  def exhausted(algo, state, t, active, **kwargs):
     if t == 3:
       raise jax.errors.JaxRuntimeError(
           'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.\n'
           'BufferAssignment OOM Debugging.')
-    return real(algo, state, t, active, check=check)
+    return real(algo, state, t, active, **kwargs)
 
   monkeypatch.setattr(runner, 'play_round', exhausted)
   with pytest.raises(DeviceMemoryError) as e:

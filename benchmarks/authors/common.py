@@ -210,7 +210,7 @@ def ours(cfg, rounds: int | None = None, actives: Sequence[np.ndarray] | None = 
   for t, active in enumerate(actives, 1):
     state, out = base.play_round(algo, state, t, np.asarray(active))
     row = dict(out.metrics)
-    row.update({k: float(v) for k, v in algo.evaluate(state).items()
+    row.update({k: float(v) for k, v in algo.scores(state).items()
                 if np.ndim(v) == 0})
     states.append(host(state))
     rows.append(row)

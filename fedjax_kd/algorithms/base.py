@@ -14,6 +14,7 @@ in a store (:func:`play_round`). The design is in ``docs/design.md``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar
 
 import flax
@@ -93,6 +94,31 @@ class Round:
     return self.fed.population
 
 
+@flax.struct.dataclass
+class Later:
+  """A metric the host finishes after the round's one read: ``fn`` of the host value of
+  ``value`` (a pytree of device arrays), e.g. the mean over clients of ``[K]`` accuracies,
+  computed in NumPy as it always was, with no read of its own.
+
+  :meth:`Algorithm.evaluate` and a round's metrics may hold them; :func:`read_metrics`
+  reads every value of a dict in one transfer and finishes them.
+  """
+  value: Any
+  fn: Any = flax.struct.field(pytree_node=False)
+
+
+def read_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+  """``metrics`` as Python numbers (:func:`host_scalar`, :class:`Later` ones finished), read
+  to the host in one ``jax.device_get``."""
+  return _host_dict(jax.device_get(metrics))
+
+
+def _host_dict(metrics: dict[str, Any]) -> dict[str, Any]:
+  """:func:`host_scalar` of every value; a :class:`Later` that finishes as None is left out."""
+  out = {k: host_scalar(v) for k, v in metrics.items()}
+  return {k: v for k, v in out.items() if v is not None}
+
+
 @dataclasses.dataclass
 class RoundOutput:
   """What a round reports: scalar metrics and the payloads it sent.
@@ -104,20 +130,35 @@ class RoundOutput:
   the runner (and anything else that plays rounds) sees Python numbers.
 
   Attributes:
-    metrics: name -> scalar: a Python float or int, a NumPy scalar or a device
-      scalar. After :meth:`to_host`: Python ``int`` for integer values (counts),
-      ``float`` for the rest.
+    metrics: name -> scalar: a Python float or int, a NumPy scalar, a device
+      scalar or a :class:`Later`. After :meth:`to_host`: Python ``int`` for integer
+      values (counts), ``float`` for the rest.
     payloads: what the round sent.
+    scores: the evaluation of the round's new state (:meth:`Algorithm.evaluate`), when
+      :func:`play_round` was asked for it; read with the rest.
   """
   metrics: dict[str, Any]
   payloads: list[comm.Payload]
+  scores: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def to_host(self) -> RoundOutput:
-    """The same output with Python numbers: one ``jax.device_get`` of every metric and every
+    """The same output with Python numbers: one ``jax.device_get`` of every metric, score and
     payload count (host values pass through)."""
-    metrics, counts = jax.device_get((self.metrics, [p.counts for p in self.payloads]))
-    return RoundOutput({k: host_scalar(v) for k, v in metrics.items()},
-                       [p.read(c) for p, c in zip(self.payloads, counts)])
+    out, _ = self.read()
+    return out.finished()
+
+  def read(self, also: Any = None) -> tuple[RoundOutput, Any]:
+    """One ``jax.device_get`` of the metrics, the scores, the payload counts and ``also`` (any
+    pytree): the output with its metrics and payloads as Python numbers and its scores read
+    but not finished (:meth:`finished`), and ``also``'s host value."""
+    metrics, scores, counts, also = jax.device_get(
+        (self.metrics, self.scores, [p.counts for p in self.payloads], also))
+    return RoundOutput(_host_dict(metrics), [p.read(c) for p, c in zip(self.payloads, counts)],
+                       scores), also
+
+  def finished(self) -> RoundOutput:
+    """The output with its scores as Python numbers (:class:`Later` ones finished)."""
+    return dataclasses.replace(self, scores=_host_dict(self.scores))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,9 +285,19 @@ class Algorithm:
     """One round on ``r.fed``'s clients; ``state`` holds their rows (see :class:`Round`)."""
     raise NotImplementedError
 
-  def evaluate(self, state: AlgState) -> dict[str, float]:
-    """Default: accuracy of the client models (mean, min, max)."""
+  def evaluate(self, state: AlgState) -> dict[str, Any]:
+    """The scores of ``state``'s evaluated models. Default: accuracy of the client models
+    (mean, min, max).
+
+    Values may be device scalars or :class:`Later` values, as a round's metrics may: the
+    runner reads them with the round's output, in its one transfer. :meth:`scores` gives
+    them as Python numbers.
+    """
     return self.client_metrics(state, prefix='')
+
+  def scores(self, state: AlgState) -> dict[str, float]:
+    """:meth:`evaluate` read to the host (one transfer): Python numbers."""
+    return read_metrics(self.evaluate(state))
 
   # --------------------------------------------------------------- shared
   def train_rule(self, **hooks) -> LocalRule:
@@ -331,30 +382,34 @@ class Algorithm:
     return r.fed.predict(state.clients, x, r.active, chunk=self.spec.eval.chunk,
                          augment=self.predict_augment, root=self.ctx.root, t=r.t)
 
-  def client_metrics(self, state: AlgState, prefix: str = 'client_') -> dict[str, float]:
+  def client_metrics(self, state: AlgState, prefix: str = 'client_') -> dict[str, Any]:
+    """The client models' accuracy and loss on their test rows: the mean (UA), min and max
+    over clients, as :class:`Later` values of the ``[K]`` figures (no read here)."""
     if not self.spec.eval.clients and prefix:
       return {}
     acc, nll = self.ctx.fed.evaluate(state.clients,
                                      per_client_test=self.spec.data.per_client_test,
-                                     chunk=self.spec.eval.chunk)
-    out = {f'{prefix}acc': float(np.nanmean(acc)), f'{prefix}acc_min': float(np.nanmin(acc)),
-           f'{prefix}acc_max': float(np.nanmax(acc)), f'{prefix}loss': float(np.nanmean(nll))}
+                                     chunk=self.spec.eval.chunk, read=False)
+    out = {f'{prefix}acc': Later(acc, np.nanmean), f'{prefix}acc_min': Later(acc, np.nanmin),
+           f'{prefix}acc_max': Later(acc, np.nanmax), f'{prefix}loss': Later(nll, np.nanmean)}
     d = self.ctx.data
     if self.spec.data.per_client_test and d.test_n is not None:
       n = np.asarray(d.test_n, np.float64)
-      ok = np.isfinite(acc) & (n > 0)
-      if ok.any():   # the sample-weighted mean beside the unweighted UA
-        out[f'{prefix}acc_weighted'] = float(np.sum(acc[ok] * n[ok]) / np.sum(n[ok]))
+      # The sample-weighted mean beside the unweighted UA (NaN when no client has test rows,
+      # and then left out).
+      out[f'{prefix}acc_weighted'] = Later(acc, functools.partial(weighted_mean, n=n))
     if not prefix:  # the client models are the evaluated models (FD, single, pFL)
       out = {'test_acc': out['acc'], 'test_loss': out['loss'],
              'client_acc_min': out['acc_min'], 'client_acc_max': out['acc_max'],
              **({'test_acc_weighted': out['acc_weighted']} if 'acc_weighted' in out else {})}
     return out
 
-  def server_metrics(self, state: AlgState) -> dict[str, float]:
+  def server_metrics(self, state: AlgState) -> dict[str, Any]:
+    """The server model's accuracy, loss and top-5 accuracy on the test set (device
+    scalars, read with the round)."""
     d = self.ctx.data
     acc, loss, acc5 = self.server_model.evaluate(state.server, d.x_test, d.y_test,
-                                                 chunk=self.spec.eval.chunk)
+                                                 chunk=self.spec.eval.chunk, read=False)
     # Top-5 too: SCARLET's code prints it for CIFAR-100 (as its "Test Accuracy").
     return {'test_acc': acc, 'test_loss': loss, 'test_acc_top5': acc5}
 
@@ -368,8 +423,8 @@ class Algorithm:
     if not self.spec.data.per_client_test or d.test_idx is None:
       return {}
     probs = self.server_model.predict(state.server, d.x_test, chunk=self.spec.eval.chunk)
-    return {'server_ua': float(split_mean_accuracy(probs, d.y_test, d.test_idx,
-                                                    jnp.asarray(d.test_n)))}
+    return {'server_ua': split_mean_accuracy(probs, d.y_test, d.test_idx,
+                                             jnp.asarray(d.test_n))}
 
 
 @jax.jit
@@ -396,11 +451,20 @@ def nanmean(x) -> Array:
   return _nanmean(jnp.asarray(x))
 
 
+def weighted_mean(acc: np.ndarray, n: np.ndarray) -> float | None:
+  """The test-size-weighted mean of the clients' accuracies (None: no client has both)."""
+  acc = np.asarray(acc)
+  ok = np.isfinite(acc) & (n > 0)
+  return float(np.sum(acc[ok] * n[ok]) / np.sum(n[ok])) if ok.any() else None
+
+
 def host_scalar(value: Any) -> Any:
   """A metric read from the device as a Python number: ``int`` for integer values (as
   payload counts are read, `comm.host_count`), ``bool``, ``float`` for floating ones; Python
-  numbers and strings pass through."""
-  if isinstance(value, (bool, int, float, str)):
+  numbers and strings pass through; a :class:`Later` is finished (its ``fn`` of its value)."""
+  if isinstance(value, Later):
+    return host_scalar(value.fn(value.value))
+  if value is None or isinstance(value, (bool, int, float, str)):
     return value
   a = np.asarray(value)
   if a.ndim:
@@ -449,7 +513,7 @@ def round_input(algo: Algorithm, fed: Federation, t: int, active: np.ndarray) ->
 
 
 def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
-               check=None) -> tuple[AlgState, RoundOutput]:
+               check=None, *, evaluate: bool = False) -> tuple[AlgState, RoundOutput]:
   """One round of ``algo`` on the clients ``active``, wherever client state lives.
 
   With device-resident clients the round sees all K clients. With a client
@@ -463,26 +527,45 @@ def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
     state: the state after round ``t - 1``.
     t: the round.
     active: ``[K]`` bool mask of participants (at least one).
-    check: optional ``check(state, fed, out)`` called on the round's new state
-      before it is stored (the runner's NaN guard); for a store this is the
-      participants' compact state and the view's federation.
+    check: optional ``check(state, fed, out, finite)`` called on the round's new state
+      before it is stored (the runner's NaN guard), with ``finite``, the host value of
+      :func:`finite_flags` of that state; for a store this is the participants' compact
+      state and the view's federation.
+    evaluate: also score the new state (:meth:`Algorithm.evaluate`), as ``out.scores``.
 
   Returns:
-    The new state and the round's output, read to the host (:meth:`RoundOutput.to_host`:
-    one transfer for all its metrics and payload counts, the round's only read besides
-    those its own host control flow needs).
+    The new state and the round's output, read to the host in one transfer
+    (:meth:`RoundOutput.read`): its metrics, payload counts, scores and the check's
+    flags, the round's only read besides those its own host control flow needs. With a
+    client store the scores are read after the rows are written back, in a second one.
   """
   fed = algo.ctx.fed
   if fed.store is None:
     state, out = algo.round(state, round_input(algo, fed, t, active))
-    out = out.to_host()
+    if evaluate:
+      out = dataclasses.replace(out, scores=algo.evaluate(state))
+    out, finite = out.read(finite_flags(state) if check is not None else None)
     if check is not None:
-      check(state, fed, out)
-    return state, out
+      check(state, fed, out, finite)
+    return state, out.finished()
   view = fed.round_view(active)
   vstate = fed.store.gather(state, view)
   vstate, out = algo.round(vstate, round_input(algo, view.fed, t, view.active))
-  out = out.to_host()
+  out, finite = out.read(finite_flags(vstate) if check is not None else None)
   if check is not None:
-    check(vstate, view.fed, out)
-  return fed.store.scatter(state, vstate, view), out
+    check(vstate, view.fed, out, finite)
+  state = fed.store.scatter(state, vstate, view)
+  if evaluate:
+    out = dataclasses.replace(out, scores=algo.scores(state))
+  return state, out.finished()
+
+
+@jax.jit
+def finite_flags(tree: Any) -> Any:
+  """``tree``'s leaves each as a device bool: every entry finite (True for non-float leaves);
+  the NaN guard reads them with the round."""
+  def ok(x):
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+      return jnp.all(jnp.isfinite(x))
+    return jnp.bool_(True)
+  return jax.tree.map(ok, tree)

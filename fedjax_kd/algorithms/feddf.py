@@ -165,35 +165,43 @@ class FedDF(base.Algorithm):
                                'distill_loss': base.nanmean(jnp.stack(losses))}
     return state, base.RoundOutput(metrics, payloads)
 
-  def evaluate(self, state) -> dict[str, float]:
+  def evaluate(self, state) -> dict[str, Any]:
     fed = self.ctx.fed
     d = fed.data
     chunk = self.spec.eval.chunk
     k = self.num_clients
-    acc, nll = np.full(k, np.nan), np.full(k, np.nan)
-    out: dict[str, float] = {}
     per_client = self.spec.data.per_client_test and d.test_idx is not None
+    scores = []   # per group: its model's (acc, loss) and, per client, its members' (device)
     for g, cohort in enumerate(fed.cohorts):
       sm, model = self.group_models[g], state.extra.models[g]
-      ga, gl, _ = sm.evaluate(model, d.x_test, d.y_test, chunk=chunk)
-      out[f'global_acc_{g}'] = ga
-      ids = cohort.client_ids
+      ga, gl, _ = sm.evaluate(model, d.x_test, d.y_test, chunk=chunk, read=False)
+      a = l = None
       if per_client:   # the group model on each member's own split
-        gi = jnp.asarray(ids)
-        a, l, _ = sm.kernels.evaluate(model, jnp.zeros(len(ids), jnp.int32), d.x_test,
+        gi = jnp.asarray(cohort.client_ids)
+        a, l, _ = sm.kernels.evaluate(model, jnp.zeros(len(gi), jnp.int32), d.x_test,
                                       d.y_test, jnp.take(d.test_idx, gi, axis=0),
                                       jnp.asarray(d.test_n)[gi], chunk=chunk)
-        acc[ids], nll[ids] = np.asarray(a), np.asarray(l)
-      else:
-        acc[ids], nll[ids] = ga, gl
-    out.update({'test_acc': float(np.nanmean(acc)), 'test_loss': float(np.nanmean(nll)),
-                'client_acc_min': float(np.nanmin(acc)),
-                'client_acc_max': float(np.nanmax(acc)),
-                'global_acc': float(np.mean([out[f'global_acc_{g}']
-                                             for g in range(len(fed.cohorts))]))})
+      scores.append((ga, gl, a, l))
+
+    def clients(host):
+      """``[K]`` accuracies and losses: each client scored by its group's model."""
+      acc, nll = np.full(k, np.nan), np.full(k, np.nan)
+      for cohort, (ga, gl, a, l) in zip(fed.cohorts, host):
+        ids = cohort.client_ids
+        acc[ids], nll[ids] = (np.asarray(a), np.asarray(l)) if per_client else (ga, gl)
+      return acc, nll
+
+    def later(fn):
+      return base.Later(scores, lambda host: fn(*clients(host)))
+
+    out: dict[str, Any] = {f'global_acc_{g}': s[0] for g, s in enumerate(scores)}
+    out.update({'test_acc': later(lambda acc, nll: np.nanmean(acc)),
+                'test_loss': later(lambda acc, nll: np.nanmean(nll)),
+                'client_acc_min': later(lambda acc, nll: np.nanmin(acc)),
+                'client_acc_max': later(lambda acc, nll: np.nanmax(acc)),
+                'global_acc': base.Later([s[0] for s in scores],
+                                         lambda gas: np.mean([float(x) for x in gas]))})
     if per_client:
       nk = np.asarray(d.test_n, np.float64)
-      ok = np.isfinite(acc) & (nk > 0)
-      if ok.any():
-        out['test_acc_weighted'] = float(np.sum(acc[ok] * nk[ok]) / np.sum(nk[ok]))
+      out['test_acc_weighted'] = later(lambda acc, nll: base.weighted_mean(acc, nk))
     return out

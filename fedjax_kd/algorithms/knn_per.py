@@ -65,6 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd import options
+from fedjax_kd.algorithms import base
 from fedjax_kd.algorithms.fedavg import FedAvg
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import knn as knn_ops
@@ -141,13 +142,14 @@ class KNNPer(FedAvg):
 
     return jax.jit(run)
 
-  def personalised_scores(self, state, lams=None):
+  def personalised_scores(self, state, lams=None, *, read: bool = True):
     """Per-client scores of the kNN-Per models.
 
     Args:
       state: the algorithm state (its server model is the global model).
       lams: optional ``[K]`` interpolation weights; None: the options' (tuned per
         client, or fixed).
+      read: False leaves the four on the device, as :func:`_host_scores` takes them.
 
     Returns:
       ``(acc [K], nll [K], lam [K], n_test [K])`` host arrays (NaN where a client
@@ -181,25 +183,34 @@ class KNNPer(FedAvg):
     acc, nll = _scores(f_priv, d.y_private, f_test, p_test, d.y_test, store, queries,
                        lams[:, None], k=o.k, scale=o.scale, num_classes=d.num_classes,
                        loo=False)
-    acc, nll, lams, n = jax.device_get((acc[:, 0], nll[:, 0], lams, queries[1]))
-    empty = np.asarray(n) == 0
-    acc = np.where(empty, np.nan, acc)
-    nll = np.where(empty, np.nan, nll)
-    return acc, nll, np.asarray(lams), np.asarray(n)
+    scores = (acc[:, 0], nll[:, 0], lams, queries[1])
+    return _host_scores(jax.device_get(scores)) if read else scores
 
   def evaluate(self, state):
-    acc, nll, lams, n = self.personalised_scores(state)
-    out = {'test_acc': float(np.nanmean(acc)), 'test_loss': float(np.nanmean(nll)),
-           'client_acc_min': float(np.nanmin(acc)), 'client_acc_max': float(np.nanmax(acc)),
-           'knn_lambda_mean': float(np.mean(lams))}
-    ok = np.isfinite(acc) & (n > 0)
-    if self.spec.data.per_client_test and ok.any():
-      out['test_acc_weighted'] = float(np.sum(acc[ok] * n[ok]) / np.sum(n[ok]))
+    scores = self.personalised_scores(state, read=False)
+
+    def later(fn):
+      return base.Later(scores, lambda host: fn(*_host_scores(host)))
+
+    out = {'test_acc': later(lambda acc, nll, lams, n: np.nanmean(acc)),
+           'test_loss': later(lambda acc, nll, lams, n: np.nanmean(nll)),
+           'client_acc_min': later(lambda acc, nll, lams, n: np.nanmin(acc)),
+           'client_acc_max': later(lambda acc, nll, lams, n: np.nanmax(acc)),
+           'knn_lambda_mean': later(lambda acc, nll, lams, n: np.mean(lams))}
+    if self.spec.data.per_client_test:
+      out['test_acc_weighted'] = later(lambda acc, nll, lams, n: base.weighted_mean(acc, n))
     g = self.server_metrics(state)
     out.update({'global_acc': g['test_acc'], 'global_loss': g['test_loss'],
                 'global_acc_top5': g['test_acc_top5']})
     out.update(self.server_split_metrics(state))
     return out
+
+
+def _host_scores(scores) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """The host values of ``(acc, nll, lam, n_test)``, NaN where a client has no test rows."""
+  acc, nll, lams, n = (np.asarray(a) for a in scores)
+  empty = n == 0
+  return np.where(empty, np.nan, acc), np.where(empty, np.nan, nll), lams, n
 
 
 @functools.partial(jax.jit, static_argnames=('k', 'num_classes', 'loo'))

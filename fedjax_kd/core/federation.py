@@ -644,33 +644,41 @@ class Federation:
 
   # ----------------------------------------------------------- evaluate
   def evaluate(self, states, *, per_client_test: bool = False, active=None,
-               chunk: int = 512, split: str = 'test') -> tuple[np.ndarray, np.ndarray]:
+               chunk: int = 512, split: str = 'test',
+               read: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and loss of every client model ``[K]`` (NaN if inactive).
 
     ``split='test'``: ``per_client_test`` uses each client's own test split
     (``data.test_idx``); otherwise every client is scored on the full server
     test set. ``split='val'``: each client's validation rows of the private
     data (``data.val_idx``, from ``data.val_fraction``). ``split='train'``: each
-    client's own training rows (Power-of-Choice's local loss).
+    client's own training rows (Power-of-Choice's local loss). ``read=False`` leaves
+    both on the device (the caller reads them with others).
     """
     d = self.data
     if split == 'train':
-      return self._evaluate(states, d.x_private, d.y_private, d.client_idx, d.client_n,
-                            active, chunk)
-    if split == 'val':
+      rows = (d.x_private, d.y_private, d.client_idx, d.client_n)
+    elif split == 'val':
       if d.val_idx is None:
         raise ValueError("split='val' needs per-client validation rows (data.val_fraction > 0)")
-      return self._evaluate(states, d.x_private, d.y_private, d.val_idx, d.val_n, active, chunk)
-    if split != 'test':
+      rows = (d.x_private, d.y_private, d.val_idx, d.val_n)
+    elif split != 'test':
       raise ValueError(f"split={split!r}: expected 'test', 'val' or 'train'")
-    if per_client_test:
-      return self._evaluate(states, d.x_test, d.y_test, d.test_idx, d.test_n, active, chunk)
-    return self._evaluate(states, d.x_test, d.y_test, None, None, active, chunk)
+    elif per_client_test:
+      rows = (d.x_test, d.y_test, d.test_idx, d.test_n)
+    else:
+      rows = (d.x_test, d.y_test, None, None)
+    acc, nll = self._evaluate(states, *rows, active, chunk)
+    if not read:
+      return acc, nll
+    acc, nll = jax.device_get((acc, nll))   # one read for both
+    return np.asarray(acc), np.asarray(nll)
 
   def evaluate_shared(self, states, x: Array, y: Array, *, active=None,
                       chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and loss ``[K]`` of every client model on one labelled set ``(x, y)``."""
-    return self._evaluate(states, x, y, None, None, active, chunk)
+    acc, nll = jax.device_get(self._evaluate(states, x, y, None, None, active, chunk))
+    return np.asarray(acc), np.asarray(nll)
 
   def _evaluate(self, states, x, y, idx, n, active, chunk):
     acc = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
@@ -683,8 +691,7 @@ class Federation:
         a, l, _ = kernels.evaluate(st, slots, x, y, chunk=chunk,
                                    client_chunk=self._chunk(slots))
       acc, nll = self._put((acc, nll), valid, gids, (a, l))
-    acc, nll = jax.device_get((acc, nll))   # one read for both
-    return np.asarray(acc), np.asarray(nll)
+    return acc, nll
 
 
 class SingleModel:
@@ -723,10 +730,15 @@ class SingleModel:
     """Trains on labelled data (e.g. a centralized reference model)."""
     return self._fit(state, key, {'x': x, 'y': y}, ce_loss, rule, local)
 
-  def evaluate(self, state, x, y, chunk: int = 512) -> tuple[float, float, float]:
-    """Top-1 accuracy, mean cross-entropy and top-5 accuracy on ``(x, y)``."""
+  def evaluate(self, state, x, y, chunk: int = 512,
+               read: bool = True) -> tuple[float, float, float]:
+    """Top-1 accuracy, mean cross-entropy and top-5 accuracy on ``(x, y)``: Python floats,
+    read in one transfer, or (``read=False``) float32 device scalars."""
     a, l, a5 = self.kernels.evaluate(state, self._slots, x, y, chunk=chunk)
-    return float(a[0]), float(l[0]), float(a5[0])
+    if not read:
+      return a[0], l[0], a5[0]
+    a, l, a5 = jax.device_get((a[0], l[0], a5[0]))
+    return float(a), float(l), float(a5)
 
   def predict(self, state, x, chunk: int = 512) -> Array:
     return self.kernels.predict(state, self._slots, x, chunk=chunk)[0]
