@@ -253,3 +253,12 @@ def test_no_module_takes_another_modules_private_names():
   assert private_uses('from fedjax_kd.core import kernels\nkernels._apply(1)\n'
                       'from fedjax_kd.algorithms.base import _nanmean\n', names) == [
                           'fedjax_kd.algorithms.base._nanmean', 'kernels._apply']
+
+
+def test_pyproject_installs_every_package():
+  """A plain ``pip install .`` ships every package folder (the list is explicit)."""
+  import tomllib  # pylint: disable=g-import-not-at-top
+  listed = set(tomllib.loads((PACKAGE.parent / 'pyproject.toml').read_text())
+               ['tool']['setuptools']['packages'])
+  found = {_module_name(p.parent / '__init__.py') for p in PACKAGE.rglob('__init__.py')}
+  assert found <= listed, f'add to pyproject.toml packages: {sorted(found - listed)}'
