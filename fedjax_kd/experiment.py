@@ -124,7 +124,8 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   fed = Federation(data, spec.clients.models, modules, optimizers,
                    store=make_store(spec, workdir), compute_dtype=spec.train.compute_dtype,
                    client_chunk=spec.clients.chunk)
-  selector = selection.ClientSelector(spec, data.client_labels(), data.client_n)
+  selector = selection.ClientSelector(spec, data.client_labels(), data.client_n,
+                                      method=selection.METHODS[spec.selection.method])
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
                 optimizers=optimizers,
                 bytes_per_public_sample=per_sample,

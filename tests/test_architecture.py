@@ -16,7 +16,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'fedjax_kd'
 
 # Lowest first. A module may import its own layer and the layers below it, never above.
 LAYERS = (
-    ('errors', 'fields', 'options', 'ops', 'metric_names'),     # leaves
+    ('errors', 'fields', 'options', 'ops', 'metric_names', 'registration'),   # leaves
     ('spec', 'core', 'data', 'models', 'compile_cache'),        # the spec, engine, ...
     ('algorithms', 'selection'),                                # the papers
     ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed',

@@ -476,7 +476,7 @@ def test_a_registered_method_is_a_config_value_with_its_own_rules():
     c = tiny_config(**{'clients.participation': 0.5, 'selection.method': 'lowest_ids',
                        'selection.dropout': 0.5})
     spec = config_lib.validate(c)
-    selector = sel.ClientSelector(spec, np.ones((4, 10)), np.full(4, 10))
+    selector = sel.ClientSelector(spec, np.ones((4, 10)), np.full(4, 10), method=Lowest)
     for t in (1, 2):
       plan = selector.plan(t)
       np.testing.assert_array_equal(plan.order, [0, 1])

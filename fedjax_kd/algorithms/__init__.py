@@ -1,6 +1,7 @@
 """Algorithms, one module per paper; ``ALGORITHMS`` maps config names to classes."""
 
 from fedjax_kd import options as options_lib
+from fedjax_kd import registration
 from fedjax_kd.algorithms.acepfl import ACEPFL, FedMD
 from fedjax_kd.algorithms.base import AlgState, Algorithm, Context, Round, RoundOutput
 from fedjax_kd.algorithms.centralized import Centralized
@@ -95,19 +96,13 @@ def register(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
   name = cls.name
   if not isinstance(name, str) or not name:
     raise ValueError(f'algorithms.register: {cls.__name__}.name must be a non-empty string')
-  if name in _BUILT_IN:
-    raise ValueError(f'algorithms.register: {name!r} is a built-in algorithm')
+  registration.check(ALGORITHMS, cls, built_in=_BUILT_IN, where='algorithms.register',
+                     kind='algorithm', replace=replace)
   _check_groups(cls)
-  old = ALGORITHMS.get(name)
-  # The same class defined again (a config file is executed more than once) replaces itself.
-  if old is not None and old.__qualname__ != cls.__qualname__ and not replace:
-    raise ValueError(f'algorithms.register: {name!r} is already registered to '
-                     f'{old.__qualname__} (pass replace=True)')
   ALGORITHMS[name] = cls
   return cls
 
 
 def unregister(name: str) -> None:
   """Removes an algorithm added with :func:`register` (built-in ones stay)."""
-  if name not in _BUILT_IN:
-    ALGORITHMS.pop(name, None)
+  registration.remove(ALGORITHMS, name, built_in=_BUILT_IN)

@@ -23,18 +23,13 @@ Cohort statistics shared by all are in :mod:`~fedjax_kd.selection.counts`; dropo
 stragglers, the same for every method, in :mod:`~fedjax_kd.selection.selector`.
 """
 
-# The built-in methods register in this order, which is the order an error lists them in.
-# pylint: disable=g-bad-import-order
-from fedjax_kd.selection import uniform as uniform
+from fedjax_kd import registration
 from fedjax_kd.selection import fedentopt as fedentopt
-from fedjax_kd.selection import power_of_choice as power_of_choice
 from fedjax_kd.selection import kl as kl
-# pylint: enable=g-bad-import-order
-from fedjax_kd.selection.base import METHODS as METHODS
+from fedjax_kd.selection import power_of_choice as power_of_choice
+from fedjax_kd.selection import uniform as uniform
 from fedjax_kd.selection.base import Method as Method
-from fedjax_kd.selection.base import register as register
 from fedjax_kd.selection.base import RoundPlan as RoundPlan
-from fedjax_kd.selection.base import unregister as unregister
 from fedjax_kd.selection.counts import cohort_entropy as cohort_entropy
 from fedjax_kd.selection.counts import count_entropy as count_entropy
 from fedjax_kd.selection.counts import entropy_bits as entropy_bits
@@ -52,3 +47,36 @@ from fedjax_kd.selection.power_of_choice import power_of_choice_select as power_
 from fedjax_kd.selection.selector import ClientSelector as ClientSelector
 from fedjax_kd.selection.uniform import uniform_round as uniform_round
 from fedjax_kd.selection.uniform import uniform_schedule as uniform_schedule
+
+# In this order, which is the order an error lists them in.
+METHODS: dict[str, type[Method]] = {
+    cls.name: cls for cls in (uniform.Uniform, fedentopt.FedEntOpt,
+                              power_of_choice.PowerOfChoice, kl.KL)
+}
+_BUILT_IN = frozenset(METHODS)
+
+
+def register(cls: type[Method], *, replace: bool = False) -> type[Method]:
+  """Adds a selection method under ``cls.name`` (usable as a class decorator), as
+  ``algorithms.register`` adds an algorithm: ``selection.method = cls.name`` then selects
+  with it in every algorithm, the command line and sweeps (register in the config file).
+
+  Raises:
+    ValueError: not a :class:`Method` subclass, a name that is no identifier, a built-in
+      name, or a name taken by another class (without ``replace``; the same class defined
+      again, as when a config file is executed twice, replaces itself).
+  """
+  if not (isinstance(cls, type) and issubclass(cls, Method)):
+    raise ValueError(f'selection.register: {cls!r} is not a subclass of selection.Method')
+  if not isinstance(cls.name, str) or not cls.name.isidentifier():
+    raise ValueError(f'selection.register: {cls.__name__}.name must be an identifier, got '
+                     f'{cls.name!r}')
+  registration.check(METHODS, cls, built_in=_BUILT_IN, where='selection.register',
+                     kind='selection method', replace=replace)
+  METHODS[cls.name] = cls
+  return cls
+
+
+def unregister(name: str) -> None:
+  """Removes a method added with :func:`register` (built-in ones stay)."""
+  registration.remove(METHODS, name, built_in=_BUILT_IN)

@@ -2,7 +2,8 @@
 selects; :class:`~fedjax_kd.selection.selector.ClientSelector` adds dropout and stragglers.
 
 A method is a subclass of :class:`Method` registered under its ``name`` with
-:func:`register`, as algorithms are; ``selection.method`` names one of :data:`METHODS`. Its
+``fedjax_kd.selection.register``, as algorithms are; ``selection.method`` names one of
+``fedjax_kd.selection.METHODS``. Its
 class attributes say what the rest of the engine must know about it (whether the clients
 upload their label counts once, whether it needs the candidates' losses on the current
 model); :meth:`Method.validate` holds its rules on the spec, which the config layer runs.
@@ -74,42 +75,3 @@ class Method:
   def description(self) -> dict:
     """The method's own entries of ``selection.json``."""
     return {}
-
-
-METHODS: dict[str, type[Method]] = {}
-
-
-def _built_in(cls: type[Method]) -> bool:
-  return cls.__module__.startswith(__name__.rpartition('.')[0] + '.')
-
-
-def register(cls: type[Method], *, replace: bool = False) -> type[Method]:
-  """Adds a selection method under ``cls.name`` (usable as a class decorator), as
-  ``algorithms.register`` adds an algorithm: ``selection.method = cls.name`` then selects
-  with it in every algorithm, the command line and sweeps (register in the config file).
-
-  Raises:
-    ValueError: not a :class:`Method` subclass, a name that is no identifier, a built-in
-      name, or a name taken by another class (without ``replace``; the same class defined
-      again, as when a config file is executed twice, replaces itself).
-  """
-  if not (isinstance(cls, type) and issubclass(cls, Method)):
-    raise ValueError(f'selection.register: {cls!r} is not a subclass of selection.Method')
-  name = cls.name
-  if not isinstance(name, str) or not name.isidentifier():
-    raise ValueError(f'selection.register: {cls.__name__}.name must be an identifier, got '
-                     f'{name!r}')
-  old = METHODS.get(name)
-  if old is not None and _built_in(old) and old is not cls:
-    raise ValueError(f'selection.register: {name!r} is a built-in selection method')
-  if old is not None and old.__qualname__ != cls.__qualname__ and not replace:
-    raise ValueError(f'selection.register: {name!r} is already registered to '
-                     f'{old.__qualname__} (pass replace=True)')
-  METHODS[name] = cls
-  return cls
-
-
-def unregister(name: str) -> None:
-  """Removes a method added with :func:`register` (built-in ones stay)."""
-  if name in METHODS and not _built_in(METHODS[name]):
-    del METHODS[name]

@@ -190,7 +190,6 @@ def dp_counts(counts, epsilon: float, seed: int) -> np.ndarray:
   return privacy.laplace_counts(rng, counts, epsilon)
 
 
-@base.register
 class FedEntOpt(base.Method):
   """``selection.method='fedentopt'``: the precomputed schedule's row of each round."""
   name = 'fedentopt'

@@ -104,7 +104,6 @@ def kl_selection(counts, m: int, threshold: float = 0.0) -> tuple[np.ndarray, np
   return np.asarray(picked, np.int64), alloc
 
 
-@base.register
 class KL(base.Method):
   """``selection.method='kl'``: the one cohort of :func:`kl_selection`, every round."""
   name = 'kl'

@@ -74,7 +74,6 @@ def power_of_choice_select(candidates, losses, m: int) -> np.ndarray:
   return candidates[order[:m]]
 
 
-@base.register
 class PowerOfChoice(base.Method):
   """``selection.method='power_of_choice'``: ``selection.candidates`` candidates a round."""
   name = 'power_of_choice'

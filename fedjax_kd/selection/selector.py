@@ -25,15 +25,16 @@ class ClientSelector:
     spec: the experiment spec (``spec.selection``, participation, seed, rounds).
     label_counts: ``[K, C]`` true label counts of the clients' training data.
     sizes: ``[K]`` training-set sizes ``n_k``.
+    method: the class of ``spec.selection.method`` (``fedjax_kd.selection.METHODS``).
   """
 
-  def __init__(self, spec, label_counts: np.ndarray, sizes: np.ndarray):
+  def __init__(self, spec, label_counts: np.ndarray, sizes: np.ndarray, *,
+               method: type[base.Method]):
     self.spec = spec
     self.sel = spec.selection
     self.k = spec.clients.num_clients
     self.true_counts = np.asarray(label_counts, np.float64)
-    self.method = base.METHODS[self.sel.method](spec, self.true_counts,
-                                                np.asarray(sizes, np.int64))
+    self.method = method(spec, self.true_counts, np.asarray(sizes, np.int64))
     n_strag = int(round(self.sel.stragglers * self.k))
     self.stragglers = np.zeros(self.k, bool)
     if n_strag:

@@ -47,7 +47,6 @@ def uniform_schedule(num_clients: int, rounds: int, m: int,
   return out
 
 
-@base.register
 class Uniform(base.Method):
   """``selection.method='uniform'``: :func:`uniform_round` each round."""
   name = 'uniform'
