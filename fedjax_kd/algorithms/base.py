@@ -395,8 +395,8 @@ class Algorithm:
     d = self.ctx.data
     if self.spec.data.per_client_test and d.test_n is not None:
       n = np.asarray(d.test_n, np.float64)
-      # The sample-weighted mean beside the unweighted UA (NaN when no client has test rows,
-      # and then left out).
+      # The sample-weighted mean beside the unweighted UA (left out of the row when no
+      # client has both a score and test rows: weighted_mean finishes as None).
       out[f'{prefix}acc_weighted'] = Later(acc, functools.partial(weighted_mean, n=n))
     if not prefix:  # the client models are the evaluated models (FD, single, pFL)
       out = {'test_acc': out['acc'], 'test_loss': out['loss'],
