@@ -1,13 +1,47 @@
 """The rules every registry of named classes shares (algorithms, selection methods).
 
 A registry is a ``{name: class}`` dict whose built-in entries are fixed when its package
-loads. :func:`check` says whether a user's class may go in under its ``name`` (the caller
-then puts it in); :func:`remove` takes one out.
+loads. :func:`add` puts a user's class in under its ``name`` where the rules allow (with
+:func:`check`'s rules on the name); :func:`remove` takes one out.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+
+def add(table: dict[str, type], cls: Any, *, base: type, base_name: str, built_in: frozenset[str], where: str,
+        kind: str, replace: bool = False, identifier: bool = True,
+        also: Callable[[type], None] | None = None) -> type:
+  """Puts ``cls`` into ``table`` under ``cls.name``; the registries' ``register``.
+
+  Args:
+    table: the registry.
+    cls: the class, a subclass of ``base``.
+    base: what every entry subclasses; ``base_name``: how errors name it
+      (``'selection.Method'``).
+    built_in, where, kind, replace: as :func:`check`'s.
+    identifier: the name must be a Python identifier (else any non-empty string).
+    also: the registry's own check of ``cls`` (raising ValueError), made before it goes in.
+
+  Returns:
+    ``cls``, so that ``register`` can be a class decorator.
+
+  Raises:
+    ValueError: not a subclass of ``base``, a name of the wrong form, or :func:`check`'s.
+  """
+  if not (isinstance(cls, type) and issubclass(cls, base)):
+    raise ValueError(f'{where}: {cls!r} is not a subclass of {base_name}')
+  name = getattr(cls, 'name', None)
+  if identifier and not (isinstance(name, str) and name.isidentifier()):
+    raise ValueError(f'{where}: {cls.__name__}.name must be an identifier, got {name!r}')
+  if not identifier and not (isinstance(name, str) and name):
+    raise ValueError(f'{where}: {cls.__name__}.name must be a non-empty string')
+  check(table, cls, built_in=built_in, where=where, kind=kind, replace=replace)
+  if also is not None:
+    also(cls)
+  table[name] = cls
+  return cls
 
 
 def check(table: dict[str, type], cls: Any, *, built_in: frozenset[str], where: str,

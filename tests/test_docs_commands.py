@@ -635,6 +635,10 @@ PYTHON_BLOCKS: dict[str, Run | Elsewhere | Skip] = {
         'tests/test_custom_algorithm.py::test_a_protocol_member_with_only_aggregate_runs',
         'executed after the first block, its member run for two rounds with its bytes '
         'counted'),
+    'docs/cluster.md: from fedjax_kd.sweep import executors': Elsewhere(
+        'tests/test_executors.py::test_the_guide_executor_runs_a_sweep_from_its_config_file',
+        'the block with a get_config() as a config file: a sweep with --executor=one_by_one '
+        'and --jobs=2 runs its two runs one after the other'),
     'docs/design.md: state, out = algorithm.round(state, r) # r: Round(t, fed, active, epochs_k)':
         Run('test_design_md_weighted_example', 'slow',
             "executed on the Weighted example's state and a Round(t, fed, active, epochs_k)"),

@@ -25,7 +25,8 @@ import pytest
 from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
-from fedjax_kd.sweep import executor_options, planning, ray_executor, slurm_executor, workers
+from fedjax_kd.sweep import (
+    executor_options, executors, planning, ray_executor, slurm_executor, workers)
 from tests.shared import assert_rewrites_to_itself
 from tests.test_main import REPO
 from tests.test_sweep import sweep_env
@@ -93,8 +94,9 @@ def test_each_executor_flag_is_declared_once_and_checked():
   sweep_flags = {a.dest for a in sweep.cli._parser()._actions}   # pylint: disable=protected-access
   fields = {f for f in executor_options.ExecutorOptions.__dataclass_fields__}
   assert fields <= sweep_flags
-  with pytest.raises(SystemExit):   # the reproduction's run command parses the same flags
-    repro_cli.main(['run', '--executor=nowhere'])
+  # The reproduction's run command parses the same flags and checks the executor's name
+  # against the registry before anything runs.
+  assert repro_cli.main(['run', '--executor=nowhere', '--only=dsfl']) == 2
   for flag, value, allowed in (('run_resources', 'CPU4', 'NAME=AMOUNT'),
                                ('run_resources', 'CPU=1,CPU=2', 'each name once'),
                                ('slurm_time', 'two hours', "SLURM's time format"),
@@ -105,6 +107,82 @@ def test_each_executor_flag_is_declared_once_and_checked():
     assert e.value.field == f'--{flag}'
   o = executor_options.ExecutorOptions(executor='ray', run_resources='CPU=4,GPU=1,accel=0.5')
   assert o.resources == {'CPU': 4.0, 'GPU': 1.0, 'accel': 0.5}
+
+
+def test_the_built_in_executors_are_registered_and_a_name_outside_it_is_one_line():
+  assert list(executors.EXECUTORS) == ['local', 'ray', 'slurm']
+  assert executors.executor_class('ray') is ray_executor.Ray
+  with pytest.raises(ConfigError, match='local or ray or slurm') as e:
+    executors.executor_class('nowhere')
+  assert e.value.field == '--executor'
+  with pytest.raises(ConfigError, match='registered executor'):
+    executor_options.ExecutorOptions(executor='two words')
+  with pytest.raises(ValueError, match="'slurm' is a built-in executor"):
+    executors.register(type('S', (executor_options.Executor,), {'name': 'slurm'}))
+  with pytest.raises(ValueError, match='not a subclass'):
+    executors.register(type('T', (), {'name': 't'}))
+  with pytest.raises(ValueError, match='must be an identifier'):
+    executors.register(type('U', (executor_options.Executor,), {'name': 'a-b'}))
+
+
+# A config file that registers an executor: each run is reported as not run, with a reason
+# that names the executor, so the test sees the sweep dispatch to it without training.
+REFUSING_FILE = """from fedjax_kd.sweep import executors, workers
+from tests.shared import tiny_config
+
+
+@executors.register
+class Refusing(executors.Executor):
+  name = 'refusing'
+  help = 'reports every run as failed'
+
+  def execute(self, runs, options, *, jobs, log, compilation_cache, home):
+    return [workers.RunResult(r, 'failed', 0.0, f'refusing: not run (jobs={jobs})')
+            for r in runs]
+
+
+def get_config():
+  return tiny_config()
+"""
+
+
+def test_a_config_file_registers_an_executor_that_the_sweep_then_runs_with(tmp_path, capsys):
+  config = tmp_path / 'refusing_config.py'
+  config.write_text(REFUSING_FILE)
+  try:
+    code = sweep.main([f'--config={config}', '--seeds=0,1', f'--out={tmp_path}/out',
+                       '--executor=refusing', '--jobs=3'])
+    out = capsys.readouterr()
+    assert code == 1, out.out + out.err
+    assert out.err.count('refusing: not run (jobs=3)') == 2, out.err
+    assert not (tmp_path / 'out' / planning.RUNS_DIR / 'dsfl' / 'seed0' / 'summary.json').exists()
+    # Its name in --help, beside the built-in ones.
+    text = sweep.cli._parser().format_help()   # pylint: disable=protected-access
+    assert 'refusing (reports every run as failed)' in ' '.join(text.split())
+  finally:
+    executors.unregister('refusing')
+  with pytest.raises(ConfigError, match='local or ray or slurm'):
+    executors.executor_class('refusing')
+
+
+@pytest.mark.slow
+def test_the_guide_executor_runs_a_sweep_from_its_config_file(tmp_path, capsys):
+  from tests.test_docs_commands import block  # pylint: disable=g-import-not-at-top
+  code = block('docs/cluster.md: from fedjax_kd.sweep import executors').text
+  config = tmp_path / 'one_by_one.py'
+  config.write_text(code + '\n\nfrom tests.shared import tiny_config\n\n\n'
+                    'def get_config():\n  return tiny_config(rounds=2)\n')
+  try:
+    rc = sweep.main([f'--config={config}', '--seeds=0,1', f'--out={tmp_path}/out',
+                     '--executor=one_by_one', '--jobs=2', '--set', 'log.tensorboard=False'])
+    out = capsys.readouterr()
+    assert rc == 0, out.out + out.err
+    assert 'sweep: 2 done, 0 skipped, 0 failed' in out.out
+    # One worker process took both runs: the local executor with --jobs=2 starts two.
+    pids = {r['pid'] for s in SEEDS for r in _attempts(tmp_path / 'out', f'dsfl/seed{s}')}
+    assert len(pids) == 1, pids
+  finally:
+    executors.unregister('one_by_one')
 
 
 def test_ray_missing_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):

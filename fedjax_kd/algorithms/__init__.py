@@ -91,16 +91,9 @@ def register(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
       an ``options_class`` that is not an options dataclass, or whose group another
       algorithm declares otherwise.
   """
-  if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
-    raise ValueError(f'algorithms.register: {cls!r} is not a subclass of Algorithm')
-  name = cls.name
-  if not isinstance(name, str) or not name:
-    raise ValueError(f'algorithms.register: {cls.__name__}.name must be a non-empty string')
-  registration.check(ALGORITHMS, cls, built_in=_BUILT_IN, where='algorithms.register',
-                     kind='algorithm', replace=replace)
-  _check_groups(cls)
-  ALGORITHMS[name] = cls
-  return cls
+  return registration.add(ALGORITHMS, cls, base=Algorithm, base_name='Algorithm',
+                          built_in=_BUILT_IN, where='algorithms.register', kind='algorithm',
+                          replace=replace, identifier=False, also=_check_groups)
 
 
 def unregister(name: str) -> None:

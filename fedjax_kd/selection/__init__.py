@@ -66,15 +66,9 @@ def register(cls: type[Method], *, replace: bool = False) -> type[Method]:
       name, or a name taken by another class (without ``replace``; the same class defined
       again, as when a config file is executed twice, replaces itself).
   """
-  if not (isinstance(cls, type) and issubclass(cls, Method)):
-    raise ValueError(f'selection.register: {cls!r} is not a subclass of selection.Method')
-  if not isinstance(cls.name, str) or not cls.name.isidentifier():
-    raise ValueError(f'selection.register: {cls.__name__}.name must be an identifier, got '
-                     f'{cls.name!r}')
-  registration.check(METHODS, cls, built_in=_BUILT_IN, where='selection.register',
-                     kind='selection method', replace=replace)
-  METHODS[cls.name] = cls
-  return cls
+  return registration.add(METHODS, cls, base=Method, base_name='selection.Method',
+                          built_in=_BUILT_IN, where='selection.register',
+                          kind='selection method', replace=replace)
 
 
 def unregister(name: str) -> None:

@@ -34,7 +34,8 @@ Flags:
 * ``--executor=local|ray|slurm`` and its settings (``--ray_address``, ``--run_resources``,
   ``--slurm_*``, ``--detach``): where the runs execute, a worker process each, here or on a
   cluster's nodes (:mod:`~fedjax_kd.sweep.executors`; docs/cluster.md). The plan, workdirs,
-  resume rules and outputs are the same under each.
+  resume rules and outputs are the same under each. Executors register like algorithms
+  (``executors.register``, in the config file), and ``--executor`` names any registered one.
 * ``--seeds=0,1,2`` (default), ``--out=DIR``, ``--jobs=N`` (the local executor's worker
   processes at once, default 1), ``--thresholds=0.8,0.9`` (default: the config's
   ``comm.thresholds``), ``--metrics=label_coverage,hit_ratio`` (per-round

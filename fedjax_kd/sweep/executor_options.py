@@ -1,24 +1,23 @@
 """The executors' options and what they share: ``--executor`` and its settings, declared
-once, and the shared-storage check's files.
+once, the :class:`Executor` every executor subclasses, and the shared-storage check's files.
 
-Part of :mod:`fedjax_kd.sweep`: :mod:`~fedjax_kd.sweep.executors` runs a sweep with the
-executor these options name; :mod:`~fedjax_kd.sweep.ray_executor` and
-:mod:`~fedjax_kd.sweep.slurm_executor` read them.
+Part of :mod:`fedjax_kd.sweep`: :mod:`~fedjax_kd.sweep.executors` holds the registry and
+runs a sweep with the executor these options name; :mod:`~fedjax_kd.sweep.workers`,
+:mod:`~fedjax_kd.sweep.ray_executor` and :mod:`~fedjax_kd.sweep.slurm_executor` define the
+built-in ones.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from fedjax_kd.errors import ConfigError, DataError
 from fedjax_kd.sweep.planning import Run
 
-EXECUTORS = ('local', 'ray', 'slurm')
 PROBE_PREFIX = '.fedjax_kd_storage_probe_'   # the shared-storage check's file (removed after)
 
 
@@ -65,30 +64,27 @@ def _template(path: str, flag: str) -> str:
   return os.path.abspath(path) if path else ''
 
 
-def _one_of(choices: Sequence[str]) -> Callable[[str, str], str]:
-  def check(v: str, flag: str) -> str:
-    if v not in choices:
-      raise ConfigError(flag, v, ' or '.join(choices))
-    return v
-  return check
+def _identifier(v: str, flag: str) -> str:
+  # Which names are registered is the registry's check (executors.executor_class), made
+  # once the config file, which may register one, has been executed.
+  if not isinstance(v, str) or not v.isidentifier():
+    raise ConfigError(flag, v, 'the name of a registered executor, e.g. local, ray or slurm')
+  return v
 
 
 def _flag(default: Any, help_text: str, check: Callable[[Any, str], Any] | None = None,
-          metavar: str | None = None, choices: Sequence[str] | None = None) -> Any:
-  """A field of :class:`ExecutorOptions` and its flag: default, help, check (or the
-  ``choices`` it must be one of) and metavar, in one place."""
-  if choices is not None:
-    check = _one_of(choices)
+          metavar: str | None = None) -> Any:
+  """A field of :class:`ExecutorOptions` and its flag: default, help, check and metavar, in
+  one place."""
   return dataclasses.field(default=default, metadata={
-      'help': help_text, 'check': check, 'metavar': metavar, 'choices': choices})
+      'help': help_text, 'check': check, 'metavar': metavar})
 
 
 @dataclasses.dataclass(frozen=True)
 class ExecutorOptions:
   """Where and how a sweep's runs execute; a field per command-line flag (``--<name>``)."""
-  executor: str = _flag('local', 'where the runs execute: local (worker processes here, '
-                        '--jobs at once), ray (an existing Ray cluster) or slurm (a job array)',
-                        choices=EXECUTORS)
+  executor: str = _flag('local', 'where the runs execute: a registered executor',
+                        _identifier, metavar='NAME')
   ray_address: str = _flag('auto', "the Ray cluster: auto (the one this machine belongs "
                            "to, as 'ray start' left it) or HOST:PORT of its head", metavar='ADDR')
   run_resources: str = _flag('CPU=1', 'Ray resources each run holds, NAME=AMOUNT pairs '
@@ -120,31 +116,44 @@ class ExecutorOptions:
     return _resources(self.run_resources)
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
-  """Adds a ``--<field>`` flag for every :class:`ExecutorOptions` field."""
-  group = parser.add_argument_group('where the runs execute (docs/cluster.md)')
-  for f in dataclasses.fields(ExecutorOptions):
-    kw: dict[str, Any] = {'default': f.default, 'help': f.metadata['help'] + (
-        f' (default: {f.default})' if f.default not in ('', False) else '')}
-    if f.type in (bool, 'bool'):
-      kw['action'] = 'store_true'
-    else:
-      kw['type'] = int if f.type in (int, 'int') else str
-      if f.metadata.get('metavar'):
-        kw['metavar'] = f.metadata['metavar']
-    if f.metadata['choices']:
-      kw['choices'] = f.metadata['choices']
-    group.add_argument(f'--{f.name}', **kw)
+class Executor:
+  """Where a sweep's runs execute: ``--executor=<name>``.
 
-
-def options_from(args: argparse.Namespace) -> ExecutorOptions:
-  """The :class:`ExecutorOptions` of parsed flags (:func:`add_flags`).
-
-  Raises:
-    ConfigError: a flag's value is not allowed (it names the flag).
+  Subclass it, set :attr:`name` and :attr:`help`, write :meth:`execute`, and add it with
+  :func:`fedjax_kd.sweep.executors.register` (in the sweep's config file, as an algorithm is
+  registered); ``--executor=<name>`` then runs sweeps with it. An executor decides only where
+  and when each run's worker entry runs (``python -m fedjax_kd.sweep --_worker=<workdir>``:
+  :func:`fedjax_kd.sweep.workers.run_one`); the plan, the workdirs, the resume rules and the
+  outputs are the same for every executor, so a sweep begun with one can be finished with
+  another.
   """
-  return ExecutorOptions(**{f.name: getattr(args, f.name)
-                            for f in dataclasses.fields(ExecutorOptions)})
+  name: ClassVar[str] = ''   # the --executor value (an identifier)
+  help: ClassVar[str] = ''   # one line for --help: what runs where
+
+  def execute(self, runs: Sequence[Run], options: 'ExecutorOptions', *, jobs: int,
+              log: Callable[[str], None] | None, compilation_cache: str | None,
+              home: str | None) -> list[Any]:
+    """Runs every unfinished run of ``runs``; the arguments are
+    :func:`fedjax_kd.sweep.executors.execute`'s.
+
+    Returns:
+      A :class:`~fedjax_kd.sweep.workers.RunResult` per run, in the order of ``runs``.
+
+    Raises:
+      ConfigError or DataError: the executor cannot start; nothing ran.
+    """
+    raise NotImplementedError(f'{type(self).__name__}.execute')
+
+
+class Cluster(Executor):
+  """An executor of a cluster's scheduler: :attr:`run` is its module's ``execute(runs,
+  options, log=, compilation_cache=, home=)``; the cluster runs as many runs at once as its
+  resources allow (``--jobs`` is the local executor's)."""
+  run: ClassVar[Callable[..., list[Any]]]
+
+  def execute(self, runs, options, *, jobs, log, compilation_cache, home):
+    del jobs
+    return self.run(runs, options, log=log, compilation_cache=compilation_cache, home=home)
 
 
 def shared_folder(runs: Sequence[Run]) -> str:

@@ -495,3 +495,10 @@ def _result(ray: Any, ref: Any, run: Run, stopping: bool) -> RunResult:
                      f'its Ray task failed after {RETRIES + 1} tries ({name}: {first}); rerun '
                      'the command to resume it')
   return RunResult.of(run, a)
+
+
+class Ray(executor_options.Cluster):
+  """The ``ray`` executor: :func:`execute`."""
+  name = 'ray'
+  help = 'a Ray task per run on an existing cluster'
+  run = staticmethod(execute)

@@ -283,3 +283,10 @@ def _follow(folder: str, tasks: dict[str, tuple[int, Run]], ledger: Ledger) -> N
           _call(['scancel', '--state=PENDING', job], check=False)
           _call(['scancel', '--batch', f'--signal={signal.Signals(signum).name[3:]}', job],
                 check=False)
+
+
+class Slurm(executor_options.Cluster):
+  """The ``slurm`` executor: :func:`execute`."""
+  name = 'slurm'
+  help = 'a SLURM job array, a task per run'
+  run = staticmethod(execute)

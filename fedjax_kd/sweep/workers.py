@@ -26,6 +26,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import results
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError, DiskFullError, DivergenceError
+from fedjax_kd.sweep.executor_options import Executor
 from fedjax_kd.sweep.planning import (
     ATTEMPTS_FILE, DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, config_json, jsonable,
     load_run_config, read_json, read_json_lines, run_file)
@@ -862,3 +863,13 @@ def stopped_status(outcome: Sequence[RunResult]) -> int:
   """128 + the signal that stopped the sweep: 143 for SIGTERM, else 130 (SIGINT)."""
   term = any((r.summary or {}).get('stopped_by') == 'SIGTERM' for r in outcome)
   return 128 + (signal.SIGTERM if term else signal.SIGINT).value
+
+
+class Local(Executor):
+  """The ``local`` executor: :func:`execute`'s worker processes on this machine."""
+  name = 'local'
+  help = 'worker processes here, --jobs at once'
+
+  def execute(self, runs, options, *, jobs, log, compilation_cache, home):
+    del options, home   # no settings of its own; its files are the runs'
+    return execute(runs, jobs=jobs, log=log, compilation_cache=compilation_cache)
