@@ -3,7 +3,7 @@ time (``clients.chunk``), in one invocation, on whatever device JAX has.
 
   python benchmarks/chunk_cost.py --mnist=/path/to/mnist.npz [--config=dsfl_mnist]
       [--fractions=1,0.5,0.25] [--repeats=3] [--out=F.json]
-  python benchmarks/chunk_cost.py --from_json=docs/chunk_cost_cpu.json --markdown=docs/performance.md
+  python benchmarks/chunk_cost.py --from_json=benchmarks/results/chunk_cost_cpu.json --markdown=docs/performance.md
 
 Each (C, repeat) is a fresh process running round 1 of the config (``--config.rounds=1``, no
 checkpoint, no compilation cache), interleaved over C so that drift on a shared machine falls

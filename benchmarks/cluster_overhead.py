@@ -1,7 +1,7 @@
 r"""What running a sweep through Ray costs against the local executor, on this machine.
 
-  python benchmarks/cluster_overhead.py --repeats=3 --out=docs/cluster_overhead.json
-  python benchmarks/cluster_overhead.py --from_json=docs/cluster_overhead.json \
+  python benchmarks/cluster_overhead.py --repeats=3 --out=benchmarks/results/cluster_overhead.json
+  python benchmarks/cluster_overhead.py --from_json=benchmarks/results/cluster_overhead.json \
       --markdown=docs/cluster.md
 
 The same sweep of 8 tiny runs (the default config at its tests' smallest settings: 2

@@ -323,7 +323,7 @@ def table(rows: Sequence[dict[str, Any]], machine: str) -> str:
          'the first column includes compiling; a rerun with the cache starts faster), one run '
          'each, one config at a time (other work shared the machine at times). Absolute CPU '
          'times drift by about ±30% between runs and machines: read the column "on a laptop", '
-         'not the digits. `python benchmarks/config_costs.py --from_json=docs/config_costs.json '
+         'not the digits. `python benchmarks/config_costs.py --from_json=benchmarks/results/config_costs.json '
          '--markdown=docs/configs.md` rewrites this table from the numbers.',
          '',
          '| config | rounds | data | start to round 1 | a round | whole run | on a laptop |',

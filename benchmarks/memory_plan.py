@@ -1,7 +1,7 @@
 r"""The device-memory plan (:mod:`fedjax_kd.memory`) against XLA's own figure and measured peaks.
 
   python benchmarks/memory_plan.py [--sizes=small,medium,large] [--repeats=1] [--out=F.json]
-  python benchmarks/memory_plan.py --from_json=docs/memory_plan_cpu.json   # the table again
+  python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_cpu.json   # the table again
   python benchmarks/memory_plan.py --configs=all [--measure] [--out=F.json [--update]]   # shipped configs
 
 ``--configs`` (``all`` or names): each shipped config, built as the command line builds it

@@ -2,7 +2,7 @@ r"""Does recomputing activations (``jax.checkpoint``, "remat") pay? XLA's memory
 time of a training step, with and without it.
 
   python benchmarks/remat.py [--clients=2] [--batch=100] [--repeats=3] [--out=F.json]
-  python benchmarks/remat.py --from_json=docs/remat_cpu.json      # the table again
+  python benchmarks/remat.py --from_json=benchmarks/results/remat_cpu.json      # the table again
 
 Two programs, each compiled with and without remat on the device JAX picks (the CPU here; a GPU
 in ``benchmarks/gpu_session.sh``'s ``remat`` part):

@@ -67,8 +67,8 @@ def test_each_chunk_runs_in_its_own_process_and_the_ratio_is_to_all_at_once(tmp_
 
 def test_the_docs_section_is_what_the_archived_numbers_give(tmp_path):
   """docs/performance.md's chunk-cost table is written by the script from
-  docs/chunk_cost_cpu.json, as the page's own command says, never edited by hand."""
-  numbers = os.path.join(REPO, 'docs', 'chunk_cost_cpu.json')
+  benchmarks/results/chunk_cost_cpu.json, as the page's own command says, never edited by hand."""
+  numbers = os.path.join(REPO, 'benchmarks', 'results', 'chunk_cost_cpu.json')
   assert_rewrites_to_itself(tmp_path, 'docs/performance.md', chunk_cost.main,
                             [f'--from_json={numbers}'])
   with open(numbers) as f:

@@ -98,9 +98,9 @@ def test_the_table_goes_between_the_markers_and_nowhere_else(tmp_path):
 
 
 def test_the_docs_table_is_what_the_archived_numbers_give(tmp_path):
-  """docs/configs.md's table is written by the script from docs/config_costs.json, as the
+  """docs/configs.md's table is written by the script from benchmarks/results/config_costs.json, as the
   page's own command says, never edited by hand."""
-  numbers = [f'--from_json={os.path.join(REPO, "docs", "config_costs.json")}']
+  numbers = [f'--from_json={os.path.join(REPO, "benchmarks", "results", "config_costs.json")}']
   assert_rewrites_to_itself(tmp_path, 'docs/configs.md', costs.main, numbers)
   # docs/performance.md's section of the configs that ran in chunks, the same way.
   assert_rewrites_to_itself(tmp_path, 'docs/performance.md', costs.main, numbers,

@@ -28,9 +28,9 @@ when a doc's command changes, it fails and asks for the table to be updated.
 Quick tier: the python blocks (every ``# value`` comment on an expression is checked against
 what the expression returns), signatures and quoted lines, a few commands that end in
 well under a second. Long tier (``-m slow``): the command lines, in subprocesses whose working
-folder is a temporary one with the repository's ``configs/`` and ``benchmarks/`` linked in
-(nothing is written into the checkout; outputs the docs send to ``docs/`` go to the temporary
-folder), with unoptimised XLA code (``tests.test_sweep.FAST_XLA``: several times faster to
+folder is a temporary one with the repository's ``configs/`` and the code of ``benchmarks/``
+linked in (nothing is written into the checkout; outputs the docs send to ``docs/`` or
+``benchmarks/results/`` go to the temporary folder), with unoptimised XLA code (``tests.test_sweep.FAST_XLA``: several times faster to
 compile, the same bytes) and the session's compilation cache.
 """
 
@@ -229,9 +229,9 @@ class Skip:
   reason: str
 
 
-GPU_SUITE_LOGS = ('python benchmarks/gpu_suite.py --from_logs=docs/gpu_suite/h100_dsfl.log,'
-                  'docs/gpu_suite/h100_blazefl_call1.log,docs/gpu_suite/h100_blazefl_call2.log,'
-                  'docs/gpu_suite/h100_resnet20.log --device_kind="NVIDIA H100 80GB HBM3"')
+GPU_SUITE_LOGS = ('python benchmarks/gpu_suite.py --from_logs=benchmarks/results/gpu_suite/h100_dsfl.log,'
+                  'benchmarks/results/gpu_suite/h100_blazefl_call1.log,benchmarks/results/gpu_suite/h100_blazefl_call2.log,'
+                  'benchmarks/results/gpu_suite/h100_resnet20.log --device_kind="NVIDIA H100 80GB HBM3"')
 SCALE_TIME = ('/usr/bin/time -v python -m fedjax_kd.main '
               '--config=benchmarks/scale_clients.py:100000 '
               '--workdir=... --noresume --noprogress '
@@ -244,8 +244,8 @@ SCARLET_MAIN = ('python -m fedjax_kd.main --config=configs/scarlet_mnist_cpu.py 
                 """--config.algorithm={} --config.clients.models="('resnet20@1.0',)" """
                 '--config.server.model=resnet20@1.0 --config.seed=k --config.rounds=R '
                 '--config.data.source=npz:/work/shared/data/mnist.npz')
-REPORT = ('python benchmarks/reproduction.py report --runs=docs/reproduction_runs '
-          '--out=docs/reproduction.md --readme=README.md')
+REPORT = ('python benchmarks/reproduction.py report --runs=benchmarks/results/reproduction_runs '
+          '--out=docs/reproduction.md --results=benchmarks/results --readme=README.md')
 DEFAULT_RUN = 'python -m fedjax_kd.main --config=default --workdir=runs/default'
 SWEEP_VARIANTS = ('python -m fedjax_kd.sweep --config=configs/default.py '
                   '--algorithms=dsfl,fd,single '
@@ -349,7 +349,7 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         '0 with one'),
     REPORT: Run(
         'test_reproduction_report_rebuilds_the_committed_report', 'slow',
-        'in a temporary folder with docs/reproduction_runs linked: the report and the README '
+        'in a temporary folder with benchmarks/results/reproduction_runs linked: the report and the README '
         'block it writes equal the committed ones (but for the Generated-on line), and the '
         'same figures'),
     'python -m fedjax_kd.data.convert SOURCE --out=FILE': Run(
@@ -394,7 +394,7 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'test_the_reproduction_runs_plan_and_validate', 'slow',
         '--dry_run (the sweeps are days of CPU): every sweep planned and valid; '
         'tests/test_reproduction.py::test_tiny_pipeline_writes_every_section runs it --tiny'),
-    'python benchmarks/reproduction.py archive --runs=runs/repro --out=docs/reproduction_runs':
+    'python benchmarks/reproduction.py archive --runs=runs/repro --out=benchmarks/results/reproduction_runs':
         Elsewhere('tests/test_reproduction.py::test_tiny_pipeline_writes_every_section',
                   'archive --runs=<the --tiny runs> --out=<a temporary folder>, then the same '
                   'report from the archive'),
@@ -435,13 +435,13 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'test_scale_clients', 'slow',
         'what scale_clients.py runs for each K: its printed command, with K=100, equals this '
         'block'),
-    'python benchmarks/reproduction.py standing --runs=docs/reproduction_runs --replay':
+    'python benchmarks/reproduction.py standing --runs=benchmarks/results/reproduction_runs --replay':
         Elsewhere('tests/test_reproduction_claims.py::'
                   'test_the_committed_report_names_every_stale_run_and_counts_none',
                   'the state this command leaves the archive in (the runs it could not tie '
                   'are named by the report and counted nowhere); the replay rule is tested on '
                   'known rows there too'),
-    'python benchmarks/reproduction.py compact --runs=docs/reproduction_runs': Elsewhere(
+    'python benchmarks/reproduction.py compact --runs=benchmarks/results/reproduction_runs': Elsewhere(
         'tests/test_repro_archive.py::test_compact_converts_in_place_and_reads_back_every_byte',
         'on a folder holding one sweep of the archive: the tar and manifest it writes extract '
         'to the same files, byte for byte'),
@@ -455,28 +455,28 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
     ('python benchmarks/vs_torch.py --workload=dsfl --repeats=3 --threads=2 '
      '--out=runs/vs_torch.json'): Skip(TORCH),
     ('python benchmarks/vs_torch.py --workload=all --repeats=3 --threads=2 '
-     '--out=docs/vs_torch_cpu.json'): Skip(TORCH),
+     '--out=benchmarks/results/vs_torch_cpu.json'): Skip(TORCH),
     ('python benchmarks/vs_torch.py --workload=many_fedavg --many_clients=100 --repeats=3 '
      '--threads=2 --mnist=/path/to/mnist.npz --out=runs/bench/many_fedavg_k100.json'): Skip(TORCH),
     GPU_SUITE_LOGS: Run(
         'test_gpu_suite_rebuilds_the_h100_table', 'slow',
-        'as written (reads docs/gpu_suite/): every row it prints is in docs/performance.md'),
+        'as written (reads benchmarks/results/gpu_suite/): every row it prints is in docs/performance.md'),
     'python benchmarks/multihost_cpu.py --processes=2 --repeats=3': Skip(
         'the block above without --rounds: the same reason'),
-    ('python benchmarks/config_costs.py --from_json=docs/config_costs.json '
+    ('python benchmarks/config_costs.py --from_json=benchmarks/results/config_costs.json '
      '--markdown=docs/configs.md'): Elsewhere(
         'tests/test_config_costs.py::test_the_docs_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/configs.md: the table equals the committed one'),
-    ('python benchmarks/config_costs.py --from_json=docs/config_costs.json '
+    ('python benchmarks/config_costs.py --from_json=benchmarks/results/config_costs.json '
      '--memory_markdown=docs/performance.md'): Elsewhere(
         'tests/test_config_costs.py::test_the_docs_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/performance.md: the section equals the committed one'),
-    'python benchmarks/chunk_cost.py --mnist=/path/to/mnist.npz --out=docs/chunk_cost_cpu.json':
+    'python benchmarks/chunk_cost.py --mnist=/path/to/mnist.npz --out=benchmarks/results/chunk_cost_cpu.json':
         Elsewhere('tests/test_chunk_cost.py::test_each_chunk_runs_in_its_own_process_and_the_'
                   'ratio_is_to_all_at_once', 'measure() on the default config (10 clients) at '
                   'C = 10 and 5, two repeats, --out in a temporary folder: each (C, repeat) its '
                   'own run with that chunk, the medians and ratios those of the runs'),
-    ('python benchmarks/chunk_cost.py --from_json=docs/chunk_cost_cpu.json '
+    ('python benchmarks/chunk_cost.py --from_json=benchmarks/results/chunk_cost_cpu.json '
      '--markdown=docs/performance.md'): Elsewhere(
         'tests/test_chunk_cost.py::test_the_docs_section_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/performance.md: the section equals the committed one'),
@@ -523,14 +523,14 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'tests/test_executors.py::test_a_sweep_through_slurm_gives_the_local_rows',
         "local_clusters.start_slurm, what the command calls, with the test's folder; the "
         'command form then waits for Ctrl-C'),
-    'python benchmarks/cluster_overhead.py --repeats=3 --out=docs/cluster_overhead.json': Skip(
+    'python benchmarks/cluster_overhead.py --repeats=3 --out=benchmarks/results/cluster_overhead.json': Skip(
         'a timing benchmark (minutes: a Ray cluster and 8 sweeps); its table is rebuilt from '
         'the committed numbers below'),
-    ('python benchmarks/cluster_overhead.py --from_json=docs/cluster_overhead.json '
+    ('python benchmarks/cluster_overhead.py --from_json=benchmarks/results/cluster_overhead.json '
      '--markdown=docs/cluster.md'): Elsewhere(
         'tests/test_executors.py::test_the_docs_overhead_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/cluster.md: the section equals the committed one'),
-    'python benchmarks/remat.py --out=docs/remat_cpu.json': Elsewhere(
+    'python benchmarks/remat.py --out=benchmarks/results/remat_cpu.json': Elsewhere(
         'tests/test_remat.py::test_remat_gives_memory_back_on_the_cpu_only_in_a_loop',
         "remat.main with 1 client of 8 images, 1 repeat, --out in a temporary folder: the "
         "docs' three findings (ResNet-20 and the written-out control give nothing back, the "
@@ -544,23 +544,23 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         "warm_start.main(['--repeats=1', '--out=...'])"),
     'python benchmarks/memory_plan.py --mnist=mnist.npz --out=F.json': Skip(
         'needs a GPU: the H100 measurement (device peak_bytes_in_use); its CPU form is the '
-        '--out=docs/memory_plan_cpu.json command, which runs'),
-    'python benchmarks/memory_plan.py --from_json=docs/memory_plan_h100.json': Run(
+        '--out=benchmarks/results/memory_plan_cpu.json command, which runs'),
+    'python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_h100.json': Run(
         'test_memory_plan_prints_the_saved_tables', 'quick',
         "as written: its table is docs/performance.md's H100 table (and --from_json of the "
         "CPU file gives the CPU table)"),
     ('python benchmarks/memory_plan.py --configs=all --mnist=mnist.npz '
-     '--out=docs/memory_plan_configs.json'): Elsewhere(
+     '--out=benchmarks/results/memory_plan_configs.json'): Elsewhere(
         'tests/test_memory.py::test_the_plan_of_each_digits_config_is_within_15_percent_of_'
         'xlas_figure', 'the same plan and memory.xla_figure on the digits configs, in-process '
         '(the whole list compiles every paper-sized config: most of an hour on 2 cores)'),
-    'python benchmarks/memory_plan.py --from_json=docs/memory_plan_configs.json': Run(
+    'python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_configs.json': Run(
         'test_memory_plan_prints_the_saved_config_table', 'quick',
         "as written: its table is docs/performance.md's table of the shipped configs"),
-    'python benchmarks/memory_plan.py --out=docs/memory_plan_cpu.json': Run(
+    'python benchmarks/memory_plan.py --out=benchmarks/results/memory_plan_cpu.json': Run(
         'test_memory_plan_measures_the_small_size', 'slow',
         '--sizes=small (medium takes 14 GB on a CPU), --out in a temporary folder: the small '
-        "row's data, state, step and estimate are docs/memory_plan_cpu.json's"),
+        "row's data, state, step and estimate are benchmarks/results/memory_plan_cpu.json's"),
     'python benchmarks/profile_round.py --workload=many_fedavg --clients=100 --model=leaf_cnn':
         Skip('needs real MNIST and traces a round with jax.profiler (15 s at --clients=2): '
              'a profile, not a result; its grouping of the trace is '
@@ -753,15 +753,19 @@ def _run(argv: list[str], cwd: pathlib.Path, timeout: int = 400,
 
 @pytest.fixture(scope='module')
 def work(tmp_path_factory) -> pathlib.Path:
-  """A folder to run the docs' commands in: configs/ and benchmarks/ link to the checkout's;
-  docs/ holds links to the inputs the commands read (outputs stay in this folder)."""
+  """A folder to run the docs' commands in: configs/ and the code of benchmarks/ link to the
+  checkout's; benchmarks/results/ holds links to the artefacts the commands read (what they
+  write stays in this folder), and docs/ is empty."""
   root = tmp_path_factory.mktemp('docs_commands')
-  for name in ('configs', 'benchmarks'):
-    (root / name).symlink_to(REPO / name)
+  (root / 'configs').symlink_to(REPO / 'configs')
   (root / 'docs').mkdir()
+  (root / 'benchmarks' / 'results').mkdir(parents=True)
+  for child in (REPO / 'benchmarks').iterdir():
+    if child.name != 'results':
+      (root / 'benchmarks' / child.name).symlink_to(child)
   for name in ('reproduction_runs', 'gpu_suite', 'memory_plan_h100.json',
                'memory_plan_cpu.json', 'memory_plan_configs.json', 'authors_lockstep.json'):
-    (root / 'docs' / name).symlink_to(REPO / 'docs' / name)
+    (root / 'benchmarks' / 'results' / name).symlink_to(REPO / 'benchmarks' / 'results' / name)
   return root
 
 
@@ -1035,7 +1039,7 @@ def test_the_cluster_docs_template_is_one_the_slurm_executor_takes(tmp_path):
 
 # ------------------------------------------------------------------------------ quick commands
 def test_memory_plan_prints_the_saved_tables(work):
-  key = 'python benchmarks/memory_plan.py --from_json=docs/memory_plan_h100.json'
+  key = 'python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_h100.json'
   _entry(key)
   doc = _doc_text('docs/performance.md').splitlines()
   for command in (key, key.replace('h100', 'cpu')):
@@ -1046,7 +1050,7 @@ def test_memory_plan_prints_the_saved_tables(work):
 
 
 def test_memory_plan_prints_the_saved_config_table(work):
-  key = 'python benchmarks/memory_plan.py --from_json=docs/memory_plan_configs.json'
+  key = 'python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_configs.json'
   _entry(key)
   doc = _doc_text('docs/performance.md').splitlines()
   r = _run(_argv(key), work, timeout=60)
@@ -1282,8 +1286,9 @@ def test_reproduction_report_rebuilds_the_committed_report(work):
       _doc_text('docs/reproduction.md')), 'docs/reproduction.md is not what the report writes'
   assert (work / 'README.md').read_text() == readme, (
       "README.md's results block is not what the report writes")
-  figures = lambda root: sorted(p.name for p in (root / 'figures/reproduction').iterdir())
-  assert figures(work / 'docs') == figures(REPO / 'docs')
+  figures = lambda root: sorted(
+      p.name for p in (root / 'benchmarks/results/figures/reproduction').iterdir())
+  assert figures(work) == figures(REPO)
 
 
 @pytest.mark.slow
@@ -1356,10 +1361,10 @@ def test_gpu_suite_rebuilds_the_h100_table(work):
 
 @pytest.mark.slow
 def test_memory_plan_measures_the_small_size(work, tmp_path):
-  key = 'python benchmarks/memory_plan.py --out=docs/memory_plan_cpu.json'
+  key = 'python benchmarks/memory_plan.py --out=benchmarks/results/memory_plan_cpu.json'
   _entry(key)
   out = tmp_path / 'memory_plan_cpu.json'
-  r = _run(_argv(_sub(key, ('docs/memory_plan_cpu.json', str(out)))) + ['--sizes=small'], work)
+  r = _run(_argv(_sub(key, ('benchmarks/results/memory_plan_cpu.json', str(out)))) + ['--sizes=small'], work)
   rows = [ln for ln in r.stdout.splitlines() if ln.startswith('| small |')]
   (doc,) = [ln for ln in _doc_text('docs/performance.md').splitlines()
             if ln.startswith('| small | 0.4 | 0.9 | 24.7 |')]
@@ -1444,6 +1449,16 @@ if __name__ == '__main__':
       kinds[kind] = kinds.get(kind, 0) + 1
     print(f'{name}: {len(found[name])} ({", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))})')
   print(f'quoted outputs: {len(found["output"])}')
+
+
+def test_docs_holds_pages_and_the_artefacts_live_in_benchmarks_results():
+  """docs/ is the pages a reader opens; what the benchmarks and the reproduction write (JSON
+  numbers, logs, archived runs, figures) lives in benchmarks/results/, which the pages cite."""
+  assert sorted(p.name for p in (REPO / 'docs').iterdir() if p.suffix != '.md') == []
+  results = REPO / 'benchmarks' / 'results'
+  for name in ('reproduction_runs', 'figures', 'gpu_suite', 'memory_plan_cpu.json'):
+    assert (results / name).exists(), name
+  assert not list(results.glob('*.py')), 'benchmarks/results/ holds artefacts, not code'
 
 
 def test_the_readme_stays_short():

@@ -326,9 +326,9 @@ def test_the_array_script_runs_the_worker_on_its_line_of_the_run_list(tmp_path):
 
 
 def test_the_docs_overhead_table_is_what_the_archived_numbers_give(tmp_path):
-  """docs/cluster.md's table is written by the benchmark from docs/cluster_overhead.json."""
+  """docs/cluster.md's table is written by the benchmark from benchmarks/results/cluster_overhead.json."""
   import cluster_overhead  # pylint: disable=g-import-not-at-top
-  numbers = os.path.join(REPO, 'docs', 'cluster_overhead.json')
+  numbers = os.path.join(REPO, 'benchmarks', 'results', 'cluster_overhead.json')
   assert_rewrites_to_itself(tmp_path, 'docs/cluster.md', cluster_overhead.main,
                             [f'--from_json={numbers}'])
   doc = json.loads(pathlib.Path(numbers).read_text())

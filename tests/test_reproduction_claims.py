@@ -19,7 +19,7 @@ from benchmarks.repro.verdicts import Finding
 from fedjax_kd import sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-ARCHIVE = REPO / 'docs' / 'reproduction_runs'
+ARCHIVE = REPO / 'benchmarks' / 'results' / 'reproduction_runs'
 
 # Every claim a check tests today, per paper. Removing a claim from the register, or the last
 # check of one, fails here: a claim leaves the report only by an edit of this list too.

@@ -11,7 +11,7 @@ their constructor reads) is listed in its docstring; where their code has to be 
 time to run at all (a Python 2 iterator call, a CUDA-only line) the patch is named there too.
 
 ``python -m benchmarks.authors --authors=DIR`` runs every driver whose checkout is there and
-writes ``docs/authors_lockstep.json``; the report prints it as a table. The tests
+writes ``benchmarks/results/authors_lockstep.json``; the report prints it as a table. The tests
 (``tests/test_authors_lockstep.py``, long tier) skip without PyTorch or without a checkout.
 PyTorch and what the authors' modules import are the ``authors`` extra (``pip install -e
 '.[authors]'``), never dependencies of fedjax_kd.

@@ -2,7 +2,7 @@ r"""Runs the baselines beside their authors' code and writes the table the repor
 
   bash benchmarks/authors/fetch.sh DIR          # once: the authors' repositories
   python -m benchmarks.authors --authors=DIR [--only=fedrs,fedala] [--seed=0] \
-      [--out=docs/authors_lockstep.json]
+      [--out=benchmarks/results/authors_lockstep.json]
 
 Each driver (``benchmarks/authors/<baseline>.py``) runs fedjax_kd's rounds and the authors' code
 on the same weights, data order and minibatches and compares every parameter after every
@@ -21,7 +21,7 @@ import sys
 from benchmarks.authors import common
 from fedjax_kd import workdir as workdir_lib
 
-OUT = os.path.join(common.REPO, 'docs', 'authors_lockstep.json')
+OUT = os.path.join(common.REPO, 'benchmarks', 'results', 'authors_lockstep.json')
 
 
 def main(argv=None) -> int:

@@ -30,7 +30,7 @@ from fedjax_kd import sweep
 from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError
 
-ARCHIVE_DEFAULT = 'docs/reproduction_runs'
+ARCHIVE_DEFAULT = 'benchmarks/results/reproduction_runs'
 ARCHIVE_MARKER = 'archive.json'   # written by `archive`: the report then says how to add runs
 STANDING = 'standing.json'        # the stale-run ties (benchmarks/repro/standing.py)
 MANIFEST = 'MANIFEST.sha256'

@@ -3,11 +3,12 @@ r"""The reproduction report: fixed multi-seed sweeps per paper and a report from
   python benchmarks/reproduction.py run --runs=runs/repro --jobs=2 \
       [--only=dsfl,scarlet] [--data=all|digits|mnist] [--mnist=/path/to/mnist.npz] \
       [--tiny] [--dry_run] [--sweeps=NAME,...]
-  python benchmarks/reproduction.py archive --runs=runs/repro --out=docs/reproduction_runs
-  python benchmarks/reproduction.py report --runs=docs/reproduction_runs \
-      --out=docs/reproduction.md [--readme=README.md] [--only=...] [--tiny]
-  python benchmarks/reproduction.py standing --runs=docs/reproduction_runs [--replay]
-  python benchmarks/reproduction.py compact --runs=docs/reproduction_runs
+  python benchmarks/reproduction.py archive --runs=runs/repro --out=benchmarks/results/reproduction_runs
+  python benchmarks/reproduction.py report --runs=benchmarks/results/reproduction_runs \
+      --out=docs/reproduction.md --results=benchmarks/results [--readme=README.md] \
+      [--only=...] [--tiny]
+  python benchmarks/reproduction.py standing --runs=benchmarks/results/reproduction_runs [--replay]
+  python benchmarks/reproduction.py compact --runs=benchmarks/results/reproduction_runs
 
 ``run`` plans every sweep of the chosen sections
 (:data:`benchmarks.repro.sections.SECTIONS`), validates every run's config before
@@ -23,8 +24,8 @@ skipped and the report says so.
 workdirs) and writes the markdown: a headline table with one row per check
 (paper, claim, our numbers, verdict), then per paper its claim, the commands,
 a table per sweep (mean ± sample std over the finished seeds), the figures
-(written beside the report, ``<out dir>/figures/reproduction/<sweep>_*.png``,
-linked with relative paths), the checks with their verdicts and notes. No
+(written to ``<results>/figures/reproduction/<sweep>_*.png``, ``--results`` defaulting to
+the report's folder; linked with relative paths), the checks with their verdicts and notes. No
 measured number in it is typed by hand: they all come from the runs' files.
 
 ``archive`` copies what ``report`` reads (each sweep's plan, each finished run's
@@ -186,6 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   q.add_argument('--tiny', action='store_true')
   q.add_argument('--readme', default='',
                  help='also rewrite the headline block of this README (between its markers)')
+  q.add_argument('--results', default='',
+                 help="the folder of the report's artefacts: its figures go to "
+                      "<results>/figures/reproduction and it reads the lock-step table's "
+                      "<results>/authors_lockstep.json (default: the report's folder)")
   a = sub.add_parser('archive', help='copy the finished runs\' small files (the report\'s '
                      'inputs) to a directory that can be committed')
   a.add_argument('--runs', default='runs/repro')

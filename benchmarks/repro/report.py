@@ -133,7 +133,8 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
   path it prints names ``args.runs``."""
   out_md = args.out
   out_dir = os.path.dirname(os.path.abspath(out_md))
-  fig_dir = os.path.join(out_dir, 'figures', 'reproduction')
+  results_dir = os.path.abspath(args.results) if args.results else out_dir
+  fig_dir = os.path.join(results_dir, 'figures', 'reproduction')
   rows: list[Row] = []
   gaps: dict[str, Any] = {}
   body: list[Any] = []
@@ -329,7 +330,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str], sections: Sequence[An
   head += headline_sections(headline, agreement, sections, stale if checked else None, gaps,
                             tied)
   head += chance_section(chance, finished, diverged_runs)
-  head += lockstep_section(os.path.join(out_dir, LOCKSTEP_JSON))
+  head += lockstep_section(os.path.join(results_dir, LOCKSTEP_JSON))
   os.makedirs(out_dir, exist_ok=True)
   workdir_lib.write_text(out_md, '\n'.join(head + body).rstrip() + '\n')
   print(f'wrote {out_md} ({len(headline)} checks of the papers\' claims, {len(agreement)} '
