@@ -17,6 +17,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import runner
 from fedjax_kd.algorithms import per_fedavg as pfa
 from fedjax_kd.algorithms import pfedme
+from fedjax_kd.core import loop
 from fedjax_kd.core import rng
 from fedjax_kd.core.kernels import epoch_positions
 from fedjax_kd.ops import losses
@@ -137,7 +138,7 @@ def test_pfedme_local_matches_a_transcription_of_algorithm_1():
   g = jax.tree.map(lambda a: a[0], states[0].params)     # client 0's initial model as w
   lam, plr, eta, k_steps = 15.0, 0.01, 0.05, 3
   active = np.array([False, True, True])
-  opts = pfedme.PFedMeLocal(pfedme.LoopOptions(1, 64), k_steps)
+  opts = pfedme.PFedMeLocal(loop.LoopOptions(1, 64), k_steps)
   w_all, theta, _, loss = fed.map_clients(
       states, jax.random.PRNGKey(1), 1, 'train', pfedme.pfedme_local, active=active,
       per_client=(data.client_idx, jnp.asarray(data.client_n, jnp.int32),
@@ -168,7 +169,7 @@ def test_perfedavg_local_matches_a_transcription_on_interleaved_parts(hf):
   alpha, beta = 0.3, 0.2
   root, t, k = jax.random.PRNGKey(2), 1, 2
   parts = 3 if hf else 2
-  opts = pfa.PerFedAvgLocal(pfedme.LoopOptions(1, 32, parts), hf)
+  opts = pfa.PerFedAvgLocal(loop.LoopOptions(1, 32, parts), hf)
   w_all, _, _ = fed.map_clients(
       states, root, t, 'train', pfa.perfedavg_local, active=np.array([False, False, True]),
       per_client=(data.client_idx, jnp.asarray(data.client_n, jnp.int32), jnp.ones(3, jnp.int32)),

@@ -14,7 +14,7 @@ their users (``FLAlgorithms/users/userperavg.py``: per local step, a ``MySGD`` s
   readers) give each user fedjax_kd's training rows of that client and the shared test set.
   fedjax_kd takes one minibatch of ``B`` a meta step and splits it into interleaved halves
   (batch positions ``i % 2 == 0`` are ``D``, odd ones ``D'``; a half with no real sample
-  uses the whole batch, ``fedjax_kd/algorithms/pfedme.py:local_loop``). Each round the
+  uses the whole batch, ``fedjax_kd/core/loop.py:local_loop``). Each round the
   user's ``trainloader`` is a :class:`common.Batches` yielding ``D_1, D'_1, D_2, D'_2, ...``
   of fedjax_kd's minibatches of that client and round (phase ``'train'``), in the order
   their two ``get_next_train_batch`` calls a step take them; its ``iter_trainloader`` is

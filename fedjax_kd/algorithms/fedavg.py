@@ -34,6 +34,18 @@ from fedjax_kd.ops import comm
 from fedjax_kd.ops import param_aggregate
 
 
+def round_epochs(r: base.Round, epochs: int) -> jax.Array:
+  """``[S]`` int32 epoch budgets of the round's clients (stragglers' or all ``epochs``)."""
+  e = np.full(r.num_clients, epochs) if r.epochs_k is None else np.asarray(r.epochs_k)
+  return jnp.asarray(e, jnp.int32)
+
+
+def client_weights(r: base.Round, weighted: bool) -> jax.Array:
+  """``[S]`` aggregation weights: ``active`` (plain mean) or ``n_k * active``."""
+  w = r.active * (np.asarray(r.fed.data.client_n) if weighted else 1.0)
+  return jnp.asarray(w, jnp.float32)
+
+
 @jax.jit
 def broadcast(cohort, server, mask):
   """Sets params and batch stats of rows with ``mask`` to the server's model."""

@@ -42,7 +42,7 @@ Choices the paper leaves open (``docs/papers.md``):
   the adaptation uses the client's training rows only.
 
 The local training runs under ``Federation.map_clients`` with pFedMe's loop
-(:func:`fedjax_kd.algorithms.pfedme.local_loop`): a meta step is not one optimizer update.
+(:func:`fedjax_kd.core.loop.local_loop`): a meta step is not one optimizer update.
 """
 
 from __future__ import annotations
@@ -56,11 +56,10 @@ import numpy as np
 
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
-from fedjax_kd.algorithms.fedavg import FedAvg, broadcast
-from fedjax_kd.algorithms.pfedme import (LoopOptions, batch_grad_fn, client_weights,
-                                         local_loop, round_epochs)
+from fedjax_kd.algorithms.fedavg import FedAvg, broadcast, client_weights, round_epochs
 from fedjax_kd.core import rng
 from fedjax_kd.core.kernels import batch_rows
+from fedjax_kd.core.loop import LoopOptions, batch_grad_fn, local_loop
 from fedjax_kd.core.state import ModelState
 from fedjax_kd.ops import param_aggregate
 from fedjax_kd.ops import personal
