@@ -398,6 +398,9 @@ class _Session:
     if progress and (latest or 0) < spec.rounds:
       self.compiling = cleanup.enter_context(_CompileProgress(log, (latest or 0) + 1))
     self.start, self.last_saved = 1, None
+    # What the last played round left for the next one's control flow (RoundOutput.carry):
+    # nothing before round 1; unknown (None) after a resume, so that round reads its state.
+    self.carried: dict[str, Any] | None = {}
     with self.out_of_memory():
       self.state = init_state(self.algo)
       if latest is not None:
@@ -434,6 +437,7 @@ class _Session:
       self.state = self.exp.ctx.fed.store.adopt(like, self.state)
     self.last_saved = int(meta['round'])
     self.start = self.last_saved + 1
+    self.carried = None
     self.ledger = comm.Ledger.restored(self.ledger.rules, meta)
     self.log(f'resumed from {self.ckpt.directory} after round {meta["round"]}')
 
@@ -458,9 +462,10 @@ class _Session:
         # count and (when due) score of the round and of the NaN guard's flags
         # (RoundOutput.read), so the bytes and the row are host numbers.
         self.state, out = play_round(
-            algo, self.state, t, active, evaluate=scored,
+            algo, self.state, t, active, evaluate=scored, carried=self.carried,
             check=lambda st, fed, o, finite: _check_finite(st, o, t, active, fed, self.ckpt,
                                                            self.last_saved, finite))
+        self.carried = out.carry
       else:   # everybody dropped out: the model is unchanged, nothing is sent
         out = RoundOutput({}, [], algo.scores(self.state) if scored else {})
       self.ledger, sent = self.ledger.add(out.payloads)

@@ -639,9 +639,9 @@ PYTHON_BLOCKS: dict[str, Run | Elsewhere | Skip] = {
         'tests/test_executors.py::test_the_guide_executor_runs_a_sweep_from_its_config_file',
         'the block with a get_config() as a config file: a sweep with --executor=one_by_one '
         'and --jobs=2 runs its two runs one after the other'),
-    'docs/design.md: state, out = algorithm.round(state, r) # r: Round(t, fed, active, epochs_k)':
+    'docs/design.md: state, out = algorithm.round(state, r) # r: Round(t, fed, active, epochs_k, carried)':
         Run('test_design_md_weighted_example', 'slow',
-            "executed on the Weighted example's state and a Round(t, fed, active, epochs_k)"),
+            "executed on the Weighted example's state and a Round(t, fed, active, epochs_k, carried=None)"),
     ("docs/design.md: LocalRule(epochs, batch_size, opt_slot='train', augment=None, "
      'fresh_opt=False,'): Run(
          'test_design_md_signatures_and_state_parts', 'quick',
@@ -970,7 +970,7 @@ def test_design_md_signatures_and_state_parts():
   parts = [ln.split()[0] for ln in block('docs/design.md: AlgState').text.splitlines()[1:]]
   assert parts == [f.name for f in dataclasses.fields(base.AlgState)]
   line = block('docs/design.md: state, out = algorithm.round(state, r) # r: Round(t, fed, '
-                'active, epochs_k)').text
+                'active, epochs_k, carried)').text
   named = re.search(r'# r: Round\(([^)]*)\)', line).group(1).split(', ')
   assert named == [f.name for f in dataclasses.fields(base.Round)]
 
@@ -1421,7 +1421,7 @@ def test_design_md_weighted_example(monkeypatch):
   algo = build('weighted', 'device').algorithm
   active = algo.ctx.selector.plan(1).active
   line = ('docs/design.md: state, out = algorithm.round(state, r) # r: Round(t, fed, active, '
-          'epochs_k)')
+          'epochs_k, carried)')
   _entry(line, PYTHON_BLOCKS)
   run = {'algorithm': algo, 'state': base.init_state(algo),
          'r': base.round_input(algo, algo.ctx.fed, 1, active)}

@@ -46,6 +46,7 @@ from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
 from fedjax_kd import results
 from fedjax_kd import runner
+from fedjax_kd import workdir as workdir_lib
 from tests.shared import count_reads, tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -264,9 +265,6 @@ def _check(key: str, tmp: pathlib.Path, reads=None) -> None:
 # flags in one transfer (RoundOutput.read). These algorithms read more, for host control
 # flow their rounds need (each read's line says why):
 ROUND_READS = {
-    # The public-set family: whether a downlink is pending and how many of its samples carry
-    # a label (the clients distil on those only), and whether the server has any to distil on.
-    **dict.fromkeys(('dsfl', 'scarlet', 'cfd', 'comet', 'selective_fd'), 3),
     # Which clients beat their best past model (predicted again), and whether a teacher has
     # history; FedMD has no selection accuracy.
     'acepfl': 3, 'fedmd': 2,
@@ -314,6 +312,31 @@ def test_the_read_count_sees_implicit_and_explicit_reads(tmp_path):
   finally:
     algorithms.unregister('reading_fedavg')
   assert counts == {'fedavg': 1, 'reading_fedavg': 2}
+
+
+@pytest.mark.slow   # three runs of three rounds each
+@pytest.mark.parametrize('algorithm,after_resume', [('scarlet', 2), ('dsfl', 1)])
+def test_a_pending_downlink_is_carried_on_the_host_or_read_once_after_a_resume(
+    algorithm, after_resume, tmp_path):
+  """SCARLET's clients receive the downlink of the round before, and learn that one waits
+  from that round (RoundOutput.carry): one read a round. After a resume that fact is unknown,
+  so the first round reads the state's flag (one read more) and gives the uninterrupted
+  run's row. DS-FL's clients receive it in the same round, after the server step, so it
+  never needs the read."""
+  def run(rounds, workdir):
+    c = golden_tiny_config(algorithm)
+    c.rounds, c.checkpoint.every = rounds, 1
+    with count_reads() as reads:
+      runner.run(config_lib.validate(c), str(tmp_path / workdir), progress=False)
+    return reads.rounds, workdir_lib.read_metrics(str(tmp_path / workdir))
+
+  whole, rows = run(3, 'whole')
+  assert whole == {1: whole[1], 2: 1, 3: 1}, whole
+  run(2, 'cut')
+  resumed, cut_rows = run(3, 'cut')
+  assert resumed == {3: after_resume}, resumed
+  strip = lambda row: {k: v for k, v in row.items() if not k.endswith('_s')}
+  assert [strip(r) for r in cut_rows] == [strip(r) for r in rows]
 
 
 def test_every_built_in_algorithm_has_a_tiny_case():

@@ -72,11 +72,16 @@ class Round:
     active: ``[S]`` bool, which of ``fed``'s clients take part.
     epochs_k: ``[S]`` local epochs per client (stragglers) or None (all
       ``train.epochs``).
+    carried: the host facts the run's previous played round left for this one
+      (:attr:`RoundOutput.carry`), so that the round's control flow needs no device read;
+      ``{}`` before the first round, None where they are unknown (the first round after a
+      resume, a caller that does not carry them): the round then reads its state instead.
   """
   t: int
   fed: Federation
   active: np.ndarray
   epochs_k: np.ndarray | None = None
+  carried: dict[str, Any] | None = None
 
   @property
   def num_clients(self) -> int:
@@ -136,10 +141,14 @@ class RoundOutput:
     payloads: what the round sent.
     scores: the evaluation of the round's new state (:meth:`Algorithm.evaluate`), when
       :func:`play_round` was asked for it; read with the rest.
+    carry: host facts (Python values, never device arrays) the next round needs for its
+      control flow, which the runner hands it as :attr:`Round.carried` (the public-set
+      family: a downlink is pending).
   """
   metrics: dict[str, Any]
   payloads: list[comm.Payload]
   scores: dict[str, Any] = dataclasses.field(default_factory=dict)
+  carry: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def to_host(self) -> RoundOutput:
     """The same output with Python numbers: one ``jax.device_get`` of every metric, score and
@@ -154,7 +163,7 @@ class RoundOutput:
     metrics, scores, counts, also = jax.device_get(
         (self.metrics, self.scores, [p.counts for p in self.payloads], also))
     return RoundOutput(_host_dict(metrics), [p.read(c) for p, c in zip(self.payloads, counts)],
-                       scores), also
+                       scores, self.carry), also
 
   def finished(self) -> RoundOutput:
     """The output with its scores as Python numbers (:class:`Later` ones finished)."""
@@ -502,18 +511,21 @@ def init_state(algo: Algorithm) -> AlgState:
   return state.replace(table=store.put(state.table))
 
 
-def round_input(algo: Algorithm, fed: Federation, t: int, active: np.ndarray) -> Round:
+def round_input(algo: Algorithm, fed: Federation, t: int, active: np.ndarray,
+                carried: dict[str, Any] | None = None) -> Round:
   """The :class:`Round` of ``fed``'s clients (straggler epochs sliced to them)."""
   epochs_k = None
   if algo.ctx.selector is not None:
     epochs = algo.ctx.selector.local_epochs(t, algo.spec.train.epochs)
     if epochs is not None:
       epochs_k = np.asarray(epochs)[fed.global_ids]
-  return Round(t=t, fed=fed, active=np.asarray(active, bool), epochs_k=epochs_k)
+  return Round(t=t, fed=fed, active=np.asarray(active, bool), epochs_k=epochs_k,
+               carried=carried)
 
 
 def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
-               check=None, *, evaluate: bool = False) -> tuple[AlgState, RoundOutput]:
+               check=None, *, evaluate: bool = False,
+               carried: dict[str, Any] | None = None) -> tuple[AlgState, RoundOutput]:
   """One round of ``algo`` on the clients ``active``, wherever client state lives.
 
   With device-resident clients the round sees all K clients. With a client
@@ -532,6 +544,8 @@ def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
       :func:`finite_flags` of that state; for a store this is the participants' compact
       state and the view's federation.
     evaluate: also score the new state (:meth:`Algorithm.evaluate`), as ``out.scores``.
+    carried: the previous played round's ``out.carry`` (``{}`` before a run's first round;
+      None: unknown, as after a resume), given to the round as :attr:`Round.carried`.
 
   Returns:
     The new state and the round's output, read to the host in one transfer
@@ -541,7 +555,7 @@ def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
   """
   fed = algo.ctx.fed
   if fed.store is None:
-    state, out = algo.round(state, round_input(algo, fed, t, active))
+    state, out = algo.round(state, round_input(algo, fed, t, active, carried))
     if evaluate:
       out = dataclasses.replace(out, scores=algo.evaluate(state))
     out, finite = out.read(finite_flags(state) if check is not None else None)
@@ -550,7 +564,7 @@ def play_round(algo: Algorithm, state: AlgState, t: int, active: np.ndarray,
     return state, out.finished()
   view = fed.round_view(active)
   vstate = fed.store.gather(state, view)
-  vstate, out = algo.round(vstate, round_input(algo, view.fed, t, view.active))
+  vstate, out = algo.round(vstate, round_input(algo, view.fed, t, view.active, carried))
   out, finite = out.read(finite_flags(vstate) if check is not None else None)
   if check is not None:
     check(vstate, view.fed, out, finite)

@@ -297,7 +297,7 @@ class Protocol(base.Algorithm):
     metrics: dict[str, Any] = {}
     payloads: list[comm.Payload] = []
     if self.schedule == 'next_round':
-      state, step_metrics, step_payloads = self._client_step(state, r)
+      state, step_metrics, step_payloads = self._client_step(state, r, self._pending(state, r))
       metrics.update(step_metrics)
       payloads += step_payloads
     state, metrics['train_loss'] = self.train_clients(state, r)
@@ -305,10 +305,20 @@ class Protocol(base.Algorithm):
     metrics.update(step_metrics)
     payloads += step_payloads
     if self.schedule == 'same_round':
-      state, step_metrics, step_payloads = self._client_step(state, r)
+      state, step_metrics, step_payloads = self._client_step(state, r, True)
       metrics.update(step_metrics)
       payloads += step_payloads
-    return state, base.RoundOutput(metrics, payloads)
+    # The server step left a downlink: the next round's clients receive it.
+    return state, base.RoundOutput(metrics, payloads, carry={PENDING: True})
+
+  @staticmethod
+  def _pending(state, r) -> bool:
+    """Whether a downlink waits for this round's clients (none before the first server step,
+    which is not always round 1's): the host fact the last round left, else (the first round
+    after a resume) one read of the state's flag."""
+    if r.carried is not None:
+      return bool(r.carried.get(PENDING, False))
+    return bool(jax.device_get(state.extra.has_prev))
 
   def evaluate(self, state):
     out = self.server_metrics(state)
@@ -321,8 +331,7 @@ class Protocol(base.Algorithm):
     and the downlink it leaves for the clients.
 
     Returns:
-      ``(state, metrics, payloads)``; metrics and payload counts are device scalars
-      except ``labelled``, which the step reads for its own control flow.
+      ``(state, metrics, payloads)``; metrics and payload counts are device scalars.
     """
     t, active = r.t, r.active
     ex = state.extra
@@ -365,15 +374,13 @@ class Protocol(base.Algorithm):
                           / jnp.maximum(jnp.sum(use), 1))
     metrics.update(self.label_diagnostics(idx, zhat, use, probs, mask))
     state = state.replace(extra=ex)
-    # A host read the step's control flow needs: the server distils only when some sample
-    # has a label (with the cache on, all of a round's samples may be cached ones).
-    labelled = int(jnp.sum(use))
-    if labelled:
-      xs, zs = _labelled_first(x, zhat, use)
-      state, metrics['server_distill_loss'] = self.distill_server(state, t, xs, zs,
-                                                                  count=labelled)
-    else:
-      metrics['server_distill_loss'] = float('nan')
+    # The server distils on the samples that have a label (with the cache on, all of a
+    # round's samples may be cached ones): their count stays on the device, and with none
+    # every step is empty and leaves the model as it was (the loss is then NaN).
+    labelled = jnp.sum(use)
+    xs, zs = _labelled_first(x, zhat, use)
+    state, loss = self.distill_server(state, t, xs, zs, count=labelled)
+    metrics['server_distill_loss'] = base.Later((loss, labelled), _nan_if_none)
     state, payload = self.downlink(state, r, x, zhat, probs, mask)
     ex = state.extra.replace(has_prev=jnp.ones((), bool), prev_round=jnp.asarray(t, jnp.int32),
                              prev_idx=idx, prev_use=use, prev_signals=signals,
@@ -410,26 +417,24 @@ class Protocol(base.Algorithm):
             'upload_acc': jnp.sum(up_hit) / jnp.maximum(jnp.sum(mask), 1)}
 
   # ------------------------------------------------------------ client
-  def _client_step(self, state, r) -> tuple[base.AlgState, dict[str, Any], list[comm.Payload]]:
-    """Step 1: the pending downlink reaches the round's clients, who rebuild their targets
-    (from their caches when the cache is on) and distil on them.
+  def _client_step(self, state, r, pending: bool
+                   ) -> tuple[base.AlgState, dict[str, Any], list[comm.Payload]]:
+    """Step 1: the pending downlink (if ``pending``) reaches the round's clients, who rebuild
+    their targets (from their caches when the cache is on) and distil on them.
 
     Returns:
-      ``(state, metrics, payloads)``; metrics and payload counts are device scalars
-      except the ones counted by the step's one read (below).
+      ``(state, metrics, payloads)``; metrics and payload counts are device scalars.
     """
     t, active = r.t, r.active
     ex, table = state.extra, state.table
     metrics: dict[str, Any] = {}
     payloads: list[comm.Payload] = []
-    # One host read the step's control flow needs: whether a downlink is pending (none
-    # before the first server step, which is not always round 1's) and how many of its
-    # samples carry a label (the clients distil on those only, and not at all on none).
-    has_prev, labelled = jax.device_get((ex.has_prev, jnp.sum(ex.prev_use)))
-    if not has_prev:
+    if not pending:
       return state, metrics, payloads
-    labelled = int(labelled)
     idx, signals, use = ex.prev_idx, ex.prev_signals, ex.prev_use
+    # The clients distil on the downlink's samples that carry a label: a device count, as
+    # in the server step (none: empty steps, no change, and no distill_loss).
+    labelled = jnp.sum(use)
     x = jnp.take(self.ctx.data.x_public, idx, axis=0)
     targets, weights = self.client_targets(state, r, x, ex.prev_payload)
     fresh = cache_ops.is_fresh(signals)
@@ -467,11 +472,26 @@ class Protocol(base.Algorithm):
                  comm.Payload('indices', comm.DOWN, 'index', labelled, receivers,
                               multicast=True)]
     state = state.replace(extra=ex, table=table)
-    if labelled:
-      x, targets = _labelled_first(x, targets, use)
-      state, metrics['distill_loss'] = self.distill_clients(
-          state, r, x, targets, count=labelled, weights=weights)
+    x, targets = _labelled_first(x, targets, use)
+    state, loss = self.distill_clients(state, r, x, targets, count=labelled, weights=weights)
+    metrics['distill_loss'] = base.Later((loss, labelled), _absent_if_none)
     return state, metrics, payloads
+
+
+def _nan_if_none(value) -> float:
+  """A distillation loss read with its sample count: NaN where no sample was distilled."""
+  loss, count = value
+  return float('nan') if int(count) == 0 else float(loss)
+
+
+def _absent_if_none(value) -> float | None:
+  """The clients' distillation loss, left out of the round's metrics with no sample."""
+  loss, count = value
+  return None if int(count) == 0 else float(loss)
+
+
+# RoundOutput.carry's key: the round's server step left a downlink for the next round.
+PENDING = 'downlink_pending'
 
 
 def _labelled_first(x: Array, targets: Array, use: Array) -> tuple[Array, Array]:

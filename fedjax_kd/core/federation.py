@@ -542,8 +542,8 @@ class Federation:
     client's loss.
     """
     m = x.shape[0]
-    common = dict(idx=jnp.arange(m, dtype=jnp.int32), active=active,
-                  n=np.full(self.num_clients, m if count is None else count, np.int32))
+    common = dict(idx=jnp.arange(m, dtype=jnp.int32), active=active,   # count: host or device
+                  n=jnp.full((self.num_clients,), m if count is None else count, jnp.int32))
     if weights is not None:
       if targets.ndim == 2:
         targets = jnp.broadcast_to(targets, (self.num_clients,) + targets.shape)
