@@ -156,6 +156,33 @@ def test_bit_reproducible_for_a_seed():
   np.testing.assert_array_equal(outs[0], outs[1])
 
 
+def test_distill_takes_its_count_on_the_device_and_a_count_of_zero_changes_nothing():
+  """The protocol family hands distillation a device count of labelled rows (no read): the
+  same training as the host count, and with none, every step is empty."""
+  data = make_data([9, 9])
+  fed = make_fed(data, tx=optax.adam(1e-2))
+  root = jax.random.PRNGKey(0)
+  x = data.x_public
+  target = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(1), (x.shape[0], 3)))
+  rule = LocalRule(epochs=2, batch_size=7)
+  start = [params_of(fed, fed.init(root), c) for c in (0, 1)]   # a round donates its states
+
+  def distilled(count):
+    states, _ = fed.distill(fed.init(root), root, 1, x, target, rule, count=count)
+    return states, [params_of(fed, states, c) for c in (0, 1)]
+
+  _, host = distilled(20)
+  _, dev = distilled(jnp.sum(jnp.arange(50) < 20))
+  for c in (0, 1):
+    assert_trees_close(dev[c], host[c], rtol=0, atol=0)
+    assert any(np.any(a != b) for a, b in zip(jax.tree.leaves(host[c]),
+                                              jax.tree.leaves(start[c])))
+  states, none = distilled(jnp.int32(0))
+  for c in (0, 1):
+    assert_trees_close(none[c], start[c], rtol=0, atol=0)
+  np.testing.assert_array_equal(np.asarray(states[0].opt_state['train'][0].count), [0, 0])
+
+
 def test_distill_moves_predictions_towards_targets():
   data = make_data([30, 30])
   fed = make_fed(data, bn=True)
