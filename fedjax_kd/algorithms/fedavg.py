@@ -34,10 +34,14 @@ from fedjax_kd.ops import comm
 from fedjax_kd.ops import param_aggregate
 
 
+def epoch_budgets(r: base.Round, epochs: int) -> np.ndarray:
+  """``[S]`` epoch budgets of the round's clients on the host (stragglers' or all ``epochs``)."""
+  return np.full(r.num_clients, epochs) if r.epochs_k is None else np.asarray(r.epochs_k)
+
+
 def round_epochs(r: base.Round, epochs: int) -> jax.Array:
-  """``[S]`` int32 epoch budgets of the round's clients (stragglers' or all ``epochs``)."""
-  e = np.full(r.num_clients, epochs) if r.epochs_k is None else np.asarray(r.epochs_k)
-  return jnp.asarray(e, jnp.int32)
+  """``[S]`` int32 epoch budgets of the round's clients, on the device."""
+  return jnp.asarray(epoch_budgets(r, epochs), jnp.int32)
 
 
 def client_weights(r: base.Round, weighted: bool) -> jax.Array:
@@ -107,8 +111,7 @@ class FedAvg(base.Algorithm):
     and skips steps without a real sample, so this is the executed count.
     """
     tr = self.spec.train
-    epochs = r.epochs_k   # the budgets the engine ran
-    epochs = np.full(r.num_clients, tr.epochs) if epochs is None else epochs
+    epochs = epoch_budgets(r, tr.epochs)   # the budgets the engine ran
     n = np.asarray(r.fed.data.client_n)
     return np.where(r.active, epochs * -(-n // tr.batch_size), 0).astype(np.float32)
 
@@ -116,7 +119,7 @@ class FedAvg(base.Algorithm):
     """The new global model from the trained cohort (FedAvg: ``n_k``-weighted mean)."""
     del start
     cohort = state.clients[0]
-    weights = jnp.asarray(r.fed.data.client_n * r.active, jnp.float32)
+    weights = client_weights(r, weighted=True)
     return state.server.replace(
         params=param_aggregate.weighted_average(cohort.params, weights),
         batch_stats=param_aggregate.weighted_average(cohort.batch_stats, weights))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from fedjax_kd.algorithms.fedavg import FedAvg
+from fedjax_kd.algorithms.fedavg import FedAvg, client_weights
 from fedjax_kd.ops import param_aggregate
 
 
@@ -27,7 +27,7 @@ class FedNova(FedAvg):
 
   def aggregate(self, state, start, r):
     server = super().aggregate(state, start, r)   # batch stats: plain mean
-    weights = jnp.asarray(r.fed.data.client_n * r.active, jnp.float32)
+    weights = client_weights(r, weighted=True)
     params = param_aggregate.fednova_average(
         start.params, state.clients[0].params, weights,
         jnp.asarray(self.local_steps(r)), float(self.spec.train.momentum))

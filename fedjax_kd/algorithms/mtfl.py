@@ -58,7 +58,7 @@ import numpy as np
 
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
-from fedjax_kd.algorithms.fedavg import FedAvg
+from fedjax_kd.algorithms.fedavg import FedAvg, client_weights
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import param_aggregate
 from fedjax_kd.ops import private_bn
@@ -160,7 +160,7 @@ class MTFL(FedAvg):
     cohort = self._broadcast(cohort, state.server, jnp.asarray(r.active))
     state = state.replace(clients=(cohort,))
     state, loss = self.train_clients(state, r, *self.local_training(state, r))
-    weights = jnp.asarray(r.fed.data.client_n * r.active, jnp.float32)
+    weights = client_weights(r, weighted=True)
     server, extra = self._server_step(state.server, state.extra, state.clients[0], weights)
     return (state.replace(server=server, extra=extra),
             base.RoundOutput({'train_loss': loss}, self.payloads(r.active)))

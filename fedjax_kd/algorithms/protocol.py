@@ -380,7 +380,7 @@ class Protocol(base.Algorithm):
     labelled = jnp.sum(use)
     xs, zs = _labelled_first(x, zhat, use)
     state, loss = self.distill_server(state, t, xs, zs, count=labelled)
-    metrics['server_distill_loss'] = base.Later((loss, labelled), _nan_if_none)
+    metrics['server_distill_loss'] = base.Later((loss, labelled), _loss_if_distilled)
     state, payload = self.downlink(state, r, x, zhat, probs, mask)
     ex = state.extra.replace(has_prev=jnp.ones((), bool), prev_round=jnp.asarray(t, jnp.int32),
                              prev_idx=idx, prev_use=use, prev_signals=signals,
@@ -474,20 +474,16 @@ class Protocol(base.Algorithm):
     state = state.replace(extra=ex, table=table)
     x, targets = _labelled_first(x, targets, use)
     state, loss = self.distill_clients(state, r, x, targets, count=labelled, weights=weights)
-    metrics['distill_loss'] = base.Later((loss, labelled), _absent_if_none)
+    metrics['distill_loss'] = base.Later((loss, labelled),
+                                         functools.partial(_loss_if_distilled, none=None))
     return state, metrics, payloads
 
 
-def _nan_if_none(value) -> float:
-  """A distillation loss read with its sample count: NaN where no sample was distilled."""
+def _loss_if_distilled(value, none=float('nan')) -> float | None:
+  """A distillation loss read with its sample count: ``none`` where no sample was distilled
+  (the server's NaN; None leaves the clients' out of the round's metrics)."""
   loss, count = value
-  return float('nan') if int(count) == 0 else float(loss)
-
-
-def _absent_if_none(value) -> float | None:
-  """The clients' distillation loss, left out of the round's metrics with no sample."""
-  loss, count = value
-  return None if int(count) == 0 else float(loss)
+  return none if int(count) == 0 else float(loss)
 
 
 # RoundOutput.carry's key: the round's server step left a downlink for the next round.

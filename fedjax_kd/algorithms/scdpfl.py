@@ -54,7 +54,7 @@ import jax.numpy as jnp
 
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
-from fedjax_kd.algorithms.fedavg import FedAvg, broadcast
+from fedjax_kd.algorithms.fedavg import FedAvg, broadcast, client_weights
 from fedjax_kd.core.federation import ce_loss
 from fedjax_kd.ops import param_aggregate
 from fedjax_kd.ops import spectral
@@ -130,7 +130,7 @@ class SCDPFL(FedAvg):
     pm, pm_loss = self._train(pm, r, 'custom', self.train_rule(), o.lambda_l, 1.0, q_gm,
                               False)
     # 3. FedAvg of the GM copies.
-    weights = jnp.asarray(r.fed.data.client_n * r.active, jnp.float32)
+    weights = client_weights(r, weighted=True)
     server = state.server.replace(
         params=param_aggregate.weighted_average(gm.params, weights),
         batch_stats=param_aggregate.weighted_average(gm.batch_stats, weights))
