@@ -11,13 +11,16 @@ A run's device memory has three parts, and a fourth on a CPU:
   ``jax.eval_shape`` of the algorithm's ``init`` (shapes only, nothing is allocated). With
   ``clients.store='host'|'disk'`` the device holds only a round's participants' rows of the
   per-client parts (the rest lives in host memory or on disk);
-* **step**: the largest working set of a round's phases (training, prediction, evaluation,
-  initialisation) for the clients it runs at once. Each phase's compiled step is counted by
-  XLA itself: :func:`step_bytes` compiles a small program of the step (one training step's
-  forward and backward, the prediction program, a scoring pass) for those clients and reads
-  ``compiled.memory_analysis()``. On a CPU the planner first tries :func:`bound_bytes`, an
-  upper bound from the traced program that compiles nothing, and compiles only where the
-  bound does not fit with room to spare (:func:`choose`);
+* **step**: the largest working set of a round's phases for the clients it runs at once:
+  every client program the algorithm declares (``Algorithm.programs``: its training,
+  distillation and whatever else its clients run, :mod:`fedjax_kd.core.program`), the
+  server's, the prediction and evaluation passes and the initialisation. Each is the
+  engine's own kernel program, at the round's shapes, counted by XLA itself:
+  :func:`phase_bytes` compiles it for those clients and reads
+  ``compiled.memory_analysis()`` (its temporaries and the outputs that do not reuse a
+  donated argument, as :func:`xla_figure` counts a round). On a CPU the planner first tries
+  :func:`phase_bound`, an upper bound from the traced program that compiles nothing, and
+  compiles only where the bound does not fit with room to spare (:func:`choose`);
 * **runtime**: on a CPU, where the device is the host, the process's own memory besides
   arrays (compiler, runtime, Python): :data:`CPU_RUNTIME`.
 
@@ -43,9 +46,9 @@ import numpy as np
 from fedjax_kd import selection
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import bucket  # the engine's slot buckets
-from fedjax_kd.core.kernels import CohortKernels
+from fedjax_kd.core.kernels import CohortKernels, Planned
+from fedjax_kd.core.program import Rows
 from fedjax_kd.errors import DeviceMemoryError
-from fedjax_kd.ops import losses
 
 GIB = 1 << 30
 # A CPU process's own memory besides arrays (compiler, runtime, Python): the default config's
@@ -69,69 +72,89 @@ def fmt(n: float) -> str:
 
 PROBE_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 
-
-def _step_program(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
-                  kind: str, clients: int | None,
-                  map_step: Any = None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-  """The function a step of ``kind`` runs and its arguments' shapes, for ``clients`` models
-  at once (vmapped), or one model unbatched where ``clients`` is None (the prediction
-  program and a map: one slot)."""
-  shape, dtype = tuple(input_shape), jnp.dtype(input_dtype)
-  state = kernels.init_shapes(clients or 1, shape, input_dtype)
-  if kind == 'map':        # the kernels' own program of the algorithm's map
-    n = clients or 1
-    keys = jax.eval_shape(lambda: rng.client_keys(jax.random.PRNGKey(0), 1, np.arange(n),
-                                                  'distill'))   # (the keys' shape)
-    rows = jax.tree.map(lambda a: jax.ShapeDtypeStruct((n,) + a.shape, a.dtype), map_step.row)
-    return kernels.map_program(map_step), (state, jnp.arange(n, dtype=jnp.int32), keys, rows,
-                                           map_step.shared)
-  if kind == 'predict':    # the kernels' own prediction program
-    x = jax.ShapeDtypeStruct((samples,) + shape, dtype)
-    return kernels.predict_program(samples), (state, jnp.arange(clients or 1, dtype=jnp.int32),
-                                              x, None)
-
-  def train(p, s, x):      # one step's forward and backward, each client on its own batch
-    def loss(p):
-      kw = {'rngs': {'dropout': jax.random.PRNGKey(0)}}
-      if s:
-        logits, upd = kernels.apply_model(p, s, x, train=True, mutable=['batch_stats'], **kw)
-      else:
-        logits, upd = kernels.apply_model(p, s, x, train=True, **kw), s
-      y = jnp.zeros(logits.shape[:1], jnp.int32)
-      return jnp.mean(losses.cross_entropy(logits, y)), upd
-    return jax.value_and_grad(loss, has_aux=True)(p)
-
-  def score(p, s, x):      # an inference pass over a chunk every client shares
-    return kernels.apply_model(p, s, x, train=False)
-
-  if clients is None:
-    state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), state)
-    fn = train if kind == 'train' else score
-    x = jax.ShapeDtypeStruct((samples,) + shape, dtype)
-  elif kind == 'train':
-    fn, x = jax.vmap(train), jax.ShapeDtypeStruct((clients, samples) + shape, dtype)
-  else:
-    fn, x = jax.vmap(score, in_axes=(0, 0, None)), jax.ShapeDtypeStruct((samples,) + shape,
-                                                                        dtype)
-  return fn, (state.params, state.batch_stats, x)
+PHASE_KINDS = ('run', 'predict', 'evaluate', 'init')
 
 
-@functools.lru_cache(maxsize=256)
-def _probe(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_dtype: str,
-           samples: int, kind: str, clients: int, map_step: Any = None) -> int:
-  """XLA's working set of ``clients`` models' step of ``kind`` on ``samples`` inputs each
-  (:func:`step_bytes`), cached by its arguments."""
-  kernels = CohortKernels(module, {}, compute_dtype=compute_dtype)
-  fn, args = _step_program(kernels, input_shape, input_dtype, samples, kind, clients, map_step)
+class Phase(NamedTuple):
+  """One kernel program of a round, as the planner counts it.
+
+  Attributes:
+    kind: ``'run'`` (a client program, :meth:`CohortKernels.run`), ``'predict'``,
+      ``'evaluate'`` or ``'init'`` (:data:`PHASE_KINDS`).
+    planned: for ``'run'``, the program and its inputs' shapes
+      (:class:`~fedjax_kd.core.kernels.Planned`).
+    samples: for ``'predict'``, the shared inputs predicted on; for ``'evaluate'``, the rows
+      scored (each client's own, ``per_client``, or a set every client shares).
+    chunk: the prediction's or evaluation's rows at a time (``eval.chunk``).
+    per_client: ``'evaluate'`` on each client's own rows (``[slots, samples]`` indices).
+  """
+  kind: str
+  planned: Any = None
+  samples: int = 0
+  chunk: int = 1
+  per_client: bool = False
+
+
+def _sds(shape, dtype) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+
+
+def _flat(tree: Any) -> tuple:
+  """A hashable form of a pytree of shapes (a cache key)."""
+  leaves, treedef = jax.tree.flatten(tree)
+  return treedef, tuple(_sds(np.shape(a), a.dtype) for a in leaves)
+
+
+def _phase_program(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, phase: Phase,
+                   slots: int, chunk: int | None,
+                   rows: int) -> tuple[Callable[..., Any], tuple[Any, ...], tuple[int, ...]]:
+  """The kernel program ``phase`` runs for ``slots`` clients, ``chunk`` at a time, of a
+  cohort of ``rows`` states: ``(function, argument shapes, donated arguments)``."""
+  shape = tuple(input_shape)
+  state = kernels.init_shapes(rows, shape, input_dtype)
+  keys = jax.eval_shape(lambda: rng.client_keys(jax.random.PRNGKey(0), 1, np.arange(slots),
+                                                'train'))
+  slot_ids = _sds((slots,), jnp.int32)
+  if phase.kind == 'init':
+    fn = functools.partial(kernels._init_impl, input_shape=shape,   # pylint: disable=protected-access
+                           input_dtype=str(input_dtype))
+    init_keys = jax.eval_shape(lambda: jax.random.split(jax.random.PRNGKey(0), rows))
+    return fn, (init_keys,), ()
+  if phase.kind == 'predict':
+    x = _sds((phase.samples,) + shape, input_dtype)
+    fn = functools.partial(kernels._predict_impl, chunk=max(1, min(phase.chunk, phase.samples)),  # pylint: disable=protected-access
+                           log=False, augment=None, client_chunk=chunk)
+    return fn, (state, slot_ids, x, None), ()
+  if phase.kind == 'evaluate':
+    x = _sds((phase.samples,) + shape, input_dtype)
+    y = _sds((phase.samples,), jnp.int32)
+    idx = _sds((slots, phase.samples) if phase.per_client else (phase.samples,), jnp.int32)
+    fn = functools.partial(kernels._evaluate_impl, chunk=max(1, min(phase.chunk, phase.samples)),  # pylint: disable=protected-access
+                           idx_shared=not phase.per_client, client_chunk=chunk)
+    return fn, (state, slot_ids, x, y, idx, _sds((slots,), jnp.int32)), ()
+  p = phase.planned
+  per = lambda tree: jax.tree.map(lambda a: _sds((slots,) + tuple(a.shape), a.dtype), tree)
+  data = p.data
+  if data is None:
+    data = Rows({}, _sds((1,), jnp.int32), None)
+  idx = data.idx if p.shared_rows else per(data.idx)
+  args = (state, slot_ids, _sds((slots,), jnp.bool_), keys, idx, _sds((slots,), jnp.int32),
+          dict(data.arrays), _sds((slots,), jnp.int32), per(p.row), p.shared)
+  fn = kernels.run_program(p.program, shared_rows=p.shared_rows, client_chunk=chunk)
+  return fn, args, ((0,) if p.program.writes else ())
+
+
+@functools.lru_cache(maxsize=512)
+def _figure(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, phase: Any,
+            slots: int, chunk: int | None, rows: int) -> int:
+  fn, args, donate = _phase_program(kernels, input_shape, input_dtype, _unkey(phase), slots,
+                                    chunk, rows)
   # LLVM's level 0 on a CPU: half the compile time, and the same buffers (XLA assigns them
   # before code generation).
   options = PROBE_COMPILER_OPTIONS if jax.default_backend() == 'cpu' else None
-  m = jax.jit(fn, compiler_options=options).lower(*args).compile().memory_analysis()
-  # The prediction program's and a map's outputs (every client's probabilities, its results)
-  # are their own; the other steps' outputs are the gradients and logits the plan counts
-  # apart.
-  own = kind in ('predict', 'map')
-  return int(m.temp_size_in_bytes + (m.output_size_in_bytes if own else 0))
+  m = jax.jit(fn, donate_argnums=donate, compiler_options=options).lower(
+      *args).compile().memory_analysis()
+  return int(m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes)
 
 
 def _eqn_bytes(jaxpr: Any) -> int:
@@ -158,67 +181,95 @@ def _eqn_bytes(jaxpr: Any) -> int:
   return n
 
 
-@functools.lru_cache(maxsize=256)
-def _bound_one(module: Any, compute_dtype: str, input_shape: tuple[int, ...], input_dtype: str,
-               samples: int, kind: str, map_step: Any = None) -> int:
-  kernels = CohortKernels(module, {}, compute_dtype=compute_dtype)
-  fn, args = _step_program(kernels, input_shape, input_dtype, samples, kind, None, map_step)
-  # (A map's program gathers its slot's state, an output of the traced program too.)
+@functools.lru_cache(maxsize=512)
+def _bound(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, phase: Any,
+           slots: int, chunk: int | None, rows: int) -> int:
+  fn, args, _ = _phase_program(kernels, input_shape, input_dtype, _unkey(phase), slots, chunk,
+                               rows)
   return _eqn_bytes(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
-STEP_KINDS = ('train', 'predict', 'evaluate', 'map')
+def _key(phase: Phase) -> Any:
+  """``phase`` in a hashable form (its shapes flattened), for the caches."""
+  p = phase.planned
+  if p is None:
+    return phase
+  flat = _flat((p.data, p.row, p.shared))
+  return phase._replace(planned=(p.program, p.shared_rows, p.server, flat))
 
 
-def step_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
-               clients: int, kind: str, map_step: Any = None) -> int:
-  """What ``clients`` models of one cohort need at once besides their variables, by XLA's
-  own count (``compiled.memory_analysis()``): the temporaries of a training step (forward
-  and backward: the activations kept for the backward pass, their gradients, a
-  convolution's patches on a CPU), of the kernels' prediction program (and its outputs), or
-  of an inference pass that scores, on ``samples`` inputs each.
+def _unkey(key: Any) -> Phase:
+  if key.planned is None:
+    return key
+  program, shared_rows, server, (treedef, leaves) = key.planned
+  data, row, shared = jax.tree.unflatten(treedef, leaves)
+  return key._replace(planned=Planned(program, data, row, shared, shared_rows, server))
 
-  The planner compiles these small programs, not the run's: a training step is one forward
-  and backward pass, not the epochs' loop and the optimizer, so it compiles in well under a
-  second for the digits models and in seconds for ResNet-20 on 2 CPU cores; each is compiled
-  once per process and setting. It compiles them for the clients that run at once, as XLA's
-  figure is not a multiple of one client's: one client is another program (no batched
-  convolution), and from two on the figure grows by a little more than a line (the digits
-  CNN's prediction on 100 inputs: 4.2 MB for two clients, 6.5 MB for four, 15.0 MB for ten).
-  Counting the traced program's outputs, the estimate before, was 30 % low for ResNet-20's
-  training step and 40 % high for its inference: XLA's fusion and its lowering of
-  convolutions decide, so the planner asks XLA.
+
+def _check_kind(phase: Phase) -> None:
+  if phase.kind not in PHASE_KINDS:
+    raise ValueError(f'kind={phase.kind!r}: expected one of {PHASE_KINDS}')
+
+
+def phase_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, phase: Phase,
+                slots: int, chunk: int | None = None, rows: int | None = None) -> int:
+  """XLA's own figure (``compiled.memory_analysis()``: temporaries, and outputs that do not
+  reuse a donated argument) for the kernel program ``phase`` runs for ``slots`` clients of a
+  cohort of ``rows`` states (default ``slots``), ``chunk`` clients at a time (None: all).
+
+  The planner compiles the engine's own programs at the run's shapes, not a model of them:
+  XLA's figure is not a multiple of one client's (one client is another program, and from
+  two on the figure grows by a little more than a line), and XLA's fusion and its lowering of
+  convolutions decide what a step holds. Each is compiled once per process and setting, at
+  the CPU's lowest backend optimisation (the same buffers: XLA assigns them before code
+  generation); the run's own compilation of the same program then comes from the persistent
+  compilation cache where one is on.
 
   Args:
-    kernels: a :class:`~fedjax_kd.core.kernels.CohortKernels` (its module and compute dtype).
+    kernels: the cohort's :class:`~fedjax_kd.core.kernels.CohortKernels` (its module,
+      optimizers, compute dtype and input map; a mesh is not used: the figure is one
+      device's, for the clients that device runs).
     input_shape, input_dtype: one sample's model input.
-    samples: the batch (training) or the chunk (prediction, evaluation), per client.
-    clients: the clients at once.
-    kind: ``'train'``, ``'predict'``, ``'evaluate'`` or ``'map'`` (:data:`STEP_KINDS`).
-    map_step: for ``'map'``, the algorithm's map
-      (:class:`~fedjax_kd.core.kernels.MapStep`, ``samples`` unused): the kernels' program
-      of it, its gather of the clients' states and its outputs included.
+    phase: the :class:`Phase`.
+    slots: the clients the program runs (on one device).
+    chunk: clients at a time (``clients.chunk``); None: all.
+    rows: the cohort's state rows (a donated state's are not counted).
   """
-  if kind not in STEP_KINDS:
-    raise ValueError(f'kind={kind!r}: expected one of {STEP_KINDS}')
-  return _probe(kernels.module, kernels.compute_dtype, tuple(input_shape), str(input_dtype),
-                int(samples), kind, int(clients), map_step)
+  _check_kind(phase)
+  kernels = _planning_kernels(kernels)
+  return _figure(kernels, tuple(input_shape), str(input_dtype), _key(phase), int(slots),
+                 None if chunk is None else int(chunk), int(rows or slots))
 
 
-def bound_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, samples: int,
-                clients: int, kind: str, map_step: Any = None) -> int:
-  """An upper bound on :func:`step_bytes`, from the step's traced program, nothing compiled:
-  every value it makes held at once (no buffer reused, nothing fused) plus each
-  convolution's patches, for one client, times ``clients``. It costs a trace (a tenth to
-  four tenths of a second) where :func:`step_bytes` costs a compilation (up to seconds a
-  step on a CPU), and it is 2 to 40 times XLA's figure (``tests/test_memory.py`` holds it
-  above XLA's figure on every model of the zoo): the planner uses it to see at once that a
-  run fits with room to spare (:func:`choose`), and asks XLA only where it might not.
-  Arguments as :func:`step_bytes`."""
-  if kind not in STEP_KINDS:
-    raise ValueError(f'kind={kind!r}: expected one of {STEP_KINDS}')
-  return int(clients) * _bound_one(kernels.module, kernels.compute_dtype, tuple(input_shape),
-                                   str(input_dtype), int(samples), kind, map_step)
+def phase_bound(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, phase: Phase,
+                slots: int, chunk: int | None = None, rows: int | None = None) -> int:
+  """An upper bound on :func:`phase_bytes`, from the program's trace, nothing compiled:
+  every value it makes held at once (no buffer reused, nothing fused; a loop's body once)
+  plus each convolution's patches. It costs a trace (a tenth to a few tenths of a second)
+  where :func:`phase_bytes` costs a compilation (up to seconds on a CPU), and it is 2 to 40
+  times XLA's figure (``tests/test_memory.py`` holds it above XLA's figure on every model of
+  the zoo): the planner uses it to see at once that a run fits with room to spare
+  (:func:`choose`), and asks XLA only where it might not. Arguments as :func:`phase_bytes`."""
+  _check_kind(phase)
+  kernels = _planning_kernels(kernels)
+  return _bound(kernels, tuple(input_shape), str(input_dtype), _key(phase), int(slots),
+                None if chunk is None else int(chunk), int(rows or slots))
+
+
+@functools.lru_cache(maxsize=64)
+def _planning_kernels_for(module: Any, compute_dtype: str, normalize: Any,
+                          optimizers: tuple) -> CohortKernels:
+  return CohortKernels(module, dict(optimizers), mesh=None, compute_dtype=compute_dtype,
+                       normalize=normalize)
+
+
+def _planning_kernels(kernels: CohortKernels) -> CohortKernels:
+  """Kernels of the same model, optimizers, precision and inputs on one device (no mesh):
+  the programs a device runs for its own clients."""
+  if kernels.mesh is None:
+    return kernels
+  return _planning_kernels_for(kernels.module, kernels.compute_dtype, kernels.normalize,
+                               tuple(sorted(kernels.optimizers.items())))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,12 +338,11 @@ def _round_clients(spec: Any) -> int:
 
 
 class _Cohort(NamedTuple):
-  """One cohort's sizes: clients, bytes per client, and its steps' working sets."""
+  """One cohort's sizes: clients, bytes per client, and its phases' working sets."""
   size: int               # clients
   row: int                # state per client (parameters, statistics, optimizer states)
-  params: int             # parameters per client (their gradients)
-  step: Callable[..., int]   # (samples, clients, kind) -> step_bytes
-  bound: Callable[..., int]  # (samples, clients, kind) -> bound_bytes
+  figure: Callable[..., int]   # (phase, slots, chunk, rows) -> phase_bytes
+  bound: Callable[..., int]    # (phase, slots, chunk, rows) -> phase_bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,12 +352,12 @@ class _Parts:
   cohorts: tuple[_Cohort, ...]
   table_row: int          # client-table bytes per client
   server: int             # server model + extra
-  batch: int              # the largest batch of a client's training step (step_batch)
-  public: int             # public samples a round predicts on
+  public: int             # public samples a round predicts on (0: the round predicts none)
   scored: int             # the rows an evaluation pass scores a client model on
-  classes: int
+  per_client_test: bool   # each client scores on its own test rows
   visits_all: bool        # some pass runs every client model (client evaluation, selection)
-  maps: tuple = ()        # the algorithm's per-client maps (MapStep), each cohort runs
+  programs: tuple = ()    # the client programs a round runs (Planned), each cohort runs
+  server_phases: tuple = ()   # (name, figure, bound) of the server's programs and passes
 
 
 def resident_data(algo: Any, data: Any) -> int:
@@ -329,27 +379,43 @@ def _parts(experiment: Any) -> _Parts:
   d = fed.data
   data = resident_data(algo, d)
   in_shape, in_dtype = tuple(d.input_shape), str(d.model_input_dtype)
+  spec = experiment.spec
+  programs = tuple(algo.programs(shapes))
   cohorts = []
   for cohort, st in zip(fed.cohorts, shapes.clients):
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), st)
     cohorts.append(_Cohort(
-        size=cohort.size, row=tree_bytes(one), params=tree_bytes(one.params),
-        step=functools.partial(step_bytes, cohort.kernels, in_shape, in_dtype),
-        bound=functools.partial(bound_bytes, cohort.kernels, in_shape, in_dtype)))
+        size=cohort.size, row=tree_bytes(one),
+        figure=functools.partial(phase_bytes, cohort.kernels, in_shape, in_dtype),
+        bound=functools.partial(phase_bound, cohort.kernels, in_shape, in_dtype)))
   k = max(fed.num_clients, 1)
-  spec = experiment.spec
   # A round predicts on its open samples (distill.public_per_round of the public set);
   # evaluation scores each client model on its own test rows or on the whole test set.
-  public = min(int(getattr(d, 'x_public', np.zeros(0)).shape[0]), spec.distill.public_per_round)
-  scored = (d.test_idx.shape[-1] if spec.data.per_client_test and d.test_idx is not None
-            else int(d.x_test.shape[0]))
+  public = 0
+  if algo.uses_public:
+    public = min(int(getattr(d, 'x_public', np.zeros(0)).shape[0]),
+                 spec.distill.public_per_round)
+  per_client_test = bool(spec.data.per_client_test and d.test_idx is not None)
+  scored = int(d.test_idx.shape[-1] if per_client_test else d.x_test.shape[0])
+  # The server's programs and its evaluation, one model each (the server's kernels, or the
+  # clients' for a server model of their spec).
+  server_kernels = (algo.server_model.kernels if algo.server_model is not None
+                    else fed.cohorts[0].kernels)
+  phases = [Phase('run', p) for p in programs if p.server]
+  if algo.server_model is not None:
+    phases.append(Phase('evaluate', samples=int(d.x_test.shape[0]), chunk=spec.eval.chunk))
+  server_phases = tuple(
+      ("the server's " + _phase_name(ph),
+       functools.partial(phase_bytes, server_kernels, in_shape, in_dtype, ph, 1),
+       functools.partial(phase_bound, server_kernels, in_shape, in_dtype, ph, 1))
+      for ph in phases)
   return _Parts(data=data, cohorts=tuple(cohorts), table_row=tree_bytes(shapes.table) // k,
-                server=tree_bytes((shapes.server, shapes.extra)),
-                batch=int(algo.step_batch()), public=public,
-                scored=int(scored), classes=int(d.num_classes),
+                server=tree_bytes((shapes.server, shapes.extra)), public=public,
+                scored=scored, per_client_test=per_client_test,
                 visits_all=bool(spec.eval.clients or algo.server_model is None
                                 or selection.METHODS[spec.selection.method].needs_losses),
-                maps=tuple(algo.planned_maps(shapes.table)))
+                programs=tuple(p for p in programs if not p.server),
+                server_phases=server_phases)
 
 
 def plan(experiment: Any, **override: Any) -> MemoryPlan:
@@ -370,6 +436,14 @@ def plan(experiment: Any, **override: Any) -> MemoryPlan:
 _SPEC = object()   # an override left at the spec's value
 
 
+def _phase_name(phase: Phase) -> str:
+  if phase.kind == 'run':
+    name = type(phase.planned.program).__name__
+    return 'training' if name == 'SGD' else f'the {name} program'
+  return {'predict': 'prediction', 'evaluate': 'evaluation', 'init': 'initialisation'}[
+      phase.kind]
+
+
 def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: int | None = None,
           eval_chunk: int | None = None, client_chunk: Any = _SPEC,
           bound: bool = False) -> MemoryPlan:
@@ -382,50 +456,44 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
   multiple = devices if devices > 1 else 1
   per_round = min(k, max(1, round(_round_clients(spec) * scale)))
   chunk = eval_chunk or spec.eval.chunk
-  batch = parts.batch
   rows = state = step = most = 0
   phase = ''
 
   for c in parts.cohorts:
-    figure = c.bound if bound else c.step
+    figure = c.bound if bound else c.figure
     size = max(1, round(c.size * scale))
     rows += size * c.row
     slots = bucket(min(size, per_round), size, multiple)
     read = size if parts.visits_all else slots    # the slots of an evaluation pass
+    held = -(-size // multiple)                   # the cohort's state rows on a device
     if store == 'device':
-      state += -(-size // multiple) * c.row
+      state += held * c.row
     else:                                         # a round view: the participants' rows only
-      state += -(-slots // multiple) * c.row
+      held = -(-slots // multiple)
+      state += held * c.row
       read = min(read, spec.clients.store_chunk)  # a stored cohort is read a chunk at a time
     read = -(-read // multiple)
     per_slot = -(-slots // multiple)
     most = max(most, per_slot, read)
-    once = lambda n: min(n, at_once or n)          # clients at once of a pass over n
-    # The slots' gathered states, which the epochs' loop updates in place where all run at
-    # once; in chunks, the slots' new states too (the loop's output) and the chunk's own;
-    # per client run at once: its gradients and XLA's figure for its training step.
-    at = once(per_slot)
-    held = per_slot if at >= per_slot else 2 * per_slot + at
-    fit = held * c.row + at * c.params + figure(batch, at, 'train')
-    # A round's prediction: per slot, its probabilities on the open samples (the stacked
-    # chunks and the softmax); per clients at once, XLA's figure for the prediction program
-    # over a chunk of them. An evaluation pass: an inference pass over the rows it scores.
-    pub = min(chunk, parts.public)
-    predict = (per_slot * parts.public * parts.classes * 4 * 2
-               + figure(pub, once(per_slot), 'predict')) if parts.public else 0
-    # (Without a pass over every client model, evaluation scores the server model alone.)
-    evaluate = figure(min(chunk, parts.scored), once(read) if parts.visits_all else 1,
-                      'evaluate')
-    # The algorithm's per-client maps: XLA's figure for the program over the clients at once
-    # (their states gathered, its outputs), and the other slots' gathered states.
-    maps = max([(per_slot - at) * c.row + figure(0, at, 'map', m) for m in parts.maps],
-               default=0)
-    # Initialisation builds the cohort's states: as many bytes again in temporaries.
-    init = size * c.row if store == 'device' else 0
-    for name, n in (('training', fit), ('prediction', predict), ('evaluation', evaluate),
-                    ('a per-client map', maps), ('initialisation', init)):
-      if n > step:
-        step, phase = n, name
+    once = lambda n: None if not at_once or at_once >= n else at_once   # clients at once
+    # Each phase: XLA's figure for the engine's program over the clients a device runs, at
+    # once or in chunks (the gathered states, the loop's carries and outputs included).
+    phases = [(Phase('run', p), per_slot) for p in parts.programs]
+    if parts.public:
+      phases.append((Phase('predict', samples=parts.public, chunk=chunk), per_slot))
+    if parts.visits_all:   # (without, evaluation scores the server model alone)
+      phases.append((Phase('evaluate', samples=parts.scored, chunk=chunk,
+                           per_client=parts.per_client_test), read))
+    if store == 'device':   # initialisation builds the cohort's states at once
+      phases.append((Phase('init'), held))
+    for ph, n in phases:
+      b = figure(ph, n, once(n), held if ph.kind != 'init' else None)
+      if b > step:
+        step, phase = b, _phase_name(ph)
+  for name, fig, bnd in parts.server_phases:
+    b = (bnd if bound else fig)()
+    if b > step:
+      step, phase = b, name
   table = parts.table_row * k
   rows += table
   state += table if store == 'device' else parts.table_row * per_round

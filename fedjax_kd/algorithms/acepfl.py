@@ -67,7 +67,7 @@ from fedjax_kd import fields
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
-from fedjax_kd.core.local import LocalRule
+from fedjax_kd.core.program import SGD
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm, label_cluster, losses, privacy
 from fedjax_kd.ops import temperature as temperature_ops
@@ -185,18 +185,18 @@ class ACEOptions:
     return o
 
 
-def _ace_loss(logits, batch, aux, *, direction):
-  """Engine loss: Eq. 4 on a public batch.
+def _ace_loss(logits, batch, row, *, direction):
+  """The distillation program's loss: Eq. 4 on a public batch.
 
   One teacher for everybody (Eq. 3, Eq. 1) comes gathered in ``batch`` (no per-client
-  copies); per-cluster teachers come per client in ``aux``. The choice is static (the
+  copies); per-cluster teachers come per client in ``row``. The choice is static (the
   dicts' keys), so each mode compiles once.
   """
   pos = batch['_pos']
-  s = batch['s'] if 's' in batch else aux['s'][pos]
-  m = batch['m'] if 'm' in batch else aux['m'][pos]
+  s = batch['s'] if 's' in batch else row['s'][pos]
+  m = batch['m'] if 'm' in batch else row['m'][pos]
   return losses.triple_distillation_loss(
-      logits, batch['y'], s, aux['best'][pos], m, aux['T'], aux['w'], direction)
+      logits, batch['y'], s, row['best'][pos], m, row['T'], row['w'], direction)
 
 
 # One module-level function per direction, so the engine's jit cache sees stable objects.
@@ -249,10 +249,17 @@ def _teacher_metrics(stats: dict[str, jax.Array], fresh: np.ndarray) -> dict[str
 
 
 @jax.jit
-def _literal_gd(teacher: jax.Array, history: jax.Array, temperature: jax.Array) -> jax.Array:
-  """Eq. 4's printed ``L_GD = T^2 KL(s^r || M)``: a constant of the client model (no gradient)."""
-  kl = losses.tempered_kl(jnp.log(jnp.maximum(history, 1e-30)), teacher)
-  return temperature**2 * jnp.mean(kl)
+def _literal_gd(teachers: jax.Array, history: jax.Array, temperature: jax.Array) -> jax.Array:
+  """Eq. 4's printed ``L_GD = T^2 KL(s^r || M)`` of each teacher ``[V]``: a constant of the
+  client model (no gradient)."""
+  kl = losses.tempered_kl(jnp.log(jnp.maximum(history, 1e-30)), teachers)   # [V, m]
+  return temperature**2 * jnp.mean(kl, axis=-1)
+
+
+def _ratio(sum_count) -> float | None:
+  """``sum / count`` of a host pair, None for a zero count (a metric left out)."""
+  total, count = sum_count
+  return float(total / count) if count else None
 
 
 @flax.struct.dataclass
@@ -330,7 +337,22 @@ class ACEPFL(base.Algorithm):
     except ParamError as e:
       raise fields.field_error(e, self.param_fields()) from None
     self.rules = comm.get_rules(self.spec.comm.rules, self.paper_rules)
-    self.loss_fn = _LOSS_FNS[o.kl_direction]
+    # D0 is never augmented; lr eta2 (distill.*).
+    self.distillation = SGD(_LOSS_FNS[o.kl_direction], self.spec.distill.epochs,
+                            self.spec.distill.batch_size, slot=self.distill_slot)
+
+  def programs(self, shapes):
+    k, m, c, v = self.num_clients, self.m, self.num_classes, self.n_teachers
+    f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    row = {'best': shapes.table.best_logp, 'T': f32(k), 'w': f32(k, 4)}
+    columns = {'y': self.y_pub}
+    if v == 1:
+      columns.update(s=f32(m, c), m=f32(m, c))
+    else:
+      row.update(s=f32(k, m, c), m=f32(k, m, c))
+    return (self.planned_training(),
+            base.planned(self.distillation, base.public_rows(self.x_pub, k, **columns), row,
+                         None))
 
   # ---------------------------------------------------------- clustering
   def _cluster(self):
@@ -446,60 +468,46 @@ class ACEPFL(base.Algorithm):
                      jnp.full((k,), w[1]),
                      jnp.where(has_best, w[2], 0.0),
                      jnp.where(has_hist & gd_on, w[3], 0.0)], axis=1)
-    aux = {'best': table.best_logp,
-           'T': jnp.full((k,), temp, jnp.float32),
-           'w': w_k}
-    shared = {'x': self.x_pub, 'y': self.y_pub}
+    row = {'best': table.best_logp, 'T': jnp.full((k,), temp, jnp.float32), 'w': w_k}
+    columns = {'y': self.y_pub}
     if self.n_teachers == 1:
-      shared.update(s=teachers[0], m=hist[0])
+      columns.update(s=teachers[0], m=hist[0])
     else:
-      aux.update(s=jnp.take(teachers, table.teacher_of, axis=0),
+      row.update(s=jnp.take(teachers, table.teacher_of, axis=0),
                  m=jnp.take(hist, table.teacher_of, axis=0))
-    rule = LocalRule(epochs=self.spec.distill.epochs, batch_size=self.spec.distill.batch_size,
-                     opt_slot=self.distill_slot)   # D0 is never augmented
-    clients, dloss = r.fed.fit(
-        state.clients, self.ctx.root, t, 'distill', rule,
-        shared=shared, idx=jnp.arange(self.m, dtype=jnp.int32),
-        n=np.full(k, self.m, np.int32), aux=aux, loss_fn=self.loss_fn, active=active)
-    state = state.replace(clients=clients)
-    metrics['distill_loss'] = base.nanmean(dloss)
-    gd = None
+    ran = r.fed.run(self.distillation, state.clients, self.ctx.root, t, 'distill',
+                    data=base.public_rows(self.x_pub, k, **columns), row=row, active=active)
+    state = state.replace(clients=ran.states)
+    metrics['distill_loss'] = base.nanmean(ran.metrics)
     if o.gd_mode == 'literal' or o.weights[3] > 0:
       used = jnp.asarray(fresh) & (hist_count > 0)
       # Evaluated every round, round 1 (no history yet) included, so its ops compile
-      # in round 1 rather than in round 2; the metric is reported once there is history.
-      vals = jax.vmap(_literal_gd, in_axes=(0, 0, None))(teachers, hist, jnp.float32(temp))
-      gd = (jnp.sum(jnp.where(used, vals, 0.0)), jnp.sum(used))
-    acc = None
-    if o.weights[2] > 0:   # host accuracies (the evaluation reads them)
-      acc = self.selection_accuracy(state, r)
-    # One host read the round's control flow needs: whether some teacher has history
-    # (gd_literal is reported only then) and the best accuracies so far (a client that
-    # beats its own is predicted again below).
-    gd, best_acc = jax.device_get((gd, None if acc is None else table.best_acc))
-    if gd is not None and gd[1]:
-      metrics['gd_literal'] = float(gd[0] / gd[1])
+      # in round 1 rather than in round 2; the metric is reported once there is history
+      # (left out while no teacher has any).
+      vals = _literal_gd(teachers, hist, jnp.float32(temp))
+      metrics['gd_literal'] = base.Later((jnp.sum(jnp.where(used, vals, 0.0)), jnp.sum(used)),
+                                         _ratio)
 
-    # Bookkeeping: the best past model and the running mean of aggregates.
-    improved = np.zeros(k, bool)
-    if acc is not None:
-      improved = np.asarray(active) & (acc > np.asarray(best_acc))
-      metrics[f'{o.best_metric}_acc'] = (float(np.mean(acc[np.asarray(active)]))
-                                         if n_act else float('nan'))
-    if improved.any():
-      # All active clients (not just the improved ones), so the slot count never varies
-      # and the kernel compiles once.
+    # Bookkeeping: the best past model and the running mean of aggregates, on the device:
+    # every active client's predictions are taken (the kernel's slot count never varies and
+    # nothing is read), and those that beat their best past model replace it.
+    improved = jnp.zeros((k,), bool)
+    if o.weights[2] > 0:
+      acc = self.selection_accuracy(state, r)
+      improved = act & (acc > table.best_acc)
+      active_np = np.asarray(active, bool)
+      metrics[f'{o.best_metric}_acc'] = base.Later(
+          acc, lambda a: float(np.mean(a[active_np])) if n_act else float('nan'))
       new_logp = r.fed.predict(state.clients, self.x_pub, active,
                                chunk=self.spec.eval.chunk, log=True)
-      imp = jnp.asarray(improved)
       table = table.replace(
-          best_logp=jnp.where(imp[:, None, None], new_logp, table.best_logp),
-          best_acc=jnp.where(imp, jnp.asarray(acc, jnp.float32), table.best_acc))
+          best_logp=jnp.where(improved[:, None, None], new_logp, table.best_logp),
+          best_acc=jnp.where(improved, acc, table.best_acc))
     cnt = hist_count.astype(jnp.float32)[:, None, None]
     f = jnp.asarray(fresh)[:, None, None]
     ex = ex.replace(hist=jnp.where(f, (cnt * hist + teachers) / (cnt + 1.0), hist),
                     hist_count=hist_count + jnp.asarray(fresh, jnp.int32))
-    metrics['best_updates'] = int(improved.sum())
+    metrics['best_updates'] = jnp.sum(improved).astype(jnp.int32)
     metrics.update(_teacher_metrics(stats, fresh))
     return state.replace(table=table, extra=ex), base.RoundOutput(metrics, payloads)
 
@@ -553,15 +561,16 @@ class ACEPFL(base.Algorithm):
                            receivers, multicast=True)]
     return out
 
-  def selection_accuracy(self, state, r) -> np.ndarray:
-    """``[S]`` accuracy that picks the best past model (-inf for inactive clients)."""
+  def selection_accuracy(self, state, r) -> jax.Array:
+    """``[S]`` accuracy that picks the best past model (-inf for inactive clients), on the
+    device."""
     if self.options.best_metric == 'public':
       acc, _ = r.fed.evaluate_shared(state.clients, self.x_pub, self.y_pub, active=r.active,
-                                     chunk=self.spec.eval.chunk)
+                                     chunk=self.spec.eval.chunk, read=False)
     else:
       acc, _ = r.fed.evaluate(state.clients, split='val', active=r.active,
-                              chunk=self.spec.eval.chunk)
-    return np.where(np.isfinite(acc), acc, -np.inf)
+                              chunk=self.spec.eval.chunk, read=False)
+    return jnp.where(jnp.isfinite(acc), acc, -jnp.inf)
 
 
 @dataclasses.dataclass(frozen=True)

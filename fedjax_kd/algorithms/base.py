@@ -1,8 +1,10 @@
 """The round engine shared by every algorithm.
 
 An algorithm is a small class with ``init``, ``round`` and ``evaluate``; it
-composes the federation's kernels (train, predict, distill, evaluate) with the
-pure ops in :mod:`fedjax_kd.ops`. Host code only decides which indices, which
+writes what a client does as client programs (:mod:`fedjax_kd.core.program`), which
+the federation runs for the round's clients (``Federation.run``, the one entry), and
+composes them with the pure ops in :mod:`fedjax_kd.ops` and the engine's inference
+kernels (predict, evaluate). Host code only decides which indices, which
 clients and which payloads. Everything a round needs next time is in one
 :class:`AlgState` pytree of four declared parts (client models, the client
 table, the server model, the server state), so a checkpoint is one call and a
@@ -25,9 +27,11 @@ import numpy as np
 import optax
 
 from fedjax_kd import options
+from fedjax_kd.core import program as program_lib
 from fedjax_kd.core import rng
 from fedjax_kd.core.federation import Federation, SingleModel
-from fedjax_kd.core.local import Local, LocalRule
+from fedjax_kd.core.kernels import Planned
+from fedjax_kd.core.program import Program, Rows
 from fedjax_kd.core.state import wrong_rows
 from fedjax_kd.data import augment as augment_lib
 from fedjax_kd.errors import ConfigError
@@ -141,9 +145,10 @@ class RoundOutput:
     payloads: what the round sent.
     scores: the evaluation of the round's new state (:meth:`Algorithm.evaluate`), when
       :func:`play_round` was asked for it; read with the rest.
-    carry: host facts (Python values, never device arrays) the next round needs for its
-      control flow, which the runner hands it as :attr:`Round.carried` (the public-set
-      family: a downlink is pending).
+    carry: facts the next round needs for its control flow, which the runner hands it as
+      :attr:`Round.carried` (the public-set family: a downlink is pending; FedCache 2.0: the
+      next round's widest download): host values, or device values read with the round's
+      output (host values after :meth:`read`).
   """
   metrics: dict[str, Any]
   payloads: list[comm.Payload]
@@ -157,13 +162,14 @@ class RoundOutput:
     return out.finished()
 
   def read(self, also: Any = None) -> tuple[RoundOutput, Any]:
-    """One ``jax.device_get`` of the metrics, the scores, the payload counts and ``also`` (any
-    pytree): the output with its metrics and payloads as Python numbers and its scores read
-    but not finished (:meth:`finished`), and ``also``'s host value."""
-    metrics, scores, counts, also = jax.device_get(
-        (self.metrics, self.scores, [p.counts for p in self.payloads], also))
+    """One ``jax.device_get`` of the metrics, the scores, the payload counts, the carry and
+    ``also`` (any pytree): the output with its metrics and payloads as Python numbers, its
+    carry's host values and its scores read but not finished (:meth:`finished`), and
+    ``also``'s host value."""
+    metrics, scores, counts, carry, also = jax.device_get(
+        (self.metrics, self.scores, [p.counts for p in self.payloads], self.carry, also))
     return RoundOutput(_host_dict(metrics), [p.read(c) for p, c in zip(self.payloads, counts)],
-                       scores, self.carry), also
+                       scores, carry), also
 
   def finished(self) -> RoundOutput:
     """The output with its scores as Python numbers (:class:`Later` ones finished)."""
@@ -262,20 +268,52 @@ class Algorithm:
       server = self.server_model.init(key)
     return AlgState(clients=clients, server=server)
 
-  def step_batch(self) -> int:
-    """The largest batch one client's training step takes in a round (the memory planner
-    compiles a step of it): local training's, and distillation's where clients distil on
-    open samples."""
-    spec = self.spec
-    return max(spec.train.batch_size, spec.distill.batch_size if self.uses_public else 0)
+  def programs(self, shapes: AlgState) -> tuple[Planned, ...]:
+    """The client programs a round runs, as :class:`~fedjax_kd.core.kernels.Planned`
+    entries (the program and its inputs' shapes) for the memory planner, which traces or
+    compiles each for the clients at once (:mod:`fedjax_kd.memory`). ``shapes`` is the
+    state's (``jax.eval_shape`` of :meth:`init`); :meth:`planning_round` stands for a round
+    where one is needed. Default: private training
+    (:meth:`train_program`) and, for an algorithm that uses the public set, distillation on
+    a round's open samples (:meth:`distill_program`); an algorithm with programs of its own
+    declares them (a test runs a round of every algorithm and checks that each program it
+    ran was declared)."""
+    del shapes
+    out = [self.planned_training()]
+    if self.uses_public:
+      out.append(self.planned_distillation())
+    return tuple(out)
 
-  def planned_maps(self, table: Any) -> tuple[Any, ...]:
-    """The per-client maps a round runs besides training (``Federation.map_clients``), as
-    :class:`~fedjax_kd.core.kernels.MapStep` s for the memory planner, which compiles each
-    for the clients at once. ``table`` is the client table's shapes
-    (``jax.eval_shape`` of :meth:`init`). None by default."""
-    del table
-    return ()
+  def planning_round(self) -> Round:
+    """Round 1 with every client taking part, for :meth:`programs` (nothing is run)."""
+    return Round(t=1, fed=self.ctx.fed, active=np.ones(self.num_clients, bool))
+
+  def planned_training(self, program: Program | None = None, row: Any = None,
+                       shared: Any = None, data: Rows | None = None) -> Planned:
+    """:meth:`train_clients`' call as the planner sees it (arguments as there: ``row`` with
+    a leading client axis)."""
+    return planned(program or self.train_program(), data or self.private_rows(), row,
+                   self.training_shared(1, shared))
+
+  def planned_distillation(self, per_client: bool = False, weighted: bool = False) -> Planned:
+    """:meth:`distill_clients`' call on a round's open samples as the planner sees it, with
+    targets every client shares, or ``per_client`` ones (``weighted``: and a weight each)."""
+    d = self.ctx.data
+    k, c = d.num_clients, int(d.num_classes)
+    m = min(int(d.x_public.shape[0]), self.spec.distill.public_per_round)
+    x = jax.ShapeDtypeStruct((m,) + tuple(d.x_public.shape[1:]), d.x_public.dtype)
+    targets = jax.ShapeDtypeStruct((k, m, c) if per_client or weighted else (m, c), jnp.float32)
+    weights = jax.ShapeDtypeStruct((k,), jnp.float32) if weighted else None
+    program, data, row = distillation(self.distill_program(), x, targets, k, None, weights)
+    return planned(program, data, row, None)
+
+  def planned_server_distillation(self) -> Planned:
+    """:meth:`distill_server`'s call on a round's open samples as the planner sees it."""
+    d = self.ctx.data
+    m = min(int(d.x_public.shape[0]), self.spec.distill.public_per_round)
+    x = jax.ShapeDtypeStruct((m,) + tuple(d.x_public.shape[1:]), d.x_public.dtype)
+    t = jax.ShapeDtypeStruct((m, int(d.num_classes)), jnp.float32)
+    return planned(self.distill_program(), public_rows(x, 1, t=t), None, None, server=True)
 
   def planned_buffers(self) -> tuple[Any, ...]:
     """Device arrays the algorithm keeps from round to round besides its state (scratch it
@@ -309,42 +347,59 @@ class Algorithm:
     return read_metrics(self.evaluate(state))
 
   # --------------------------------------------------------------- shared
-  def train_rule(self, **hooks) -> LocalRule:
-    """The rule of private training: ``train.*`` epochs, batch size, fresh optimizer, augment.
-
-    ``hooks`` sets the rule's ``penalty`` / ``correction`` (FedProx, SCAFFOLD).
-    """
+  def train_program(self, *transforms: program_lib.Transform,
+                    loss: program_lib.LossFn = program_lib.ce_loss) -> program_lib.SGD:
+    """Private training's program: ``train.*`` epochs and batch size, a fresh optimizer
+    (``train.fresh_optimizer``), augmentation, the round's learning-rate factor
+    (:class:`~fedjax_kd.core.program.LRScale`), then ``transforms`` (FedProx's proximal
+    term, SCAFFOLD's control variates), on ``loss`` (default cross-entropy)."""
     tr = self.spec.train
-    return LocalRule(epochs=tr.epochs, batch_size=tr.batch_size, augment=self.augment,
-                     fresh_opt=tr.fresh_optimizer, **hooks)
+    sgd = program_lib.SGD(loss, tr.epochs, tr.batch_size, augment=self.augment,
+                          fresh=tr.fresh_optimizer)
+    return program_lib.chain(sgd, program_lib.LRScale(), *transforms)
 
-  def distill_rule(self) -> LocalRule:
-    """The rule of distillation: ``distill.*`` epochs and batch size, its optimizer slot."""
-    return LocalRule(epochs=self.spec.distill.epochs, batch_size=self.spec.distill.batch_size,
-                     opt_slot=self.distill_slot, augment=self.augment)
+  def distill_program(self, loss: program_lib.LossFn = program_lib.soft_ce_loss,
+                      augment: bool = True) -> program_lib.SGD:
+    """Distillation's program: ``distill.*`` epochs and batch size and its optimizer slot,
+    on ``loss`` (default cross-entropy on shared soft targets ``batch['t']``)."""
+    d = self.spec.distill
+    return program_lib.SGD(loss, d.epochs, d.batch_size, slot=self.distill_slot,
+                           augment=self.augment if augment else None)
 
-  def local_inputs(self, r: Round, **hook_data) -> Local:
-    """This round's per-client epochs (stragglers) and ``train.lr_decay ** (t - 1)``.
+  def private_rows(self, fed: Federation | None = None) -> Rows:
+    """Each client's labelled private rows, as a program's batches read them."""
+    d = (fed or self.ctx.fed).data
+    return Rows({'x': d.x_private, 'y': d.y_private}, d.client_idx, d.client_n)
 
-    ``hook_data`` sets the hooks' ``client`` / ``shared`` data.
-    """
-    return Local(epochs_k=r.epochs_k, lr_scale=self.lr_factor(r.t), **hook_data)
+  def training_shared(self, t: int, shared: dict | None = None) -> dict:
+    """The shared inputs of :meth:`train_program`: round ``t``'s learning-rate factor and
+    ``shared`` (the transforms' data)."""
+    return {'lr_scale': jnp.float32(self.lr_factor(t)), **(shared or {})}
 
   def lr_factor(self, t: int) -> float:
     """``train.lr_decay ** (t - 1)``: round t's learning rate over the initial one."""
     return float(self.spec.train.lr_decay ** (t - 1))
 
-  def train_clients(self, state: AlgState, r: Round, rule: LocalRule | None = None,
-                    local: Local | None = None):
-    """Private training of the active clients (default rule and inputs: :meth:`train_rule`,
-    :meth:`local_inputs`).
+  def train_clients(self, state: AlgState, r: Round, program: Program | None = None,
+                    row: Any = None, shared: dict | None = None, data: Rows | None = None):
+    """Local training of the active clients, with their epoch budgets (stragglers).
 
-    Returns the new state and the mean loss over the active clients (a device scalar).
+    Args:
+      state: the state; its client models train.
+      r: the round.
+      program: default :meth:`train_program`.
+      row: per-client inputs of the program's loss and transforms (rows of ``r.fed``).
+      shared: their shared inputs, besides the learning-rate factor (:meth:`training_shared`).
+      data: default the clients' private rows (:meth:`private_rows`).
+
+    Returns:
+      The new state and the mean loss over the active clients (a device scalar).
     """
-    clients, loss = r.fed.train_private(state.clients, self.ctx.root, r.t,
-                                        rule or self.train_rule(), local or self.local_inputs(r),
-                                        active=r.active)
-    return state.replace(clients=clients), nanmean(loss)   # a device scalar
+    ran = r.fed.run(program or self.train_program(), state.clients, self.ctx.root, r.t, 'train',
+                    data=data or self.private_rows(r.fed), row=row,
+                    shared=self.training_shared(r.t, shared), active=r.active,
+                    epochs=r.epochs_k)
+    return state.replace(clients=ran.states), nanmean(ran.metrics)   # a device scalar
 
   def selection_losses(self, state: AlgState, candidates: np.ndarray) -> np.ndarray:
     """``[K]`` local training loss of each candidate's model (Power-of-Choice).
@@ -365,26 +420,33 @@ class Algorithm:
     return idx, jnp.take(self.ctx.data.x_public, jnp.asarray(idx), axis=0)
 
   def distill_clients(self, state: AlgState, r: Round, x: Array, targets: Array,
-                      count: int | None = None, weights: Array | None = None):
+                      count: Any = None, weights: Array | None = None):
     """Every active client distils on ``(x[:count], targets[..., :count, :])``.
+
+    ``targets`` is ``[m, C]`` (the same for every client) or ``[S, m, C]``; ``count`` (host
+    or device int; default all ``m``) keeps shapes fixed, so a varying count does not
+    recompile; ``weights`` ``[S]`` scales each client's loss (COMET's lambda).
 
     Returns the new state and the mean loss over the active clients (a device scalar).
     """
-    clients, loss = r.fed.distill(state.clients, self.ctx.root, r.t, x, targets,
-                                  self.distill_rule(), active=r.active, count=count,
-                                  weights=weights)
-    return state.replace(clients=clients), nanmean(loss)
+    program, data, row = distillation(self.distill_program(), x, targets, r.num_clients,
+                                      count, weights)
+    ran = r.fed.run(program, state.clients, self.ctx.root, r.t, 'distill', data=data, row=row,
+                    active=r.active)
+    return state.replace(clients=ran.states), nanmean(ran.metrics)
 
   def distill_server(self, state: AlgState, t: int, x: Array, targets: Array,
-                     count: int | None = None):
+                     count: Any = None):
     """The server model distils on ``(x[:count], targets[:count])``.
 
     Returns the new state and its loss (a device scalar).
     """
-    server, loss = self.server_model.distill(
-        state.server, rng.server_key(self.ctx.root, t, 'distill'), x, targets,
-        self.distill_rule(), count=count)
-    return state.replace(server=server), loss[0]
+    m = x.shape[0]
+    ran = self.server_model.run(
+        self.distill_program(), state.server, rng.server_key(self.ctx.root, t, 'distill'),
+        data=Rows({'x': x, 't': targets}, jnp.arange(m, dtype=jnp.int32),
+                  m if count is None else count))
+    return state.replace(server=ran.states), ran.metrics
 
   def predict_clients(self, state: AlgState, r: Round, x: Array) -> Array:
     """``[S, m, C]`` client probabilities on public inputs (zeros for inactive)."""
@@ -434,6 +496,49 @@ class Algorithm:
     probs = self.server_model.predict(state.server, d.x_test, chunk=self.spec.eval.chunk)
     return {'server_ua': split_mean_accuracy(probs, d.y_test, d.test_idx,
                                              jnp.asarray(d.test_n))}
+
+
+def public_rows(x: Array, num_clients: int, count: Any = None, **columns: Array) -> Rows:
+  """Rows of shared inputs ``x`` (``[m, ...]``) every client reads, the first ``count`` of
+  them (host or device int; default all ``m``), with ``columns`` beside ``x``."""
+  m = x.shape[0]
+  return Rows({'x': x, **columns}, jnp.arange(m, dtype=jnp.int32),
+              jnp.full((num_clients,), m if count is None else count, jnp.int32))
+
+
+def distillation(program: program_lib.SGD, x: Array, targets: Array, num_clients: int,
+                 count: Any = None, weights: Array | None = None) -> tuple[Any, Rows, Any]:
+  """``(program, data, row)`` of distillation on ``x[:count]`` (``[m, ...]``): shared soft
+  targets ``[m, C]`` are a column of the batches (``batch['t']``); per-client ones
+  ``[K, m, C]`` (and ``weights`` ``[K]``, one per client) are rows of each client's inputs.
+  Shapes (``jax.ShapeDtypeStruct``) work as arrays do."""
+  rows = public_rows(x, num_clients, count)
+  if weights is not None:
+    if len(targets.shape) == 2:
+      targets = jnp.broadcast_to(targets, (num_clients,) + targets.shape)
+    return (dataclasses.replace(program, loss=program_lib.weighted_client_soft_ce_loss),
+            rows, {'t': targets, 'w': weights})
+  if len(targets.shape) == 2:
+    return program, public_rows(x, num_clients, count, t=targets), None
+  return (dataclasses.replace(program, loss=program_lib.client_soft_ce_loss), rows,
+          {'t': targets})
+
+
+def _shapes(tree: Any, drop: int = 0) -> Any:
+  """``jax.ShapeDtypeStruct`` s of ``tree``'s leaves, less their first ``drop`` axes."""
+  return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a)[drop:], a.dtype), tree)
+
+
+def planned(program: Program, data: Rows | None, row: Any, shared: Any,
+            server: bool = False) -> Planned:
+  """A :class:`~fedjax_kd.core.kernels.Planned` entry from a run's arguments (arrays or
+  shapes, ``row`` and ``data.idx`` with their client axis as ``Federation.run`` takes them):
+  the planner's shapes of one client."""
+  shared_rows = False
+  if data is not None:
+    shared_rows = len(np.shape(data.idx)) == 1
+    data = Rows(_shapes(data.arrays), _shapes(data.idx, 0 if shared_rows else 1), None)
+  return Planned(program, data, _shapes(row, 1), _shapes(shared), shared_rows, server)
 
 
 @jax.jit

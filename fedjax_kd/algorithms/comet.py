@@ -75,6 +75,9 @@ class COMET(protocol.Protocol):
                                              ids=jnp.asarray(r.ids))
     return state, jnp.where(jnp.isfinite(centroids), centroids, 0.0)
 
+  def weighted_targets(self):
+    return self.options.weight != 1.0
+
   def client_targets(self, state, r, x, payload):
     own = self.predict_clients(state, r, x)
     targets = cluster.nearest_centroid(own, payload)

@@ -32,7 +32,7 @@ import numpy as np
 
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
-from fedjax_kd.core.local import LocalRule
+from fedjax_kd.core.program import SGD
 from fedjax_kd.ops import comm, losses
 
 
@@ -46,11 +46,11 @@ class FDOptions:
                                             'not only in round 1')
 
 
-def fd_loss(logits, batch, aux):
+def fd_loss(logits, batch, row):
   """Eq. (7): CE on the label plus gamma x CE on the client's teacher for that label."""
   y = batch['y']
-  teacher = aux['teacher'][y]                     # [B, C]
-  weight = aux['weight'][y] * aux['gamma']        # [B]
+  teacher = row['teacher'][y]                     # [B, C]
+  weight = row['weight'][y] * row['gamma']        # [B]
   return losses.cross_entropy(logits, y) + weight * losses.soft_cross_entropy(logits, teacher)
 
 
@@ -82,6 +82,25 @@ class FD(base.Algorithm):
   options_class = FDOptions
   uses_public = False
 
+  def distillation(self) -> SGD:
+    """Eq. (7)'s program: ``distill.epochs`` epochs of the private data in batches of
+    ``train.batch_size``, on :func:`fd_loss`, with the distillation optimizer."""
+    return SGD(fd_loss, self.spec.distill.epochs, self.spec.train.batch_size,
+               slot=self.distill_slot)
+
+  def teacher_rows(self, teacher, weight, k: int) -> dict:
+    """The distillation's per-client inputs: its teachers, their weights and gamma."""
+    return {'teacher': teacher, 'weight': weight,
+            'gamma': jnp.full((k,), self.options.gamma, jnp.float32)}
+
+  def programs(self, shapes):
+    del shapes
+    k, c = self.num_clients, self.ctx.data.num_classes
+    f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    return (self.planned_training(),
+            base.planned(self.distillation(), self.private_rows(),
+                         {'teacher': f32(k, c, c), 'weight': f32(k, c), 'gamma': f32(k)}, None))
+
   def round(self, state, r):
     t, active = r.t, r.active
     metrics = {}
@@ -90,15 +109,11 @@ class FD(base.Algorithm):
     means, counts = r.fed.class_mean_probs(state.clients, active, chunk=self.spec.eval.chunk)
     _, teacher, weight = fd_teachers(means, counts, jnp.asarray(active))
     d = r.fed.data
-    tr = self.spec.train
-    rule = LocalRule(epochs=self.spec.distill.epochs, batch_size=tr.batch_size,
-                     opt_slot=self.distill_slot)
-    clients, loss = r.fed.fit(
-        state.clients, self.ctx.root, t, 'distill', rule,
-        shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx, n=d.client_n,
-        loss_fn=fd_loss, active=active, aux={'teacher': teacher, 'weight': weight,
-             'gamma': jnp.full((r.num_clients,), self.options.gamma, jnp.float32)})
-    metrics['distill_loss'] = base.nanmean(loss)   # a device scalar, read with the round
+    ran = r.fed.run(self.distillation(), state.clients, self.ctx.root, t, 'distill',
+                    data=self.private_rows(r.fed), active=active,
+                    row=self.teacher_rows(teacher, weight, r.num_clients))
+    clients = ran.states
+    metrics['distill_loss'] = base.nanmean(ran.metrics)   # a device scalar, read with the round
     c, senders = d.num_classes, int(np.sum(active))   # a host mask: no device read
     payloads = [comm.Payload('per_label_probs', comm.UP, 'float', c * c, senders),
                 comm.Payload('per_label_probs', comm.DOWN, 'float', c * c, senders,

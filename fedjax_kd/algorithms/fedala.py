@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import flax
 import jax
@@ -69,6 +69,7 @@ import jax.numpy as jnp
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.algorithms.fedavg import FedAvg
+from fedjax_kd.core.program import Batches, Program
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import ala
 from fedjax_kd.ops import losses
@@ -103,59 +104,71 @@ class FedALATable:
   started: Any
 
 
-def _ala_client(kernels, st, key, row, shared, *, options):
-  """One client's ALA: learns W on its sample, returns the mixed top leaves, W, the epochs
-  run and the last recorded loss (a ``map_clients`` function)."""
-  top, batch, percent, window, max_epochs, eta, threshold = options
-  idx, n = row['idx'], row['n']
-  n_max = idx.shape[0]
-  num = jnp.maximum(n * percent // 100, 1)
-  steps = max(1, -(-max(n_max * percent // 100, 1) // batch))
-  k_start, k_drop = jax.random.split(key)
-  start = jax.random.randint(k_start, (), 0, jnp.maximum(n - num + 1, 1))
-  offsets = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch)
-  valid = offsets < num
-  rows = idx[jnp.clip(start + offsets, 0, n_max - 1)]
-  global_ = shared['global']
-  base_params = global_    # lower layers: the global model
-  local_top = ala.take_leaves(st.params, top)
-  global_top = ala.take_leaves(global_, top)
+class ALACarry(NamedTuple):
+  """The ALA loop's carry: the weights, the ring buffer of each epoch's last loss, how many
+  epochs ran and the last real minibatch's loss."""
+  w: tuple
+  hist: jax.Array
+  count: jax.Array
+  last: jax.Array
 
-  def batch_loss(theta_top, b, k):
-    params = ala.put_leaves(base_params, top, theta_top)
-    x = kernels.inputs(shared['x'][rows[b]])
-    kwargs = dict(train=True, mask=valid[b], rngs={'dropout': k})
-    if st.batch_stats:
-      logits, _ = kernels.apply(params, st.batch_stats, x, mutable=['batch_stats'], **kwargs)
-    else:
-      logits = kernels.apply(params, st.batch_stats, x, **kwargs)
-    return losses.masked_mean(losses.cross_entropy(logits, shared['y'][rows[b]]), valid[b])
 
-  def epoch(w, e):
-    def one(w, b):
-      k = jax.random.fold_in(k_drop, e * 1_000_003 + b)
-      new, value = ala.step(lambda th: batch_loss(th, b, k), w, local_top, global_top, eta)
-      ok = jnp.any(valid[b])
-      return tuple(jnp.where(ok, a, o) for a, o in zip(new, w)), (value, ok)
+@dataclasses.dataclass(frozen=True)
+class ALA(Program):
+  """One client's ALA (Eq. 4-5): learns the weights ``W`` of its top layers ``top`` (leaf
+  indices) on one random window of ``percent`` % of its private rows, in batches of
+  ``batch_size``: one epoch, or (``row['converge']``, its first call) epochs until the
+  population std of the last ``window`` epochs' losses is below ``threshold``, at most
+  ``max_epochs``. The lower layers are the global model's (``shared['global']``).
 
-    w, (values, ok) = jax.lax.scan(one, w, jnp.arange(steps, dtype=jnp.uint32))
-    last = values[jnp.maximum(jnp.sum(ok) - 1, 0)]    # the epoch's last real minibatch
-    return w, last
+  Inputs ``row = {'w': the client's W, 'converge'}``. Outputs ``(the mixed top leaves, W,
+  epochs run, the last recorded loss)``; the stored model is read only.
+  """
+  top: tuple
+  batch_size: int
+  percent: int
+  window: int
+  max_epochs: int
+  eta: float
+  threshold: float
+  writes = False
 
-  def cond(carry):
-    _, e, hist, count, _ = carry
-    more = row['converge'] & (e < max_epochs) & ~ala.converged(hist, count, window, threshold)
-    return (e < 1) | more
+  @property
+  def batches(self):
+    return Batches(self.max_epochs, self.batch_size, order='window', percent=self.percent,
+                   until=True)
 
-  def body(carry):
-    w, e, hist, count, _ = carry
-    w, last = epoch(w, e.astype(jnp.uint32))
-    return w, e + 1, hist.at[count % window].set(last), count + 1, last
+  def init(self, c, row, shared):
+    return ALACarry(tuple(row['w']), jnp.zeros((self.window,), jnp.float32), jnp.int32(0),
+                    jnp.float32(jnp.nan))
 
-  init = (tuple(row['w']), jnp.int32(0), jnp.zeros((window,), jnp.float32), jnp.int32(0),
-          jnp.float32(jnp.nan))
-  w, e, _, _, last = jax.lax.while_loop(cond, body, init)
-  return ala.mix(local_top, global_top, w), w, e, last
+  def step(self, c, carry, batch, row, shared):
+    st, k, global_ = c.model, c.kernels, shared['global']
+
+    def loss(theta_top):
+      params = ala.put_leaves(global_, self.top, theta_top)   # lower layers: the global model
+      kwargs = dict(train=True, mask=batch.valid, rngs={'dropout': batch.key})
+      if st.batch_stats:
+        logits, _ = k.apply(params, st.batch_stats, batch.data['x'], mutable=['batch_stats'],
+                            **kwargs)
+      else:
+        logits = k.apply(params, st.batch_stats, batch.data['x'], **kwargs)
+      return losses.masked_mean(losses.cross_entropy(logits, batch.data['y']), batch.valid)
+
+    w, value = ala.step(loss, carry.w, ala.take_leaves(st.params, self.top),
+                        ala.take_leaves(global_, self.top), self.eta)
+    return carry._replace(w=w, last=value), value
+
+  def more(self, c, carry, row, shared):
+    hist = carry.hist.at[carry.count % self.window].set(carry.last)
+    count = carry.count + 1
+    go = row['converge'] & ~ala.converged(hist, count, self.window, self.threshold)
+    return carry._replace(hist=hist, count=count), go
+
+  def final(self, c, carry, row, shared):
+    local_top = ala.take_leaves(c.model.params, self.top)
+    mixed = ala.mix(local_top, ala.take_leaves(shared['global'], self.top), carry.w)
+    return None, (mixed, carry.w, carry.count, carry.last)
 
 
 @functools.partial(jax.jit, static_argnames=('top',))
@@ -194,6 +207,16 @@ class FedALA(FedAvg):
                         f'an integer in [1, {n_layers}] (the layers with parameters of '
                         f'{self.spec.clients.models[0]})')
     self.top = ala.top_layers(module, x, shapes.params, o.layers)
+    self.ala = ALA(tuple(self.top), self.spec.train.batch_size, o.percent, o.window,
+                   o.max_start_epochs, o.eta, o.threshold)
+
+  def programs(self, shapes):
+    k = self.num_clients
+    row = {'w': shapes.table.w, 'converge': jax.ShapeDtypeStruct((k,), jnp.bool_)}
+    shared = {'global': jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype),
+                                     shapes.server.params)}
+    return (base.planned(self.ala, self.private_rows(), row, shared),
+            *super().programs(shapes))
 
   def init(self):
     state = super().init()
@@ -203,25 +226,19 @@ class FedALA(FedAvg):
                                            started=jnp.zeros((k,), bool)))
 
   def round(self, state, r):
-    o = self.options
     (cohort,) = state.clients
     tab = state.table
-    d = r.fed.data
     act = jnp.asarray(r.active)
     use_ala = act & tab.trained
     fresh = act & ~tab.trained
     s = r.num_clients
     fill = (ala.take_leaves(cohort.params, self.top), tab.w, jnp.zeros((s,), jnp.int32),
             jnp.full((s,), jnp.nan, jnp.float32))
-    static = (self.top, self.spec.train.batch_size, o.percent, o.window, o.max_start_epochs,
-              o.eta, o.threshold)
-    top_vals, w, epochs, last = r.fed.map_clients(
-        state.clients, self.ctx.root, r.t, 'custom', _ala_client,
-        per_client={'w': tab.w, 'idx': d.client_idx, 'n': jnp.asarray(d.client_n, jnp.int32),
-                    'converge': use_ala & ~tab.started},
-        shared={'global': jax.tree.map(lambda a: a[0], state.server.params),
-                'x': d.x_private, 'y': d.y_private},
-        fill=fill, options=static, active=r.active)
+    top_vals, w, epochs, last = r.fed.run(
+        self.ala, state.clients, self.ctx.root, r.t, 'custom', data=self.private_rows(r.fed),
+        row={'w': tab.w, 'converge': use_ala & ~tab.started},
+        shared={'global': jax.tree.map(lambda a: a[0], state.server.params)},
+        fill=fill, active=r.active).out
     cohort = _initialise(cohort, state.server, use_ala, fresh, top_vals, top=self.top)
     table = FedALATable(w=tuple(base.rows_where(use_ala, a, b) for a, b in zip(w, tab.w)),
                         trained=tab.trained | act, started=tab.started | use_ala)

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd.algorithms import base
-from fedjax_kd.core.local import Local, LocalRule
+from fedjax_kd.core.program import Program
 from fedjax_kd.core.state import num_elements
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
@@ -99,10 +99,15 @@ class FedAvg(base.Algorithm):
                          multicast=True)]
 
   # ------------------------------------------------------------ hooks
-  def local_training(self, state, r: base.Round) -> tuple[LocalRule, Local]:
-    """The rule and inputs of the clients' local training (FedProx and SCAFFOLD add hooks)."""
-    del state
-    return self.train_rule(), self.local_inputs(r)
+  def local_training(self, state, r: base.Round) -> tuple[Program, Any, dict | None]:
+    """``(program, row, shared)`` of the clients' local training (:meth:`train_clients`'s
+    arguments): FedProx and SCAFFOLD chain their transforms onto :meth:`train_program` and
+    give their data; FedRS and FedLC train on a loss of their own."""
+    del state, r
+    return self.train_program(), None, None
+
+  def programs(self, shapes):
+    return (self.planned_training(*self.local_training(shapes, self.planning_round())),)
 
   def local_steps(self, r: base.Round) -> np.ndarray:
     """``[S]`` local SGD steps each client of the round runs (0 if inactive).

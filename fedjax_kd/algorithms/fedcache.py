@@ -72,6 +72,7 @@ import numpy as np
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
+from fedjax_kd.core.program import Program, Rows, over_rows
 from fedjax_kd.ops import comm
 from fedjax_kd.ops import related_knowledge as rk
 
@@ -112,7 +113,7 @@ class LogitCache:
 
 @dataclasses.dataclass(frozen=True)
 class CacheKD:
-  """FedCache's per-sample loss as a ``loss_fn`` of the engine (hashable: a static arg).
+  """FedCache's per-sample loss, the training program's (hashable: part of the program).
 
   Reads the per-sample teacher logits ``batch['kd_t']`` and weights ``batch['kd_w']``,
   gathered by row like ``x`` and ``y``.
@@ -120,28 +121,28 @@ class CacheKD:
   beta: float
   temperature: float
 
-  def __call__(self, logits, batch, aux):
-    del aux
+  def __call__(self, logits, batch, row):
+    del row
     return rk.cache_kd_loss(logits, batch['y'], batch['kd_t'], batch['kd_w'], self.beta,
                             self.temperature)
 
 
 @dataclasses.dataclass(frozen=True)
-class LogitOptions:
+class PrivateLogits(Program):
+  """The upload: inference-mode logits ``[n_max, C]`` of a client's model on its private rows
+  (``row['idx']``) of ``shared['x']``, ``chunk`` rows at a time (float32 whatever the compute
+  dtype)."""
   chunk: int
+  writes = False
 
+  def final(self, c, carry, row, shared):
+    st, k = c.model, c.kernels
 
-def private_logits(kernels, st, key, row, shared, *, options: LogitOptions):
-  """Inference-mode logits ``[n_max, C]`` of one client's model on its private rows."""
-  del key
-  idx, _ = row
-  x = shared
-  chunk = options.chunk
-  m = idx.shape[0]
-  rows = jnp.pad(idx, (0, (-m) % chunk)).reshape(-1, chunk)
-  out = jax.lax.map(lambda r: kernels.apply(st.params, st.batch_stats,
-                                            kernels.inputs(x[r]), train=False), rows)
-  return out.reshape(-1, out.shape[-1])[:m].astype(jnp.float32)
+    def logits(rows, i):
+      del i
+      return k.apply(st.params, st.batch_stats, k.inputs(shared['x'][rows]), train=False)
+
+    return None, over_rows(logits, row['idx'], self.chunk).astype(jnp.float32)
 
 
 class FedCache(base.Algorithm):
@@ -153,6 +154,8 @@ class FedCache(base.Algorithm):
   def __init__(self, ctx: base.Context):
     super().__init__(ctx)
     d = ctx.data
+    n_max = d.client_idx.shape[1]
+    self.upload = PrivateLogits(chunk=max(1, min(self.spec.eval.chunk, 256, n_max)))
     self.num_classes = d.num_classes
     self.n_private = int(d.x_private.shape[0])
     self.input_dim = math.prod(d.input_shape)
@@ -188,6 +191,21 @@ class FedCache(base.Algorithm):
                       seen=jnp.zeros((self.n_private,), bool), related=related,
                       related_valid=valid)
 
+  def training_rows(self, fed, targets, weight) -> Rows:
+    """The private rows with each one's related knowledge and its weight beside it."""
+    d = fed.data
+    return Rows({'x': d.x_private, 'y': d.y_private, 'kd_t': targets, 'kd_w': weight},
+                d.client_idx, d.client_n)
+
+  def programs(self, shapes):
+    d = self.ctx.data
+    n = int(d.x_private.shape[0])
+    targets = jax.ShapeDtypeStruct((n, self.num_classes), jnp.float32)
+    weight = jax.ShapeDtypeStruct((n,), jnp.float32)
+    return (self.planned_training(self.train_program(loss=self.loss_fn),
+                                  data=self.training_rows(self.ctx.fed, targets, weight)),
+            base.planned(self.upload, None, {'idx': d.client_idx}, {'x': d.x_private}))
+
   # ---------------------------------------------------------------- round
   def round(self, state, r):
     cache = state.extra
@@ -198,25 +216,20 @@ class FedCache(base.Algorithm):
     # 1. The related knowledge of every sample (the server's R-mean, eq. 3).
     targets, weight = rk.related_targets(cache.logits, cache.related, valid)
     # 2. Local training with CE + beta * KD (eq. 2).
-    clients, loss = r.fed.fit(
-        state.clients, self.ctx.root, r.t, 'train', self.train_rule(), self.local_inputs(r),
-        shared={'x': d.x_private, 'y': d.y_private, 'kd_t': targets, 'kd_w': weight},
-        idx=d.client_idx, n=d.client_n, loss_fn=self.loss_fn, active=r.active)
-    state = state.replace(clients=clients)
+    state, loss = self.train_clients(state, r, self.train_program(loss=self.loss_fn),
+                                      data=self.training_rows(r.fed, targets, weight))
     # 3. Upload: fresh logits of every private sample replace its cache row.
     n = jnp.asarray(np.where(r.active, d.client_n, 0), jnp.int32)
     n_max = d.client_idx.shape[1]
-    opts = LogitOptions(chunk=max(1, min(self.spec.eval.chunk, 256, n_max)))
-    fresh = r.fed.map_clients(
-        state.clients, self.ctx.root, r.t, 'predict', private_logits, active=r.active,
-        per_client=(d.client_idx, n), shared=d.x_private, options=opts,
-        fill=jnp.zeros((r.num_clients, n_max, self.num_classes), jnp.float32))
+    fresh = r.fed.run(self.upload, state.clients, self.ctx.root, r.t, 'predict',
+                      row={'idx': d.client_idx}, shared={'x': d.x_private},
+                      active=r.active).out
     mask = jnp.arange(n_max)[None, :] < n[:, None]
     logits, seen = rk.write_logits(cache.logits, cache.seen, d.client_idx, fresh, mask)
     cache = cache.replace(logits=logits, seen=seen)
     samples = int(np.sum(np.asarray(d.client_n)[r.active]))   # host counts: no device read
     # Shares of the clients' samples that had a teacher this round / are in the cache.
-    metrics = {'train_loss': base.nanmean(loss),
+    metrics = {'train_loss': loss,
                'kd_coverage': jnp.sum(weight * self.owned) / self.n_owned,
                'cache_seen': jnp.sum(seen * self.owned) / self.n_owned}
     return state.replace(extra=cache), base.RoundOutput(metrics, self.payloads(samples))

@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import flax
 import jax
@@ -51,13 +51,16 @@ import optax
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
-from fedjax_kd.core.kernels import MapStep, epoch_positions
+from fedjax_kd.core.federation import join_rows
+from fedjax_kd.core.program import Batches, Program, Rows, over_rows
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import codec, comm
 from fedjax_kd.ops import knowledge_cache as kc
 from fedjax_kd.ops import krr
 
 SAMPLING = ('count', 'bernoulli', 'repo')
+# RoundOutput.carry's key: (the next round, the widest download any client would take in it).
+WIDEST = 'fedcache2_widest'
 ENCODINGS = ('raw', 'png', 'jpeg')
 PROTO_INIT = ('own', 'sigma')
 BN_MODES = ('eval', 'train')
@@ -154,18 +157,39 @@ class FedCache2(base.Algorithm):
     self._pool_x = None
     self._y_pool = jnp.concatenate([d.y_private,
                                     jnp.tile(jnp.asarray(self.slot_class), d.num_clients)])
+    counts = d.client_labels().astype(np.float64)
+    # p^k of every client (eq. 16), a constant the host knows: the table's rows, and the
+    # widest download of the next round (:meth:`_widest_next`) for all K clients.
+    self.label_freq = jnp.asarray(counts / np.maximum(counts.sum(1, keepdims=True), 1),
+                                  jnp.float32)
+    self.distillation = SyntheticDistillation(
+        epochs=o.dd_epochs, batch_size=o.dd_batch_size, lr=float(o.dd_lr), reg=float(o.dd_reg),
+        bn_mode=o.dd_bn_mode, augment=self.augment,
+        chunk=max(1, min(self.spec.eval.chunk, 256, d.client_idx.shape[-1])),
+        value_range=tuple(float(v) for v in self.value_range))
 
   # ------------------------------------------------------------ lifecycle
-  def planned_maps(self, table):
-    # The synthetic-data distillation (eqs. 8-12): one client's starting set, its real
-    # slots, its rows of the pooled private data and their count.
+  def programs(self, shapes):
     d = self.ctx.fed.data
-    one = lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype)
-    row = (one(table.proto), one(table.proto_valid), one(d.client_idx),
-           jax.ShapeDtypeStruct((), jnp.int32))
-    shared = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
-                          (self.y_b, d.x_private, d.y_private))
-    return (MapStep(distill_synthetic, row, shared, self._distill_options(d)),)
+    k = d.num_clients
+    # Training on the private rows and the widest download a round can take (the plan
+    # holds for every round's width).
+    width = self._width(min(self.options.max_download or k * self.slots, k * self.slots))
+    pool = self.planned_buffers()[0]
+    rows = Rows({'x': pool, 'y': self._y_pool},
+                jax.ShapeDtypeStruct((k, d.client_idx.shape[1] + width), jnp.int32), None)
+    return (self.planned_training(data=rows),
+            base.planned(self.distillation, self.private_rows(),
+                         {'x': shapes.table.proto, 'valid': shapes.table.proto_valid},
+                         self._distillation_shared(d)))
+
+  def _distillation_shared(self, d) -> dict:
+    return {'y_b': self.y_b, 'x': d.x_private, 'y': d.y_private}
+
+  def _width(self, most: int) -> int:
+    """The training kernel's download width for a widest download of ``most`` samples: the
+    next power of two (few shapes compile), at most every cache slot."""
+    return min(1 << (most - 1).bit_length(), self.num_clients * self.slots) if most else 0
 
   def planned_buffers(self):
     # The download pool (_pool): the private rows as model inputs, then every cache slot;
@@ -175,13 +199,6 @@ class FedCache2(base.Algorithm):
                                              tail_rows=d.num_clients * self.slots),
                            d.x_private),)
 
-  def _distill_options(self, d) -> DistillOptions:
-    o = self.options
-    return DistillOptions(epochs=o.dd_epochs, batch_size=o.dd_batch_size, lr=float(o.dd_lr),
-                          reg=float(o.dd_reg), bn_mode=o.dd_bn_mode, augment=self.augment,
-                          chunk=max(1, min(self.spec.eval.chunk, 256, d.client_idx.shape[-1])),
-                          value_range=tuple(float(v) for v in self.value_range))
-
   def setup_payloads(self):
     # Each client sends its label distribution p^k once (Algorithm 1, initialisation).
     return [comm.Payload('label_distribution', comm.UP, 'float', self.num_classes,
@@ -190,11 +207,9 @@ class FedCache2(base.Algorithm):
   def init(self) -> base.AlgState:
     state = super().init()
     proto, valid = self._real_prototypes()
-    counts = self.ctx.data.client_labels().astype(np.float64)
-    label_freq = jnp.asarray(counts / np.maximum(counts.sum(1, keepdims=True), 1), jnp.float32)
     cache = kc.empty_cache(self.num_clients, self.slots, self.ctx.data.input_shape)
     return state.replace(table=FedCache2Table(proto=proto, proto_valid=valid,
-                                              label_freq=label_freq),
+                                              label_freq=self.label_freq),
                          extra=cache)
 
   def _real_prototypes(self):
@@ -221,7 +236,6 @@ class FedCache2(base.Algorithm):
   # ---------------------------------------------------------------- round
   def round(self, state, r):
     t, active = r.t, r.active
-    o = self.options
     k_all = r.num_clients
     act = jnp.asarray(active)
     cache, table = state.extra, state.table
@@ -230,18 +244,14 @@ class FedCache2(base.Algorithm):
 
     # 1. Device-centric download (eq. 17).
     gids = r.ids   # a client's own cache row is its global id
-    keys = rng.client_keys(self.ctx.root, t, gids, 'sample')
-    exclude = jnp.asarray(gids) if o.exclude_own else jnp.full((k_all,), -1)
-    masks = kc.sample_clients(keys, cache.valid, jnp.asarray(self.slot_class),
-                              table.label_freq, o.tau, mode=o.sampling, cap=o.max_download,
-                              exclude_rows=exclude)
+    masks = self._sample(cache, t, gids, table.label_freq)
     flat = (masks & act[:, None, None]).reshape(k_all, -1)
     down_n = jnp.sum(flat, axis=1).astype(jnp.int32)
     receivers = int(np.sum(active))   # a host mask: no device read
     n_down = jnp.sum(down_n)
-    # A host read the round's control flow needs: the widest download sets the training
-    # kernel's shape, and none at all (round 1) trains on the private data alone.
-    most = int(jnp.max(down_n))
+    # The widest download sets the training kernel's shape (none at all, as in round 1:
+    # training on the private data alone): a host fact the last round left.
+    most = self._widest(state, r)
     if most > 0:
       payloads += self._sample_payloads(comm.DOWN, jnp.sum(flat * cache.nbytes.reshape(1, -1)),
                                         n_down, receivers)
@@ -249,13 +259,11 @@ class FedCache2(base.Algorithm):
 
     # 2. Local training on private + downloaded synthetic data (eq. 14).
     if most > 0:
-      s_max = min(1 << (most - 1).bit_length(), flat.shape[1])
-      extra_idx = _selected_rows(flat, s_max) + self.n_private
-      clients, loss = r.fed.train_with_extra(
-          state.clients, self.ctx.root, t, self.train_rule(), self.local_inputs(r),
-          x_pool=self._pool(cache), y_pool=self._y_pool, extra_idx=extra_idx, extra_n=down_n,
-          active=active)
-      state, metrics['train_loss'] = state.replace(clients=clients), base.nanmean(loss)
+      extra_idx = _selected_rows(flat, self._width(most)) + self.n_private
+      d = r.fed.data
+      idx, n = join_rows(d.client_idx, jnp.asarray(d.client_n, jnp.int32), extra_idx, down_n)
+      state, metrics['train_loss'] = self.train_clients(
+          state, r, data=Rows({'x': self._pool(cache), 'y': self._y_pool}, idx, n))
     else:
       state, metrics['train_loss'] = self.train_clients(state, r)
 
@@ -263,13 +271,11 @@ class FedCache2(base.Algorithm):
     x0, v0, init_payloads = self._starting_points(state, r)
     payloads += init_payloads
     d = r.fed.data
-    opts = self._distill_options(d)
-    x_new, dd_loss, skipped = r.fed.map_clients(
-        state.clients, self.ctx.root, t, 'distill', distill_synthetic, active=active,
-        per_client=(x0, v0, d.client_idx, jnp.asarray(np.where(active, d.client_n, 0),
-                                                      jnp.int32)),
-        shared=(self.y_b, d.x_private, d.y_private), options=opts,
-        fill=(x0, jnp.full((k_all,), jnp.nan, jnp.float32), jnp.zeros((k_all,), jnp.int32)))
+    x_new, dd_loss, skipped = r.fed.run(
+        self.distillation, state.clients, self.ctx.root, t, 'distill', active=active,
+        data=self.private_rows(r.fed), row={'x': x0, 'valid': v0},
+        shared=self._distillation_shared(d),
+        fill=(x0, jnp.full((k_all,), jnp.nan, jnp.float32), jnp.zeros((k_all,), jnp.int32))).out
     metrics['dd_loss'] = base.nanmean(dd_loss)
     metrics['dd_skipped_steps'] = jnp.sum(skipped)
 
@@ -283,9 +289,36 @@ class FedCache2(base.Algorithm):
     metrics['cache_items'] = jnp.sum(cache.valid)
     table = table.replace(proto=base.rows_where(act, x_new, table.proto),
                           proto_valid=base.rows_where(act, v0, table.proto_valid))
-    return state.replace(table=table, extra=cache), base.RoundOutput(metrics, payloads)
+    return state.replace(table=table, extra=cache), base.RoundOutput(
+        metrics, payloads, carry={WIDEST: (t + 1, self._widest_next(cache, t + 1))})
 
   # -------------------------------------------------------------- helpers
+  def _sample(self, cache: kc.KnowledgeCache, t: int, gids: np.ndarray, label_freq):
+    """Round ``t``'s download masks ``[S, K, P]`` of clients ``gids`` (eq. 17)."""
+    o = self.options
+    keys = rng.client_keys(self.ctx.root, t, gids, 'sample')
+    exclude = jnp.asarray(gids) if o.exclude_own else jnp.full((len(gids),), -1)
+    return kc.sample_clients(keys, cache.valid, jnp.asarray(self.slot_class), label_freq,
+                             o.tau, mode=o.sampling, cap=o.max_download, exclude_rows=exclude)
+
+  def _widest_next(self, cache: kc.KnowledgeCache, t: int) -> jax.Array:
+    """The most samples any of the K clients would download in round ``t`` from ``cache`` (a
+    device count, read with this round's output): the same draws as that round's, so its
+    participants' widest download is at most this."""
+    gids = np.arange(self.num_clients)
+    masks = self._sample(cache, t, gids, self.label_freq)
+    return jnp.max(jnp.sum(masks.reshape(len(gids), -1), axis=1)).astype(jnp.int32)
+
+  def _widest(self, state, r) -> int:
+    """The widest download of round ``r.t``: the count the previous round left (the next
+    round's draws over every client), none before the first (an empty cache), else (the
+    first round after a resume or a skipped round) one read of the draw over every client."""
+    if r.carried is not None and r.carried.get(WIDEST, (None,))[0] == r.t:
+      return int(r.carried[WIDEST][1])
+    if r.carried == {} and r.t == 1:
+      return 0
+    return int(self._widest_next(state.extra, r.t))
+
   def _pool(self, cache: kc.KnowledgeCache) -> jax.Array:
     """``x_private`` followed by every cache slot (the rows clients can download).
 
@@ -362,19 +395,6 @@ class FedCache2(base.Algorithm):
 
 
 # ---------------------------------------- on-device dataset distillation (KRR)
-@dataclasses.dataclass(frozen=True)
-class DistillOptions:
-  """Static options of one client's dataset distillation (see :func:`distill_synthetic`)."""
-  epochs: int
-  batch_size: int
-  lr: float
-  reg: float
-  bn_mode: str
-  augment: Any
-  chunk: int
-  value_range: tuple[float, float]
-
-
 def _embed(kernels, st, x: jax.Array, train: bool = False,
            mask: jax.Array | None = None) -> jax.Array:
   """Penultimate features F_f(x) ``[B, d]`` (the input of the final Dense), in float32."""
@@ -385,89 +405,99 @@ def _embed(kernels, st, x: jax.Array, train: bool = False,
   return kernels.apply(st.params, st.batch_stats, x, train=False, embed=True)
 
 
-def _target_features(kernels, st, x: jax.Array, idx: jax.Array, key: jax.Array, chunk: int,
-                     augment) -> jax.Array:
-  """Inference-mode features of ``x[idx]`` ``[n_max, d]``, computed ``chunk`` rows at a time."""
-  m = idx.shape[0]
-  pad = (-m) % chunk
-  rows = jnp.pad(idx, (0, pad)).reshape(-1, chunk)
-
-  def body(inputs):
-    i, r = inputs
-    xb = kernels.inputs(x[r])
-    if augment is not None:
-      xb = augment(jax.random.fold_in(key, i), xb)
-    return _embed(kernels, st, xb)
-
-  feats = jax.lax.map(body, (jnp.arange(rows.shape[0], dtype=jnp.uint32), rows))
-  return feats.reshape(-1, feats.shape[-1])[:m]
+class DistillCarry(NamedTuple):
+  """The distillation's carry: the synthetic inputs and Adam's state, the targets (constant
+  over the steps) and the loss sums of the steps that updated or were skipped."""
+  x_b: jax.Array
+  opt: Any
+  phi: jax.Array
+  y: jax.Array
+  loss_sum: jax.Array
+  ok: jax.Array
+  skipped: jax.Array
 
 
-def distill_synthetic(kernels, st, key, row, shared, *, options: DistillOptions):
-  """Optimises one client's synthetic inputs by KRR on its own features (eqs. 10-12).
+@dataclasses.dataclass(frozen=True)
+class SyntheticDistillation(Program):
+  """One client's dataset distillation by KRR on its own features (eqs. 10-12).
 
-  The client's synthetic inputs ``x_b`` are optimised with Adam(``lr``) to
-  minimise the KRR loss (:func:`fedjax_kd.ops.krr.krr_loss`) of predicting the
-  client's real data ``(x[idx[:n]], y[idx[:n]])`` from the synthetic set, with a
-  linear kernel on the client model's penultimate features; ``epochs`` passes
-  over the targets in minibatches of ``batch_size``. The model is not changed.
-  Runs per client under ``Federation.map_clients``.
+  The client's synthetic inputs ``x_b`` are optimised with Adam(``lr``) to minimise the
+  KRR loss (:func:`fedjax_kd.ops.krr.krr_loss`) of predicting the client's real data
+  ``(x[idx[:n]], y[idx[:n]])`` from the synthetic set, with a linear kernel on the client
+  model's penultimate features; ``epochs`` passes over the targets in shuffled minibatches
+  of ``batch_size``. The model only reads (``apply`` is float32: the KRR solve needs the
+  precision whatever ``train.compute_dtype`` says).
 
-  Args:
-    kernels: the client's cohort kernels (``apply`` is float32: the KRR solve
-      needs the precision whatever ``train.compute_dtype`` says).
-    st: the client's model state (read only).
-    key: the client's key.
-    row: ``(x_b [P, ...], valid_b [P] bool, idx [n_max], n)``: the starting
-      synthetic inputs, their real slots (a class the client lacks is masked), the
-      client's rows of the pooled data and their count.
-    shared: ``(y_b [P, C], x, y)``: the synthetic rows' one-hot labels (fixed) and
-      the pooled private data (stored inputs, mapped by ``kernels.inputs``).
-    options: ``bn_mode='eval'`` uses running statistics, ``'train'`` the synthetic
-      batch's own (as the authors' code; running stats are not updated);
-      ``augment`` transforms the target inputs (one pass); inputs are clipped to
-      ``value_range`` after every step.
+  Inputs: ``row = {'x': x_b [P, ...], 'valid': valid_b [P]}`` (the starting synthetic
+  inputs and their real slots: a class the client lacks is masked) and
+  ``shared = {'y_b': [P, C] one-hot labels, 'x', 'y': the pooled private data}``, the batches
+  drawn over the client's rows of it. ``bn_mode='eval'`` uses running statistics,
+  ``'train'`` the synthetic batch's own (as the authors' code; running stats are not
+  updated); ``augment`` transforms the target inputs (one pass, ``chunk`` rows at a time);
+  inputs are clipped to ``value_range`` after every step.
 
-  Returns:
-    ``(x_b, mean KRR loss (NaN if no step ran), steps skipped for a non-finite
-    loss or gradient)``.
+  Outputs ``(x_b, mean KRR loss of the steps that updated (NaN if none), steps skipped for a
+  non-finite loss or gradient)``.
   """
-  x_b, valid_b, idx, n = row
-  y_b, x, y = shared
-  o = options
-  epochs, batch_size, lr, reg, bn_mode = o.epochs, o.batch_size, o.lr, o.reg, o.bn_mode
-  augment, chunk, value_range = o.augment, o.chunk, o.value_range
-  n_max = idx.shape[0]
-  k_feat, k_pos = jax.random.split(key)
-  # Targets: the client's real data through its current (trained) extractor,
-  # detached -- only the synthetic inputs are learned.
-  phi_all = jax.lax.stop_gradient(_target_features(kernels, st, x, idx, k_feat, chunk,
-                                                   augment))
-  y_all = jax.nn.one_hot(y[idx], y_b.shape[-1], dtype=jnp.float32)
-  positions, _ = epoch_positions(k_pos, n_max, n, epochs, batch_size)
-  vb = valid_b.astype(jnp.float32)
-  tx = optax.adam(lr)
-  lo, hi = value_range
+  epochs: int
+  batch_size: int
+  lr: float
+  reg: float
+  bn_mode: str
+  augment: Any
+  chunk: int
+  value_range: tuple[float, float]
+  writes = False
 
-  def loss_fn(xb, pos):
-    phi_b = _embed(kernels, st, xb, train=(bn_mode == 'train'), mask=valid_b)
-    p = jnp.minimum(pos, n_max - 1)
-    return krr.krr_loss(phi_all[p], y_all[p], phi_b, y_b, vb, pos < n, reg)
+  @property
+  def batches(self) -> Batches:
+    return Batches(self.epochs, self.batch_size)
 
-  def step(carry, pos):
-    xb, opt = carry
-    value, grads = jax.value_and_grad(loss_fn)(xb, pos)
-    updates, new_opt = tx.update(grads, opt, xb)
-    new_xb = jnp.clip(optax.apply_updates(xb, updates), lo, hi)
-    used = jnp.any(pos < n) & jnp.any(valid_b)
+  def batch_key(self, key):
+    return jax.random.split(key)[1]
+
+  def init(self, c, row, shared):
+    k_feat = jax.random.split(c.key)[0]
+    k, st = c.kernels, c.model
+
+    def features(rows, i):
+      xb = k.inputs(shared['x'][rows])
+      if self.augment is not None:
+        xb = self.augment(jax.random.fold_in(k_feat, i), xb)
+      return _embed(k, st, xb)
+
+    # Targets: the client's real data through its current (trained) extractor, detached:
+    # only the synthetic inputs are learned.
+    phi = jax.lax.stop_gradient(over_rows(features, c.idx, self.chunk))
+    y = jax.nn.one_hot(shared['y'][c.idx], shared['y_b'].shape[-1], dtype=jnp.float32)
+    zero = jnp.float32(0.0)
+    return DistillCarry(row['x'], optax.adam(self.lr).init(row['x']), phi, y, zero,
+                        jnp.int32(0), jnp.int32(0))
+
+  def step(self, c, carry, batch, row, shared):
+    valid_b = row['valid']
+    vb = valid_b.astype(jnp.float32)
+    n_max = carry.phi.shape[0]
+    pos = batch.pos
+
+    def loss_fn(xb):
+      phi_b = _embed(c.kernels, c.model, xb, train=(self.bn_mode == 'train'), mask=valid_b)
+      p = jnp.minimum(pos, n_max - 1)
+      return krr.krr_loss(carry.phi[p], carry.y[p], phi_b, shared['y_b'], vb, batch.valid,
+                          self.reg)
+
+    value, grads = jax.value_and_grad(loss_fn)(carry.x_b)
+    updates, new_opt = optax.adam(self.lr).update(grads, carry.opt, carry.x_b)
+    lo, hi = self.value_range
+    new_xb = jnp.clip(optax.apply_updates(carry.x_b, updates), lo, hi)
+    used = jnp.any(batch.valid) & jnp.any(valid_b)
     # A non-finite loss or gradient skips the step (counted), so NaNs never reach the cache.
     ok = used & jnp.isfinite(value) & jnp.all(jnp.isfinite(grads))
-    xb = jnp.where(ok, new_xb, xb)
-    opt = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_opt, opt)
-    return (xb, opt), (value, ok, used)
+    keep = lambda a, b: jax.tree.map(lambda u, v: jnp.where(ok, u, v), a, b)
+    return carry._replace(x_b=keep(new_xb, carry.x_b), opt=keep(new_opt, carry.opt),
+                          loss_sum=carry.loss_sum + jnp.where(ok, value, 0.0),
+                          ok=carry.ok + ok, skipped=carry.skipped + (used & ~ok)), value
 
-  (x_b, _), (values, ok, used) = jax.lax.scan(step, (x_b, tx.init(x_b)), positions)
-  okf = ok.astype(jnp.float32)
-  loss = jnp.sum(jnp.where(ok, values, 0.0)) / jnp.maximum(jnp.sum(okf), 1.0)
-  loss = jnp.where(jnp.any(ok), loss, jnp.nan)
-  return x_b, loss, jnp.sum(used & ~ok)
+  def final(self, c, carry, row, shared):
+    loss = jnp.where(carry.ok > 0, carry.loss_sum / jnp.maximum(carry.ok, 1), jnp.nan)
+    return None, (carry.x_b, loss, carry.skipped)

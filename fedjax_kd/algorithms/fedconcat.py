@@ -91,8 +91,7 @@ from fedjax_kd import options
 from fedjax_kd.metric_names import SCORED_MODEL
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import rng
-from fedjax_kd.core.federation import bucket
-from fedjax_kd.core.kernels import batch_rows, epoch_positions
+from fedjax_kd.core.program import Batches, Program, over_rows
 from fedjax_kd.core.state import ModelState, num_elements
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
@@ -162,63 +161,58 @@ class FedConcatServer:
   switched: Any
 
 
-def _cluster_features(kernels, encoders: ModelState, x: Array) -> Array:
-  """``[C, B, d]`` inference-mode penultimate features of every cluster model on ``x``."""
-  f = jax.vmap(lambda p, s: kernels.apply_model(p, s, x, train=False, embed=True))(
-      encoders.params, encoders.batch_stats)
-  return jax.lax.stop_gradient(f)
+def _embed(kernels):
+  """One model's inference-mode penultimate features (the compute dtype)."""
+  return lambda p, s, x: kernels.apply_model(p, s, x, train=False, embed=True)
 
 
-def _train_classifier(encoders, classifier, idx, n, keys, x, y, lr_scale, *, kernels, tx,
-                      steps: int, batch_size: int, augment):
-  """Local classifier training of every slot, vmapped: ``(classifiers [S, ...], loss [S])``.
+@dataclasses.dataclass(frozen=True)
+class ClassifierTraining(Program):
+  """A participant's local training of the global classifier on the frozen clusters'
+  concatenated features: the first ``steps`` minibatches of one reshuffled epoch of its
+  private rows, from ``shared['classifier']`` with a fresh optimizer state, the updates
+  times ``shared['lr_scale']``. ``shared['encoders']`` are the cluster models. Outputs the
+  classifier; the stored models are not read."""
+  steps: int
+  batch_size: int
+  augment: Any = None
+  writes = False
 
-  Slot ``s`` runs the first ``steps`` minibatches of one reshuffled epoch of its rows
-  ``idx[s, :n[s]]`` (Keras-style positions, :func:`epoch_positions`), from ``classifier``
-  with a fresh optimizer state; a step without a real sample changes nothing.
-  """
-  def one(idx_k, n_k, key):
-    n_max = idx_k.shape[0]
-    positions, step_keys = epoch_positions(key, n_max, n_k, 1, batch_size)
-    positions, step_keys = positions[:steps], step_keys[:steps]
+  @property
+  def batches(self):
+    return Batches(1, self.batch_size, steps=self.steps, augment=self.augment)
 
-    def step(carry, inputs):
-      w, opt = carry
-      pos, k = inputs
-      rows, valid = batch_rows(idx_k, pos, n_k)
-      xb = kernels.inputs(x[rows])
-      if augment is not None:
-        xb = augment(jax.random.split(k)[0], xb)
-      feats = model_concat.concat_features(_cluster_features(kernels, encoders, xb))
-      yb = y[rows]
+  def init(self, c, row, shared):
+    clf = shared['classifier']
+    return clf, c.kernels.optimizers['train'].init(clf)
 
-      def loss(w):
-        return masked_mean(cross_entropy(model_concat.linear(w, feats), yb), valid)
+  def step(self, c, carry, batch, row, shared):
+    w, opt = carry
+    feats = model_concat.concat_features(model_concat.cluster_features(
+        _embed(c.kernels), shared['encoders'], batch.data['x']))
 
-      value, grads = jax.value_and_grad(loss)(w)
-      updates, new_opt = tx.update(grads, opt, w)
-      updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
-      new = (optax.apply_updates(w, updates), new_opt)
-      any_valid = jnp.any(valid)
-      new = jax.tree.map(lambda a, b: jnp.where(any_valid, a, b), new, (w, opt))
-      return new, (value, any_valid)
+    def loss(w):
+      return masked_mean(cross_entropy(model_concat.linear(w, feats), batch.data['y']),
+                         batch.valid)
 
-    (w, _), (losses, used) = jax.lax.scan(step, (classifier, tx.init(classifier)),
-                                          (positions, step_keys))
-    used = used.astype(losses.dtype)
-    return w, jnp.sum(losses * used) / jnp.maximum(jnp.sum(used), 1.0)
+    value, grads = jax.value_and_grad(loss)(w)
+    updates, opt = c.kernels.optimizers['train'].update(grads, opt, w)
+    scale = shared['lr_scale']
+    updates = jax.tree.map(lambda u: u * scale.astype(u.dtype), updates)
+    return (optax.apply_updates(w, updates), opt), value
 
-  return jax.vmap(one)(idx, n, keys)
+  def final(self, c, carry, row, shared):
+    return None, carry[0]
 
 
 def _global_logits(encoders, classifier, x, *, kernels, chunk: int):
   """``[N, n]`` logits of the concatenated model on stored inputs ``x``, ``chunk`` at a time."""
-  m = x.shape[0]
-  pad = (-m) % chunk
-  xs = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)).reshape((-1, chunk) + x.shape[1:])
-  out = jax.lax.map(lambda xc: model_concat.concat_logits(
-      _cluster_features(kernels, encoders, kernels.inputs(xc)), classifier), xs)
-  return out.reshape(-1, out.shape[-1])[:m]
+  def logits(rows, i):
+    del i
+    feats = model_concat.cluster_features(_embed(kernels), encoders, kernels.inputs(x[rows]))
+    return model_concat.concat_logits(feats, classifier)
+
+  return over_rows(logits, jnp.arange(x.shape[0], dtype=jnp.int32), chunk)
 
 
 @jax.jit
@@ -258,9 +252,8 @@ class FedConcat(base.Algorithm):
     self.classifier_elements = (self.num_clusters * self.feature_dim + 1) * self.num_classes
     if o.classifier_init == 'concat':
       self._head(shapes.params)   # raises now if the model has no final Dense head
-    self._train_clf = jax.jit(functools.partial(
-        _train_classifier, kernels=self.kernels, tx=ctx.optimizers['train'],
-        steps=o.classifier_steps, batch_size=self.spec.train.batch_size, augment=self.augment))
+    self.classifier = ClassifierTraining(o.classifier_steps, self.spec.train.batch_size,
+                                         self.augment)
     self._logits = jax.jit(functools.partial(_global_logits, kernels=self.kernels),
                            static_argnames=('chunk',))
 
@@ -307,6 +300,21 @@ class FedConcat(base.Algorithm):
       out.append(comm.Payload('label_counts', comm.UP, 'float', self.num_classes, k))
     return out
 
+  def _classifier_shared(self, encoders, classifier, t: int) -> dict:
+    """The classifier program's inputs in round ``t``: the frozen cluster models, the global
+    classifier and the learning-rate factor of the phase's round."""
+    o, tr = self.options, self.spec.train
+    j = t - self.encoder_rounds
+    lr_scale = (o.classifier_lr or tr.learning_rate) / tr.learning_rate * tr.lr_decay ** (j - 1)
+    return {'encoders': encoders, 'classifier': classifier, 'lr_scale': jnp.float32(lr_scale)}
+
+  def programs(self, shapes):
+    ex = shapes.extra
+    return (self.planned_training(),
+            base.planned(self.classifier, self.private_rows(), None,
+                         self._classifier_shared(ex.models, ex.classifier,
+                                                 self.encoder_rounds + 1)))
+
   # ------------------------------------------------------------ rounds
   def round(self, state, r):
     if r.t <= self.encoder_rounds:
@@ -350,27 +358,18 @@ class FedConcat(base.Algorithm):
     if o.classifier_init == 'concat':   # the first classifier round starts from the heads
       heads = model_concat.stack_heads(*self._head(extra.models.params))
       clf = jax.tree.map(lambda a, b: jnp.where(extra.switched, a, b), clf, heads)
-    j = r.t - self.encoder_rounds
-    tr = self.spec.train
-    lr_scale = (o.classifier_lr or tr.learning_rate) / tr.learning_rate * tr.lr_decay ** (j - 1)
-    act = np.flatnonzero(r.active)
-    n_act = len(act)
+    n_act = int(np.sum(r.active))
     if not n_act:   # nobody to train (the runner skips such rounds)
       return state, base.RoundOutput({}, [])
-    s = bucket(n_act, r.num_clients, 1)
-    slots = np.concatenate([act, np.full(s - n_act, act[-1])]).astype(np.int32)
-    valid = np.arange(s) < n_act
+    ran = r.fed.run(self.classifier, state.clients, self.ctx.root, r.t, 'custom',
+                    data=self.private_rows(r.fed), active=r.active,
+                    shared=self._classifier_shared(extra.models, clf, r.t))
     d = r.fed.data
-    n = np.where(valid, np.asarray(d.client_n)[slots], 0).astype(np.int32)
-    keys = rng.client_keys(self.ctx.root, r.t, r.ids[slots], 'custom')
-    local, losses = self._train_clf(extra.models, clf, jnp.take(d.client_idx, slots, axis=0),
-                                    jnp.asarray(n), keys, d.x_private, d.y_private,
-                                    jnp.float32(lr_scale))
-    weights = n if o.classifier_weighting == 'samples' else valid
-    new = param_aggregate.weighted_average(local, jnp.asarray(weights, jnp.float32))
+    weights = r.active * (np.asarray(d.client_n) if o.classifier_weighting == 'samples' else 1)
+    new = param_aggregate.weighted_average(ran.out, jnp.asarray(weights, jnp.float32))
     new = jax.tree.map(lambda a: a[0], new)
     state = state.replace(extra=extra.replace(classifier=new, switched=jnp.asarray(True)))
-    loss = jnp.sum(jnp.where(jnp.asarray(valid), losses, 0.0)) / n_act
+    loss = base.nanmean(ran.metrics)
     payloads = [
         # The frozen encoders, once, to every client (0 elements after the switch).
         comm.Payload('encoders', comm.DOWN, 'float',
@@ -388,21 +387,28 @@ class FedConcat(base.Algorithm):
     return self._logits(state.extra.models, state.extra.classifier, x, chunk=chunk)
 
   def evaluate(self, state):
+    """The cluster models' scores, and the scored model's: the concatenated model once the
+    classifier phase has begun, else the cluster models' mean. Both are computed on the
+    device and the host picks after the round's one read (:class:`base.Later`)."""
     d = self.ctx.data
     models = state.extra.models
     c = self.num_clusters
     acc, nll, _ = self.kernels.evaluate(models, jnp.arange(c, dtype=jnp.int32), d.x_test,
                                         d.y_test, chunk=self.spec.eval.chunk)
-    acc, nll, switched = jax.device_get((acc, nll, state.extra.switched))
-    out = {'cluster_acc_mean': float(np.mean(acc)), 'cluster_acc_min': float(np.min(acc)),
-           'cluster_acc_max': float(np.max(acc)), SCORED_MODEL: int(bool(switched))}
-    if switched:
-      g_acc, g_nll, probs = _accuracy_and_nll(self.global_logits(state, d.x_test), d.y_test)
-      out.update(test_acc=float(g_acc), test_loss=float(g_nll))
-      if self.spec.data.per_client_test and d.test_idx is not None:
-        out['server_ua'] = float(base.split_mean_accuracy(
-            probs, d.y_test, d.test_idx, jnp.asarray(d.test_n)))
-    else:
-      out.update(test_acc=float(np.mean(acc)), test_loss=float(np.mean(nll)))
+    g_acc, g_nll, probs = _accuracy_and_nll(self.global_logits(state, d.x_test), d.y_test)
+    switched = state.extra.switched
+
+    def scored(global_value, cluster_values):
+      return base.Later((switched, global_value, cluster_values),
+                        lambda v: float(v[1]) if v[0] else float(np.mean(v[2])))
+
+    out = {'cluster_acc_mean': base.Later(acc, lambda a: float(np.mean(a))),
+           'cluster_acc_min': base.Later(acc, lambda a: float(np.min(a))),
+           'cluster_acc_max': base.Later(acc, lambda a: float(np.max(a))),
+           SCORED_MODEL: base.Later(switched, lambda s: int(bool(s))),
+           'test_acc': scored(g_acc, acc), 'test_loss': scored(g_nll, nll)}
+    if self.spec.data.per_client_test and d.test_idx is not None:
+      ua = base.split_mean_accuracy(probs, d.y_test, d.test_idx, jnp.asarray(d.test_n))
+      out['server_ua'] = base.Later((switched, ua), lambda v: float(v[1]) if v[0] else None)
     out.update(self.client_metrics(state))
     return out

@@ -117,18 +117,28 @@ class FedDF(base.Algorithm):
   def setup_payloads(self) -> list[comm.Payload]:
     return []   # the server holds the unlabelled set; clients never need it
 
+  def fusion_program(self):
+    """The fused model's distillation towards the ensemble's logits (``batch['t']``), from
+    a fresh optimizer state."""
+    return dataclasses.replace(self.distill_program(fusion.TemperedKD(
+        float(self.options.temperature))), fresh=True)
+
+  def programs(self, shapes):
+    del shapes
+    d = self.ctx.data
+    m = min(int(d.x_public.shape[0]), self.spec.distill.public_per_round)
+    x = jax.ShapeDtypeStruct((m,) + tuple(d.x_public.shape[1:]), d.x_public.dtype)
+    t = jax.ShapeDtypeStruct((m, int(d.num_classes)), jnp.float32)
+    return (self.planned_training(),
+            base.planned(self.fusion_program(), base.public_rows(x, 1, t=t), None, None,
+                         server=True))
+
   def _distill(self, g: int, model, t: int, x, teacher):
     """Group ``g``'s fused model distils towards the ensemble ``teacher`` logits on ``x``."""
-    sm = self.group_models[g]
-    m = int(x.shape[0])
-    rule = dataclasses.replace(self.distill_rule(), fresh_opt=True)
     key = jax.random.fold_in(rng.server_key(self.ctx.root, t, 'distill'), g)
-    new, loss = sm.kernels.fit(
-        model, jnp.zeros((1,), jnp.int32), jnp.ones((1,), bool), key[None],
-        jnp.arange(m, dtype=jnp.int32), jnp.full((1,), m, jnp.int32),
-        {'x': x, 't': teacher}, {}, rule, None,
-        loss_fn=fusion.TemperedKD(float(self.options.temperature)))
-    return new, loss[0]
+    ran = self.group_models[g].run(self.fusion_program(), model, key,
+                                   data=base.public_rows(x, 1, t=teacher))
+    return ran.states, ran.metrics
 
   def round(self, state, r):
     fed = r.fed

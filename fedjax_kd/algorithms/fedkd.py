@@ -13,7 +13,8 @@ clients' models may differ) and a copy of one small **mentee** (one architecture
 
 1. **Local training** (eqs. 1-6, :func:`fedjax_kd.ops.lowrank.mutual_distillation_loss`):
    for every minibatch of the client's private data (drawn as the engine draws them,
-   :func:`fedjax_kd.core.kernels.epoch_positions`, ``train.epochs`` epochs) both models take
+   Keras-style, ``train.epochs`` epochs: the client program :class:`MutualDistillation`) both
+   models take
    one optimizer step on ``L_t + L_s`` with ``L_x = CE_x + w KL(p_other || p_x) + w L^h``,
    ``w = 1 / (CE_t + CE_s)`` (the adaptive weight: the models lean on each other more where
    both are right), each model learning only from its own terms.
@@ -80,16 +81,14 @@ import optax
 
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
-from fedjax_kd.core import rng
-from fedjax_kd.core.kernels import CohortKernels, batch_rows, budget_positions, shard_slots
-from fedjax_kd.core.local import LocalRule
-from fedjax_kd.core.state import ModelState, num_elements, put_clients, take_clients
+from fedjax_kd.core.kernels import CohortKernels
+from fedjax_kd.core.program import Batches, Program, forward
+from fedjax_kd.core.state import ModelState, num_elements
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
 from fedjax_kd.ops import lowrank
 
 WEIGHTING = ('samples', 'uniform')
-_DROP = jnp.iinfo(jnp.int32).max
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,21 +129,72 @@ class MenteeRows:
 
 
 @dataclasses.dataclass(frozen=True)
-class JointRule:
-  """The static part of the joint step (hashable: a jit static argument)."""
-  rule: LocalRule
-  hidden: bool
+class MutualDistillation(Program):
+  """One client's round: its mentor (its own model) and the mentee (from the global one,
+  ``shared['start']``, with its optimizer state ``row['opt']``) trained jointly, Keras-style
+  epochs of ``batch_size``, both with ``train``'s optimizer and the round's learning-rate
+  factor ``shared['lr_scale']`` (``fresh``: new optimizer states). The mentor is written
+  back; the outputs are the mentee's optimizer state, its update rebuilt from its SVD factors
+  at ``shared['energy']`` (compressed slot by slot outside the vmap: :meth:`finish`), the
+  floats uploaded and the ranks kept. Step metrics: the loss and both task losses."""
+  mentee: CohortKernels
+  epochs: int
+  batch_size: int
+  augment: Any = None
+  fresh: bool = False
+  hidden: bool = True
 
+  @property
+  def batches(self):
+    return Batches(self.epochs, self.batch_size, augment=self.augment)
 
-def _forward(kernels: CohortKernels, params, stats, x, valid, key, embed: bool = False):
-  """Train-mode outputs and the new BatchNorm statistics (unchanged without BatchNorm)."""
-  kw = dict(train=True, mask=valid, rngs={'dropout': key})
-  if embed:
-    kw['embed'] = True
-  if stats:
-    out, upd = kernels.apply_model(params, stats, x, mutable=['batch_stats'], **kw)
-    return out, upd['batch_stats']
-  return kernels.apply_model(params, stats, x, **kw), stats
+  def init(self, c, row, shared):
+    tx = c.kernels.optimizers['train']
+    st, opt_s, start = c.model, row['opt'], shared['start']
+    if self.fresh:
+      st = st.replace(opt_state={**st.opt_state, 'train': tx.init(st.params)})
+      opt_s = tx.init(start['params'])
+    return st, ModelState(params=start['params'], batch_stats=start['batch_stats'],
+                          opt_state=opt_s)
+
+  def step(self, c, carry, batch, row, shared):
+    t_st, s_st = carry
+    tx = c.kernels.optimizers['train']
+    x, y, valid = batch.data['x'], batch.data['y'], batch.valid
+    k_t, k_s = jax.random.split(batch.key)
+
+    def loss(pt, ps):
+      lt, bt = forward(c.kernels, pt, t_st.batch_stats, x, valid, k_t)
+      ls, bs = forward(self.mentee, ps, s_st.batch_stats, x, valid, k_s)
+      ht = hs = None
+      if self.hidden:   # same dropout keys: the features of the same forward pass
+        ht, _ = forward(c.kernels, pt, t_st.batch_stats, x, valid, k_t, embed=True)
+        hs, _ = forward(self.mentee, ps, s_st.batch_stats, x, valid, k_s, embed=True)
+        ht, hs = ht.reshape(ht.shape[0], -1), hs.reshape(hs.shape[0], -1)
+      total, parts = lowrank.mutual_distillation_loss(lt, ls, y, valid, ht, hs)
+      return total, (bt, bs, parts)
+
+    (value, (bt, bs, parts)), (gt, gs) = jax.value_and_grad(
+        loss, argnums=(0, 1), has_aux=True)(t_st.params, s_st.params)
+    scale = lambda u: u * shared['lr_scale'].astype(u.dtype)
+    ut, ot = tx.update(gt, t_st.opt_state['train'], t_st.params)
+    us, os_ = tx.update(gs, s_st.opt_state, s_st.params)
+    new_t = ModelState(params=optax.apply_updates(t_st.params, jax.tree.map(scale, ut)),
+                       batch_stats=bt, opt_state={**t_st.opt_state, 'train': ot})
+    new_s = ModelState(params=optax.apply_updates(s_st.params, jax.tree.map(scale, us)),
+                       batch_stats=bs, opt_state=os_)
+    return (new_t, new_s), {'loss': value, 'ce_mentor': parts['ce_t'],
+                            'ce_mentee': parts['ce_s']}
+
+  def final(self, c, carry, row, shared):
+    st, ms = carry
+    delta = jax.tree.map(lambda new, old: new - old,
+                         {'params': ms.params, 'batch_stats': ms.batch_stats}, shared['start'])
+    return st, {'opt': ms.opt_state, 'delta': delta}
+
+  def finish(self, outputs, shared):
+    rec, up, ranks = lowrank.compress_each(outputs['delta'], shared['energy'])
+    return {'opt': outputs['opt'], 'rec': rec, 'up': up, 'ranks': ranks}
 
 
 class FedKD(base.Algorithm):
@@ -161,10 +211,23 @@ class FedKD(base.Algorithm):
         ctx.spec, server=dataclasses.replace(ctx.spec.server, model=mentee)))
     super().__init__(ctx)
     self.mentee = self.server_model.kernels
-    self.tx = ctx.optimizers['train']
-    self._joint = jax.jit(self._joint_impl, static_argnames=('mentor', 'joint'),
-                          donate_argnums=(0, 1))
     self._downlink = jax.jit(self._downlink_impl)
+
+  def local(self) -> MutualDistillation:
+    tr = self.spec.train
+    return MutualDistillation(self.mentee, tr.epochs, tr.batch_size, self.augment,
+                              tr.fresh_optimizer, bool(self.options.hidden))
+
+  def _shared(self, server, t: int) -> dict:
+    """The program's shared inputs: the global mentee, the round's energy and lr factor."""
+    return self.training_shared(t, {
+        'start': {'params': jax.tree.map(lambda a: a[0], server.params),
+                  'batch_stats': jax.tree.map(lambda a: a[0], server.batch_stats)},
+        'energy': jnp.float32(self.energy(t))})
+
+  def programs(self, shapes):
+    return (base.planned(self.local(), self.private_rows(), {'opt': shapes.table.opt_state},
+                         jax.eval_shape(lambda s: self._shared(s, 1), shapes.server)),)
 
   @functools.cached_property
   def mentee_shapes(self) -> ModelState:
@@ -193,96 +256,6 @@ class FedKD(base.Algorithm):
     opt = jax.tree.map(lambda a: jnp.repeat(a, k, axis=0), state.server.opt_state['train'])
     return state.replace(table=MenteeRows(opt_state=opt, synced=jnp.zeros((k,), jnp.int32)))
 
-  # ----------------------------------------------------- the joint local step
-  def _joint_one(self, st: ModelState, opt_s: Any, key, idx, n, epochs_k, start: dict,
-                 x_all, y_all, lr_scale, *, mentor: CohortKernels, joint: JointRule):
-    """One client: mentor ``st`` and the mentee (from ``start``) trained jointly. Returns the
-    new mentor, the mentee's optimizer state, the mentee's update (compressed by the caller:
-    :func:`~fedjax_kd.ops.lowrank.compress_each`, not under this function's vmap) and the
-    mean losses."""
-    rule, tx = joint.rule, self.tx
-    positions, step_keys = budget_positions(key, idx.shape[0], n, rule.epochs,
-                                            rule.batch_size, epochs_k)
-    slot = rule.opt_slot
-    if rule.fresh_opt:
-      st = st.replace(opt_state={**st.opt_state, slot: tx.init(st.params)})
-      opt_s = tx.init(start['params'])
-    ms = ModelState(params=start['params'], batch_stats=start['batch_stats'], opt_state=opt_s)
-
-    def step(carry, inputs):
-      t_st, s_st = carry
-      pos, k = inputs
-      rows, valid = batch_rows(idx, pos, n)
-      x = mentor.inputs(x_all[rows])
-      y = y_all[rows]
-      k_aug, k_drop = jax.random.split(k)
-      if rule.augment is not None:
-        x = rule.augment(k_aug, x)
-      k_t, k_s = jax.random.split(k_drop)
-
-      def loss(pt, ps):
-        lt, bt = _forward(mentor, pt, t_st.batch_stats, x, valid, k_t)
-        ls, bs = _forward(self.mentee, ps, s_st.batch_stats, x, valid, k_s)
-        ht = hs = None
-        if joint.hidden:   # same dropout keys: the features of the same forward pass
-          ht, _ = _forward(mentor, pt, t_st.batch_stats, x, valid, k_t, embed=True)
-          hs, _ = _forward(self.mentee, ps, s_st.batch_stats, x, valid, k_s, embed=True)
-          ht, hs = ht.reshape(ht.shape[0], -1), hs.reshape(hs.shape[0], -1)
-        total, parts = lowrank.mutual_distillation_loss(lt, ls, y, valid, ht, hs)
-        return total, (bt, bs, parts)
-
-      (value, (bt, bs, parts)), (gt, gs) = jax.value_and_grad(
-          loss, argnums=(0, 1), has_aux=True)(t_st.params, s_st.params)
-      scale = lambda u: u * lr_scale.astype(u.dtype)
-      ut, ot = tx.update(gt, t_st.opt_state[slot], t_st.params)
-      us, os_ = tx.update(gs, s_st.opt_state, s_st.params)
-      new_t = ModelState(params=optax.apply_updates(t_st.params, jax.tree.map(scale, ut)),
-                         batch_stats=bt, opt_state={**t_st.opt_state, slot: ot})
-      new_s = ModelState(params=optax.apply_updates(s_st.params, jax.tree.map(scale, us)),
-                         batch_stats=bs, opt_state=os_)
-      any_valid = jnp.any(valid)
-      new = jax.tree.map(lambda a, b: jnp.where(any_valid, a, b), (new_t, new_s), (t_st, s_st))
-      return new, (value, parts['ce_t'], parts['ce_s'], any_valid)
-
-    (st, ms), (vals, ce_t, ce_s, used) = jax.lax.scan(step, (st, ms), (positions, step_keys))
-    used = used.astype(jnp.float32)
-    mean = lambda v: jnp.sum(v * used) / jnp.maximum(jnp.sum(used), 1.0)
-    delta = jax.tree.map(lambda new, old: new - old,
-                         {'params': ms.params, 'batch_stats': ms.batch_stats}, start)
-    return st, ms.opt_state, delta, {'loss': mean(vals), 'ce_mentor': mean(ce_t),
-                                     'ce_mentee': mean(ce_s)}
-
-  def _joint_impl(self, cohort, table_opt, slots, valid, gids, keys, idx, n, epochs_k, weights,
-                  start, x_all, y_all, lr_scale, energy, *, mentor, joint):
-    """A cohort's active clients: joint training, then their weighted sum of rebuilt updates.
-
-    Returns the cohort with the mentors written back, the client table's mentee optimizer
-    states with the slots' rows written back, ``sum_s w_s rec_s``, ``sum_s w_s``, the uploaded
-    floats, per-matrix kept ranks summed over the slots and the summed per-slot losses.
-    """
-    sub = take_clients(cohort, slots)
-    opt_rows = take_clients(table_opt, gids)
-    n = jnp.where(valid, n, 0)
-    fn = functools.partial(self._joint_one, mentor=mentor, joint=joint)
-    in_axes = (0, 0, 0, 0, 0, 0, None, None, None, None, None)
-
-    def mapped(*args):
-      # Training vmapped over the slots; the SVDs one slot after another (a vmapped SVD
-      # can deadlock XLA:CPU's thread pool: lowrank's docstring).
-      new_t, new_opt, delta, losses = jax.vmap(fn, in_axes=in_axes[:-1])(*args[:-1])
-      rec, up, ranks = lowrank.compress_each(delta, args[-1])
-      return new_t, new_opt, rec, up, ranks, losses
-
-    new_t, new_opt, rec, up, ranks, losses = shard_slots(
-        mapped, mentor.mesh, in_axes, sub, opt_rows, keys, idx, n, epochs_k, start, x_all,
-        y_all, lr_scale, energy)
-    cohort = put_clients(cohort, jnp.where(valid, slots, _DROP), new_t)
-    table_opt = put_clients(table_opt, jnp.where(valid, gids, _DROP), new_opt)
-    w = jnp.where(valid, weights, 0.0)
-    on = lambda v: jnp.sum(jnp.where(valid.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0), axis=0)
-    return (cohort, table_opt, lowrank.weighted_sum(rec, w), jnp.sum(w), on(up), on(ranks),
-            jax.tree.map(on, losses))
-
   def _downlink_impl(self, server: ModelState, total: dict, weight, energy):
     """The server's step: the mean update compressed at ``energy`` and added to the mentee."""
     down, n_down, ranks = lowrank.server_downlink(total, weight, energy)
@@ -293,56 +266,33 @@ class FedKD(base.Algorithm):
 
   # ---------------------------------------------------------------- round
   def round(self, state, r):
-    fed, d, o = r.fed, r.fed.data, self.options
-    g = state.server
-    start = {'params': jax.tree.map(lambda a: a[0], g.params),
-             'batch_stats': jax.tree.map(lambda a: a[0], g.batch_stats)}
+    d, o = r.fed.data, self.options
     energy = jnp.float32(self.energy(r.t))
-    rule = self.train_rule()
-    joint = JointRule(rule=rule, hidden=bool(o.hidden))
-    local = self.local_inputs(r)
-    lr_scale = jnp.float32(local.lr_scale)
-    epochs_k = np.full(r.num_clients, rule.epochs, np.int32) if r.epochs_k is None else r.epochs_k
-    epochs_k = jnp.asarray(epochs_k, jnp.int32)
     n_all = np.asarray(d.client_n)
-    weights_all = jnp.asarray(n_all if o.weighting == 'samples' else np.ones_like(n_all),
-                              jnp.float32)
-    n_dev = jnp.asarray(n_all, jnp.int32)
-    table = state.table
     active = jnp.asarray(r.active)
+    weights = jnp.asarray(r.active * (n_all if o.weighting == 'samples' else 1), jnp.float32)
+    table = state.table
     stale = jnp.sum(active & (table.synced < r.t - 1)).astype(jnp.int32)
-    clients, opt = list(state.clients), table.opt_state
-    total = jax.tree.map(jnp.zeros_like, start)
-    weight = jnp.zeros((), jnp.float32)
-    up = jnp.zeros((), jnp.int32)
-    up_ranks = jnp.zeros((len(matrix_leaves(start)),), jnp.int32)
-    sums = {k: jnp.zeros((), jnp.float32) for k in ('loss', 'ce_mentor', 'ce_mentee')}
-    for c, cohort in enumerate(fed.cohorts):
-      slots, valid, gids = fed.plan(cohort, r.active)
-      if not valid.any():
-        continue
-      keys = rng.client_keys(self.ctx.root, r.t,
-                             fed.global_ids[np.minimum(gids, fed.num_clients - 1)], 'train')
-      gi = jnp.asarray(gids)
-      rows = lambda a, gi=gi: jnp.take(a, gi, axis=0, mode='clip')
-      clients[c], opt, tot_c, w_c, up_c, ranks_c, loss_c = self._joint(
-          clients[c], opt, jnp.asarray(slots), jnp.asarray(valid), gi, keys, rows(d.client_idx),
-          rows(n_dev), rows(epochs_k), rows(weights_all), start, d.x_private, d.y_private,
-          lr_scale, energy, mentor=cohort.kernels, joint=joint)
-      total = jax.tree.map(jnp.add, total, tot_c)
-      weight, up, up_ranks = weight + w_c, up + up_c, up_ranks + ranks_c
-      sums = {k: sums[k] + loss_c[k] for k in sums}
-    server, n_down, down_ranks = self._downlink(g, total, weight, energy)
+    ran = r.fed.run(self.local(), state.clients, self.ctx.root, r.t, 'train',
+                    data=self.private_rows(r.fed), row={'opt': table.opt_state},
+                    shared=self._shared(state.server, r.t), active=r.active,
+                    epochs=r.epochs_k)
+    out = ran.out
+    total = lowrank.weighted_sum(out['rec'], weights)   # the inactive rows weigh 0
+    server, n_down, down_ranks = self._downlink(state.server, total, jnp.sum(weights), energy)
+    opt = jax.tree.map(lambda new, old: base.rows_where(active, new, old), out['opt'],
+                       table.opt_state)
     synced = jnp.where(active, r.t, table.synced).astype(jnp.int32)
-    state = state.replace(clients=tuple(clients), server=server,
+    state = state.replace(clients=ran.states, server=server,
                           table=MenteeRows(opt_state=opt, synced=synced))
     n_act = int(np.sum(r.active))
-    metrics = {k: v / n_act for k, v in {'train_loss': sums['loss'],
-                                          'mentor_ce': sums['ce_mentor'],
-                                          'mentee_ce': sums['ce_mentee']}.items()}
+    up = jnp.sum(out['up'])
+    metrics = {k: jnp.nansum(ran.metrics[part]) / n_act
+               for k, part in (('train_loss', 'loss'), ('mentor_ce', 'ce_mentor'),
+                               ('mentee_ce', 'ce_mentee'))}
     metrics.update({'energy': self.energy(r.t), 'up_floats': up, 'down_floats': n_down,
-                    'up_ranks': up_ranks, 'down_ranks': down_ranks, 'mentee_sync': stale,
-                    'compression': up / (n_act * self.mentee_elements)})
+                    'up_ranks': jnp.sum(out['ranks'], axis=0), 'down_ranks': down_ranks,
+                    'mentee_sync': stale, 'compression': up / (n_act * self.mentee_elements)})
     return state, base.RoundOutput(metrics, self.payloads(up, n_down, n_act, stale))
 
   def payloads(self, up, n_down, n_active, stale) -> list[comm.Payload]:

@@ -41,15 +41,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd import options
-from fedjax_kd.algorithms import base
 from fedjax_kd.algorithms.fedavg import FedAvg
 from fedjax_kd.ops import label_skew
 
 
-def fedlc_loss(logits, batch, aux):
-  """The calibrated cross-entropy with the client's ``aux['margin']``, ``aux['present']``."""
-  return label_skew.calibrated_cross_entropy(logits, batch['y'], aux['margin'],
-                                             aux['present'])
+def fedlc_loss(logits, batch, row):
+  """The calibrated cross-entropy with the client's ``row['margin']``, ``row['present']``."""
+  return label_skew.calibrated_cross_entropy(logits, batch['y'], row['margin'],
+                                             row['present'])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,13 +68,10 @@ class FedLC(FedAvg):
     """``([K, C] margins, [K, C] present)`` of every client (fixed for the run)."""
     return label_skew.fedlc_margins(self.ctx.data.client_labels(), self.options.tau)
 
-  def train_clients(self, state, r: base.Round, rule=None, local=None):
+  def local_training(self, state, r):
     """FedAvg's local training with the calibrated loss (the round's clients' counts)."""
-    d = r.fed.data
+    del state
     margin, present = self.client_margins
-    aux = {'margin': jnp.asarray(margin[r.ids]), 'present': jnp.asarray(present[r.ids])}
-    clients, loss = r.fed.fit(state.clients, self.ctx.root, r.t, 'train',
-                              rule or self.train_rule(), local or self.local_inputs(r),
-                              shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx,
-                              n=d.client_n, loss_fn=fedlc_loss, active=r.active, aux=aux)
-    return state.replace(clients=clients), base.nanmean(loss)
+    return (self.train_program(loss=fedlc_loss),
+            {'margin': jnp.asarray(margin[r.ids]), 'present': jnp.asarray(present[r.ids])},
+            None)

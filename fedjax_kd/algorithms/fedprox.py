@@ -16,16 +16,17 @@ from typing import ClassVar
 
 from fedjax_kd import options
 from fedjax_kd.algorithms.fedavg import FedAvg
-from fedjax_kd.core.local import tree_sq_distance
+from fedjax_kd.core.program import Transform, tree_sq_distance
 
 
 @dataclasses.dataclass(frozen=True)
-class ProximalTerm:
-  """``(mu / 2) ||w - theta^r||^2``: a ``LocalRule.penalty`` (hashable: equal mu, one compile)."""
+class ProximalTerm(Transform):
+  """``(mu / 2) ||w - theta^r||^2``, added to the local loss (a transform chained onto the
+  training program; hashable: equal mu, one compile)."""
   mu: float
 
-  def __call__(self, params, start, client, shared):
-    del client, shared
+  def penalty(self, params, start, row, shared):
+    del row, shared
     return 0.5 * self.mu * tree_sq_distance(params, start)
 
 
@@ -41,6 +42,6 @@ class FedProx(FedAvg):
   options_class = FedProxOptions
 
   def local_training(self, state, r):
-    del state
+    del state, r
     mu = self.options.mu
-    return self.train_rule(penalty=ProximalTerm(mu) if mu else None), self.local_inputs(r)
+    return self.train_program(*([ProximalTerm(mu)] if mu else [])), None, None

@@ -45,14 +45,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_kd import options
-from fedjax_kd.algorithms import base
 from fedjax_kd.algorithms.fedavg import FedAvg
 from fedjax_kd.ops import label_skew
 
 
-def fedrs_loss(logits, batch, aux):
-  """The restricted-softmax cross-entropy with the client's scales ``aux['scale']`` ``[C]``."""
-  return label_skew.restricted_cross_entropy(logits, batch['y'], aux['scale'])
+def fedrs_loss(logits, batch, row):
+  """The restricted-softmax cross-entropy with the client's scales ``row['scale']`` ``[C]``."""
+  return label_skew.restricted_cross_entropy(logits, batch['y'], row['scale'])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +74,8 @@ class FedRS(FedAvg):
     return label_skew.fedrs_scales(self.ctx.data.client_labels(), self.options.alpha,
                                    self.options.proportional)
 
-  def train_clients(self, state, r: base.Round, rule=None, local=None):
+  def local_training(self, state, r):
     """FedAvg's local training with the restricted softmax (the round's clients' scales)."""
-    d = r.fed.data
-    scale = jnp.asarray(self.client_scales[r.ids])
-    clients, loss = r.fed.fit(state.clients, self.ctx.root, r.t, 'train',
-                              rule or self.train_rule(), local or self.local_inputs(r),
-                              shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx,
-                              n=d.client_n, loss_fn=fedrs_loss, active=r.active,
-                              aux={'scale': scale})
-    return state.replace(clients=clients), base.nanmean(loss)
+    del state
+    return (self.train_program(loss=fedrs_loss),
+            {'scale': jnp.asarray(self.client_scales[r.ids])}, None)

@@ -67,11 +67,9 @@ import numpy as np
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.algorithms.fedavg import FedAvg
+from fedjax_kd.core.program import Program, over_rows
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import knn as knn_ops
-
-# Elements of the per-client working arrays one mapped batch of clients may hold.
-_BUDGET = 1 << 25
 
 
 def _check_lam(value, field):
@@ -112,9 +110,89 @@ def lambda_grid(step: float) -> np.ndarray:
   return np.clip(grid, 0.0, 1.0).astype(np.float32)
 
 
+@dataclasses.dataclass(frozen=True)
+class KNNScores(Program):
+  """A client's kNN-Per scores: its interpolated prediction on its queries for each of its
+  interpolation weights, ``(acc [G], nll [G])``.
+
+  Inputs: ``row = {'store', 'store_n'}``: its datastore, rows of ``shared['f_store']`` /
+  ``['y_store']`` (the global model's features and the labels); ``{'query', 'query_n'}``:
+  its queries, rows of ``shared['f_query']`` / ``['p_query']`` / ``['y_query']``; ``'lam'``
+  ``[G]``. ``loo``: the queries are the datastore's rows, each leaving itself out. The
+  stored models are not read (the features are the global model's)."""
+  k: int
+  scale: float
+  num_classes: int
+  loo: bool
+  writes = False
+
+  def final(self, c, carry, row, shared):
+    si, qi = row['store'], row['query']
+    valid = jnp.arange(si.shape[0]) < row['store_n']
+    qvalid = jnp.arange(qi.shape[0]) < row['query_n']
+    exclude = jnp.arange(qi.shape[0]) if self.loo else None
+    p_knn, has = knn_ops.knn_probs(shared['f_query'][qi], shared['f_store'][si],
+                                   shared['y_store'][si], valid, k=self.k, scale=self.scale,
+                                   num_classes=self.num_classes, exclude=exclude)
+    return None, knn_ops.grid_scores(p_knn, has, shared['p_query'][qi], shared['y_query'][qi],
+                                     qvalid, row['lam'])
+
+
 class KNNPer(FedAvg):
   name = 'knn_per'
   options_class = KNNPerOptions
+
+  def knn(self, loo: bool) -> KNNScores:
+    o = self.options
+    return KNNScores(o.k, float(o.scale), int(self.ctx.data.num_classes), loo)
+
+  def _queries(self, tuning: bool) -> tuple:
+    """The clients' queries: tuning, their validation rows (or, ``'loo'``, their training
+    rows); else their test rows, or the whole test set each."""
+    d = self.ctx.data
+    if tuning:
+      if self.options.tune == 'val':
+        return d.val_idx, jnp.asarray(d.val_n, jnp.int32)
+      return jnp.asarray(d.client_idx), jnp.asarray(d.client_n, jnp.int32)
+    if self.spec.data.per_client_test and d.test_idx is not None:
+      return d.test_idx, jnp.asarray(d.test_n, jnp.int32)
+    n_test, k = int(d.x_test.shape[0]), d.num_clients
+    return (jnp.broadcast_to(jnp.arange(n_test, dtype=jnp.int32), (k, n_test)),
+            jnp.full((k,), n_test, jnp.int32))
+
+  def _scores(self, state, f_store, queries, q_features, q_probs, y_query, lams, loo: bool):
+    """``(acc, nll)`` ``[K, G]`` of every client (:class:`KNNScores`)."""
+    d = self.ctx.data
+    row = {'store': d.client_idx, 'store_n': jnp.asarray(d.client_n, jnp.int32),
+           'query': queries[0], 'query_n': queries[1], 'lam': lams}
+    shared = {'f_store': f_store, 'y_store': d.y_private, 'f_query': q_features,
+              'p_query': q_probs, 'y_query': y_query}
+    return self.ctx.fed.run(self.knn(loo), state.clients, self.ctx.root, 0, 'custom',
+                            row=row, shared=shared).out
+
+  def programs(self, shapes):
+    d = self.ctx.data
+    k = d.num_clients
+    dim = jax.eval_shape(self._embed, shapes.server, d.x_private[:1])[0].shape[-1]
+    f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    out = list(super().programs(shapes))
+    n_private, n_test, c = int(d.x_private.shape[0]), int(d.x_test.shape[0]), d.num_classes
+    store = {'store': d.client_idx, 'store_n': jax.ShapeDtypeStruct((k,), jnp.int32)}
+    if self.options.lam < 0:   # the tuning pass, on the grid of weights
+      g = len(lambda_grid(self.options.lambda_step))
+      q_idx, q_n = self._queries(tuning=True)
+      out.append(base.planned(
+          self.knn(self.options.tune == 'loo'), None,
+          {**store, 'query': q_idx, 'query_n': q_n, 'lam': f32(k, g)},
+          {'f_store': f32(n_private, dim), 'y_store': d.y_private,
+           'f_query': f32(n_private, dim), 'p_query': f32(n_private, c),
+           'y_query': d.y_private}))
+    q_idx, q_n = self._queries(tuning=False)
+    out.append(base.planned(
+        self.knn(False), None, {**store, 'query': q_idx, 'query_n': q_n, 'lam': f32(k, 1)},
+        {'f_store': f32(n_private, dim), 'y_store': d.y_private, 'f_query': f32(n_test, dim),
+         'p_query': f32(n_test, c), 'y_query': d.y_test}))
+    return tuple(out)
 
   @functools.cached_property
   def _embed(self):
@@ -126,19 +204,15 @@ class KNNPer(FedAvg):
     def run(server, x):
       params = jax.tree.map(lambda a: a[0], server.params)
       stats = jax.tree.map(lambda a: a[0], server.batch_stats)
-      m = x.shape[0]
-      c = min(chunk, m)
-      pad = (-m) % c
-      xs = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)).reshape((-1, c) + x.shape[1:])
 
-      def one(xc):
-        xin = kernels.inputs(xc)
+      def one(rows, i):
+        del i
+        xin = kernels.inputs(x[rows])
         feats = kernels.apply(params, stats, xin, train=False, embed=True)
         logits = kernels.apply(params, stats, xin, train=False)
         return feats.astype(jnp.float32), jax.nn.softmax(logits.astype(jnp.float32), -1)
 
-      f, p = jax.lax.map(one, xs)
-      return f.reshape((-1, f.shape[-1]))[:m], p.reshape((-1, p.shape[-1]))[:m]
+      return over_rows(one, jnp.arange(x.shape[0], dtype=jnp.int32), chunk)
 
     return jax.jit(run)
 
@@ -160,29 +234,18 @@ class KNNPer(FedAvg):
     num_k = d.num_clients
     f_priv, p_priv = self._embed(state.server, d.x_private)
     f_test, p_test = self._embed(state.server, d.x_test)
-    store = (jnp.asarray(d.client_idx), jnp.asarray(d.client_n, jnp.int32))
     if lams is None and o.lam >= 0:
       lams = np.full(num_k, o.lam, np.float32)
     if lams is None:
       grid = jnp.asarray(lambda_grid(o.lambda_step))
-      if o.tune == 'val':
-        queries = (d.val_idx, jnp.asarray(d.val_n, jnp.int32))
-      else:
-        queries = store
-      acc, _ = _scores(f_priv, d.y_private, f_priv, p_priv, d.y_private, store, queries,
-                       jnp.broadcast_to(grid, (num_k,) + grid.shape), k=o.k, scale=o.scale,
-                       num_classes=d.num_classes, loo=o.tune == 'loo')
+      acc, _ = self._scores(state, f_priv, self._queries(tuning=True), f_priv, p_priv,
+                            d.y_private, jnp.broadcast_to(grid, (num_k,) + grid.shape),
+                            loo=o.tune == 'loo')
       lams = knn_ops.choose(acc, grid)
     lams = jnp.asarray(lams, jnp.float32)
-    if self.spec.data.per_client_test and d.test_idx is not None:
-      queries = (d.test_idx, jnp.asarray(d.test_n, jnp.int32))
-    else:
-      n_test = int(d.x_test.shape[0])
-      queries = (jnp.broadcast_to(jnp.arange(n_test, dtype=jnp.int32), (num_k, n_test)),
-                 jnp.full((num_k,), n_test, jnp.int32))
-    acc, nll = _scores(f_priv, d.y_private, f_test, p_test, d.y_test, store, queries,
-                       lams[:, None], k=o.k, scale=o.scale, num_classes=d.num_classes,
-                       loo=False)
+    queries = self._queries(tuning=False)
+    acc, nll = self._scores(state, f_priv, queries, f_test, p_test, d.y_test, lams[:, None],
+                            loo=False)
     scores = (acc[:, 0], nll[:, 0], lams, queries[1])
     return _host_scores(jax.device_get(scores)) if read else scores
 
@@ -211,29 +274,3 @@ def _host_scores(scores) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
   acc, nll, lams, n = (np.asarray(a) for a in scores)
   empty = n == 0
   return np.where(empty, np.nan, acc), np.where(empty, np.nan, nll), lams, n
-
-
-@functools.partial(jax.jit, static_argnames=('k', 'num_classes', 'loo'))
-def _scores(f_store, y_store, f_query, p_query, y_query, store, queries, lams, *, k, scale,
-            num_classes, loo):
-  """``(acc, nll)`` ``[K, G]``: every client's interpolated prediction on its queries for
-  each of its ``lams`` ``[K, G]``, its datastore the rows ``store = (idx [K, n], n [K])`` of
-  ``f_store``/``y_store``, its queries the rows ``queries = (idx [K, m], n [K])`` of
-  ``f_query``/``p_query``/``y_query`` (``loo``: the same rows as the datastore, each
-  query leaving itself out). Clients are mapped in batches (a vmap each)."""
-  s_idx, s_n = store
-  q_idx, q_n = queries
-  n_max, m_max = s_idx.shape[1], q_idx.shape[1]
-
-  def one(args):
-    si, sn, qi, qn, lam = args
-    valid = jnp.arange(n_max) < sn
-    qvalid = jnp.arange(m_max) < qn
-    exclude = jnp.arange(m_max) if loo else None
-    p_knn, has = knn_ops.knn_probs(f_query[qi], f_store[si], y_store[si], valid, k=k,
-                                   scale=scale, num_classes=num_classes, exclude=exclude)
-    return knn_ops.grid_scores(p_knn, has, p_query[qi], y_query[qi], qvalid, lam)
-
-  per_client = m_max * (n_max + lams.shape[1] * num_classes + f_store.shape[-1])
-  batch = int(max(1, min(s_idx.shape[0], _BUDGET // max(per_client, 1))))
-  return jax.lax.map(one, (s_idx, s_n, q_idx, q_n, lams), batch_size=batch)

@@ -102,12 +102,12 @@ class KTPFLServer:
   c: Any
 
 
-def _kd_loss(logits, batch, aux):
-  """``lam * KL(t || softmax(z / T))`` per sample with per-client targets ``aux['t']``."""
-  t = aux['t'][batch['_pos']]
-  logq = jax.nn.log_softmax(logits / aux['T'], axis=-1)
+def _kd_loss(logits, batch, row):
+  """``lam * KL(t || softmax(z / T))`` per sample with per-client targets ``row['t']``."""
+  t = row['t'][batch['_pos']]
+  logq = jax.nn.log_softmax(logits / row['T'], axis=-1)
   logt = jnp.log(jnp.maximum(t, 1e-30))
-  return aux['lam'] * jnp.sum(jnp.where(t > 0, t * (logt - logq), 0.0), axis=-1)
+  return row['lam'] * jnp.sum(jnp.where(t > 0, t * (logt - logq), 0.0), axis=-1)
 
 
 @functools.partial(jax.jit, static_argnames=('population', 'normalize'))
@@ -137,6 +137,23 @@ class KTPFL(base.Algorithm):
     k = self.num_clients
     return state.replace(extra=KTPFLServer(c=jnp.full((k, k), 1.0 / k, jnp.float32)))
 
+  def _targets(self, targets, k: int) -> dict:
+    """The distillation's per-client inputs: its targets, the temperature and lambda."""
+    o = self.options
+    return {'t': targets, 'T': jnp.full((k,), o.temperature, jnp.float32),
+            'lam': jnp.full((k,), o.lam, jnp.float32)}
+
+  def programs(self, shapes):
+    del shapes
+    d = self.ctx.data
+    k = self.num_clients
+    m = min(int(d.x_public.shape[0]), self.spec.distill.public_per_round)
+    x = jax.ShapeDtypeStruct((m,) + tuple(d.x_public.shape[1:]), d.x_public.dtype)
+    targets = jax.ShapeDtypeStruct((k, m, int(d.num_classes)), jnp.float32)
+    return (self.planned_training(),
+            base.planned(self.distill_program(_kd_loss), base.public_rows(x, k),
+                         self._targets(targets, k), None))
+
   def round(self, state, r):
     o = self.options
     t = r.t
@@ -161,15 +178,11 @@ class KTPFL(base.Algorithm):
     metrics.update(c_loss=c_loss, c_self=diag)
 
     # 4. Each participant distils on its own target.
-    s = r.num_clients
-    aux = {'t': targets, 'T': jnp.full((s,), o.temperature, jnp.float32),
-           'lam': jnp.full((s,), o.lam, jnp.float32)}
-    clients, dloss = r.fed.fit(state.clients, self.ctx.root, t, 'distill', self.distill_rule(),
-                               shared={'x': x}, idx=jnp.arange(m, dtype=jnp.int32),
-                               n=np.full(s, m, np.int32), aux=aux, loss_fn=_kd_loss,
-                               active=r.active)
-    state = state.replace(clients=clients)
-    metrics['distill_loss'] = base.nanmean(dloss)
+    ran = r.fed.run(self.distill_program(_kd_loss), state.clients, self.ctx.root, t, 'distill',
+                    data=base.public_rows(x, r.num_clients), row=self._targets(targets, r.num_clients),
+                    active=r.active)
+    state = state.replace(clients=ran.states)
+    metrics['distill_loss'] = base.nanmean(ran.metrics)
     payloads = [
         comm.Payload('soft_predictions', comm.UP, 'float', m * num_classes, n_act),
         comm.Payload('personalised_targets', comm.DOWN, 'float', m * num_classes, n_act)]

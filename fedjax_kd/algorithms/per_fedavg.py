@@ -41,8 +41,8 @@ Choices the paper leaves open (``docs/papers.md``):
 * the pFedMe repository's evaluation adapts on *test* batches (``train_one_step``); here
   the adaptation uses the client's training rows only.
 
-The local training runs under ``Federation.map_clients`` with pFedMe's loop
-(:func:`fedjax_kd.core.loop.local_loop`): a meta step is not one optimizer update.
+The local training is a client program of its own (:class:`PerFedAvgLocal`): a meta step is
+not one optimizer update; the evaluation's adaptation is another (:class:`Adapt`).
 """
 
 from __future__ import annotations
@@ -52,14 +52,11 @@ from typing import Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
-from fedjax_kd.algorithms.fedavg import FedAvg, broadcast, client_weights, round_epochs
-from fedjax_kd.core import rng
-from fedjax_kd.core.kernels import batch_rows
-from fedjax_kd.core.loop import LoopOptions, batch_grad_fn, local_loop
+from fedjax_kd.algorithms.fedavg import FedAvg, broadcast, client_weights
+from fedjax_kd.core.program import Batches, Program, grad_fn, part_grad_fns
 from fedjax_kd.core.state import ModelState
 from fedjax_kd.ops import param_aggregate
 from fedjax_kd.ops import personal
@@ -68,76 +65,61 @@ VARIANTS = ('fo', 'hf')
 
 
 @dataclasses.dataclass(frozen=True)
-class PerFedAvgLocal:
-  """Static options of :func:`perfedavg_local`."""
-  loop: LoopOptions
+class PerFedAvgLocal(Program):
+  """One client's Per-FedAvg round from its (broadcast) model: Keras-style epochs of
+  ``batch_size`` on its private rows, each batch split into ``D, D' (, D'')`` for the meta
+  step (``shared['steps'] = (alpha, beta)``; ``hessian_free``: the HF variant)."""
+  epochs: int
+  batch_size: int
   hessian_free: bool
+  augment: Callable | None = None
 
+  @property
+  def batches(self):
+    return Batches(self.epochs, self.batch_size, augment=self.augment)
 
-def perfedavg_local(kernels, st, key, row, shared, *, options: PerFedAvgLocal):
-  """One client's Per-FedAvg round from its (broadcast) model ``st`` (``map_clients``).
+  def init(self, c, row, shared):
+    return c.model.params, {'stats': c.model.batch_stats, 'loss': jnp.float32(0.0)}
 
-  ``row = (idx, n, epochs_k)``; ``shared = (x, y, (alpha, beta))``.
+  def step(self, c, carry, batch, row, shared):
+    w, aux = carry
+    alpha, beta = shared['steps']
+    fns = part_grad_fns(c, batch, 3 if self.hessian_free else 2)
+    w, aux = personal.perfedavg_step(fns, w, aux, alpha=alpha, beta=beta,
+                                     hessian_free=self.hessian_free)
+    return (w, aux), aux['loss']
 
-  Returns:
-    ``(w_k, batch_stats, mean loss)``.
-  """
-  idx, n, epochs_k = row
-  x, y, (alpha, beta) = shared
-
-  def step(fns, w, aux):
-    return personal.perfedavg_step(fns, w, aux, alpha=alpha, beta=beta,
-                                   hessian_free=options.hessian_free)
-
-  w, stats, loss = local_loop(kernels, key, idx, n, epochs_k, x, y, st.params, st.batch_stats,
-                              step, options.loop)
-  return w, stats, loss
-
-
-def random_batch(key: jax.Array, n_max: int, n: jax.Array, batch_size: int) -> jax.Array:
-  """``[batch_size]`` positions of ``[0, n_max)``: ``min(n, batch_size)`` distinct real ones
-  drawn uniformly, then the out-of-range ``n_max`` (padding)."""
-  r = jax.random.uniform(key, (n_max,))
-  r = jnp.where(jnp.arange(n_max) < n, r, 2.0)
-  p = jnp.argsort(r).astype(jnp.int32)
-  p = jnp.where(jnp.arange(n_max) < n, p, n_max)
-  if n_max < batch_size:
-    p = jnp.concatenate([p, jnp.full((batch_size - n_max,), n_max, jnp.int32)])
-  return p[:batch_size]
+  def final(self, c, carry, row, shared):
+    w, aux = carry
+    return c.model.replace(params=w, batch_stats=aux['stats']), None
 
 
 @dataclasses.dataclass(frozen=True)
-class AdaptOptions:
-  """Static options of :func:`perfedavg_adapt`."""
+class Adapt(Program):
+  """A client's personalised model: ``steps`` SGD steps of size ``shared['alpha']`` from the
+  global model ``shared['w']`` (with its statistics ``shared['batch_stats']``), each on a
+  fresh batch of ``batch_size`` distinct rows of its own, in training mode. Outputs
+  ``(params, batch_stats)``; the stored models are not read."""
   steps: int
   batch_size: int
   augment: Callable | None = None
+  writes = False
 
+  @property
+  def batches(self):
+    return Batches(1, self.batch_size, order='random', steps=self.steps, augment=self.augment)
 
-def perfedavg_adapt(kernels, st, key, row, shared, *, options: AdaptOptions):
-  """One client's personalised model: ``steps`` SGD steps of size ``alpha`` from ``st``.
+  def init(self, c, row, shared):
+    return shared['w'], {'stats': shared['batch_stats'], 'loss': jnp.float32(0.0)}
 
-  ``row = (idx, n)`` (the client's training rows), ``shared = (x, y, alpha)``; each step
-  is one fresh minibatch (:func:`random_batch`) in training mode.
+  def step(self, c, carry, batch, row, shared):
+    w, aux = carry
+    fn = grad_fn(c, batch.data['x'], batch.data['y'], batch.valid, batch.key)
+    return personal.sgd_steps((fn,), w, aux, lr=shared['alpha']), None
 
-  Returns:
-    ``(params, batch_stats)``.
-  """
-  idx, n = row
-  x, y, alpha = shared
-  n_max = idx.shape[0]
-  w, aux = st.params, {'stats': st.batch_stats, 'loss': jnp.float32(0.0)}
-  for s in range(options.steps):
-    k_pos, k_aug, k_drop = jax.random.split(jax.random.fold_in(key, s), 3)
-    pos = random_batch(k_pos, n_max, n, options.batch_size)
-    rows, valid = batch_rows(idx, pos, n)
-    xb = kernels.inputs(x[rows])
-    if options.augment is not None:
-      xb = options.augment(k_aug, xb)
-    new = personal.sgd_steps((batch_grad_fn(kernels, xb, y[rows], valid, k_drop),), w, aux,
-                             lr=alpha)
-    w, aux = jax.tree.map(lambda a, b: jnp.where(jnp.any(valid), a, b), new, (w, aux))
-  return w, aux['stats']
+  def final(self, c, carry, row, shared):
+    w, aux = carry
+    return None, (w, aux['stats'])
 
 
 @jax.jit
@@ -166,42 +148,47 @@ class PerFedAvg(FedAvg):
   name = 'perfedavg'
   options_class = PerFedAvgOptions
 
+  def local(self) -> PerFedAvgLocal:
+    tr = self.spec.train
+    return PerFedAvgLocal(tr.epochs, tr.batch_size, self.options.variant == 'hf', self.augment)
+
+  def adapt(self) -> Adapt:
+    return Adapt(int(self.options.eval_steps), self.spec.train.batch_size, self.augment)
+
+  def _steps(self, t: int) -> dict:
+    o = self.options
+    return {'steps': (jnp.float32(o.alpha), jnp.float32(o.beta * self.lr_factor(t)))}
+
+  def _global(self, server) -> dict:
+    return {'w': jax.tree.map(lambda a: a[0], server.params),
+            'batch_stats': jax.tree.map(lambda a: a[0], server.batch_stats),
+            'alpha': jnp.float32(self.options.alpha)}
+
+  def programs(self, shapes):
+    rows = self.private_rows()
+    return (base.planned(self.local(), rows, None, self._steps(1)),
+            base.planned(self.adapt(), rows, None, jax.eval_shape(self._global, shapes.server)))
+
   def round(self, state, r):
     o = self.options
-    tr = self.spec.train
     (cohort,) = state.clients
     cohort = broadcast(cohort, state.server, jnp.asarray(r.active))
-    d = r.fed.data
-    hf = o.variant == 'hf'
-    steps = (jnp.float32(o.alpha), jnp.float32(o.beta * self.lr_factor(r.t)))
-    w_all, stats, loss = r.fed.map_clients(
-        (cohort,), self.ctx.root, r.t, 'train', perfedavg_local, active=r.active,
-        per_client=(d.client_idx, jnp.asarray(d.client_n, jnp.int32),
-                    round_epochs(r, tr.epochs)),
-        shared=(d.x_private, d.y_private, steps),
-        fill=(cohort.params, cohort.batch_stats,
-              jnp.full((r.num_clients,), jnp.nan, jnp.float32)),
-        options=PerFedAvgLocal(LoopOptions(tr.epochs, tr.batch_size, 3 if hf else 2,
-                                           self.augment), hf))
-    server = _average(state.server, w_all, stats, client_weights(r, o.weighted))
-    state = state.replace(clients=(cohort.replace(params=w_all, batch_stats=stats),),
-                          server=server)
-    return state, base.RoundOutput({'train_loss': base.nanmean(loss)}, self.payloads(r.active))
+    ran = r.fed.run(self.local(), (cohort,), self.ctx.root, r.t, 'train',
+                    data=self.private_rows(r.fed), shared=self._steps(r.t), active=r.active,
+                    epochs=r.epochs_k)
+    (trained,) = ran.states
+    server = _average(state.server, trained.params, trained.batch_stats,
+                      client_weights(r, o.weighted))
+    state = state.replace(clients=ran.states, server=server)
+    return state, base.RoundOutput({'train_loss': base.nanmean(ran.metrics)},
+                                   self.payloads(r.active))
 
   def personalized(self, state) -> ModelState:
     """Every client's personalised model ``[K]``: the global model after ``eval_steps``
     steps of size ``alpha`` on its own training rows (the global model itself for 0)."""
-    d = self.ctx.data
-    k = self.num_clients
-    kernels = self.server_model.kernels
-    slots = jnp.zeros((k,), jnp.int32)   # every slot reads the server's one row
-    keys = rng.client_keys(self.ctx.root, 0, np.arange(k), 'custom')
-    params, stats = kernels.map_clients(
-        perfedavg_adapt, state.server, slots, keys,
-        (d.client_idx, jnp.asarray(d.client_n, jnp.int32)),
-        (d.x_private, d.y_private, jnp.float32(self.options.alpha)),
-        options=AdaptOptions(int(self.options.eval_steps), self.spec.train.batch_size,
-                             self.augment))
+    ran = self.ctx.fed.run(self.adapt(), state.clients, self.ctx.root, 0, 'custom',
+                           data=self.private_rows(), shared=self._global(state.server))
+    params, stats = ran.out
     return ModelState(params=params, batch_stats=stats, opt_state={})
 
   def evaluate(self, state):

@@ -40,10 +40,9 @@ Choices the paper leaves open (``docs/papers.md``):
   code's ``n_k`` weights). BatchNorm statistics (the paper's models have none) follow the
   forward passes of the inner solve and are averaged without the beta mix.
 
-The local training is one vmapped function per client
-(:func:`fedjax_kd.core.loop.local_loop` under ``Federation.map_clients``) rather than the engine's optimizer-step ``fit``: pFedMe's step
-is not one optimizer update of one loss, and each client returns two models (``w_k`` to
-upload and ``theta_k`` to keep), where ``fit`` returns one.
+The local training is a client program of its own (:class:`PFedMeLocal`), not the engine's
+:class:`~fedjax_kd.core.program.SGD`: pFedMe's step is not one optimizer update of one loss,
+and each client ends with two models (``w_k`` to upload and ``theta_k`` to keep).
 """
 
 from __future__ import annotations
@@ -56,8 +55,8 @@ import jax.numpy as jnp
 
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
-from fedjax_kd.algorithms.fedavg import FedAvg, client_weights, round_epochs
-from fedjax_kd.core.loop import LoopOptions, local_loop
+from fedjax_kd.algorithms.fedavg import FedAvg, client_weights
+from fedjax_kd.core.program import Batches, Program, part_grad_fns
 from fedjax_kd.ops import param_aggregate
 from fedjax_kd.ops import personal
 
@@ -69,41 +68,40 @@ def first_row(tree: Any) -> Any:
 
 # ------------------------------------------------------------------ pFedMe
 @dataclasses.dataclass(frozen=True)
-class PFedMeLocal:
-  """Static options of :func:`pfedme_local`."""
-  loop: LoopOptions
-  inner_steps: int
+class PFedMeLocal(Program):
+  """One client's pFedMe round from the global model, on its private rows (Keras-style
+  epochs of ``batch_size``).
 
-
-def pfedme_local(kernels, st, key, row, shared, *, options: PFedMeLocal):
-  """One client's pFedMe round (under ``Federation.map_clients``).
-
-  Args:
-    kernels: the cohort's kernels.
-    st: the client's stored state (unused: the round starts from the global model).
-    key: the client's key of the round.
-    row: ``(idx [n_max], n, epochs_k)``: its rows of the private data, their count and its
-      epoch budget.
-    shared: ``(x, y, w, batch_stats, (lam, personal_lr, lr))``: the private pool, the
-      global model (one row) and the step sizes.
-    options: the loop's static options and K.
-
-  Returns:
-    ``(w_k, theta_k, batch_stats, mean loss)``.
+  Inputs: ``shared = {'w', 'batch_stats': the global model (one row), 'steps': (lam,
+  personal_lr, lr)}``. Every step solves the personalised problem on its batch
+  (``inner_steps`` gradient steps, warm-started) and moves ``w_k`` towards it. The client
+  keeps ``theta_k`` (its stored model, with the statistics of the inner solve's passes) and
+  uploads ``w_k`` (its output).
   """
-  del st
-  idx, n, epochs_k = row
-  x, y, w0, stats0, (lam, plr, eta) = shared
+  epochs: int
+  batch_size: int
+  inner_steps: int
+  augment: Any = None
 
-  def step(fns, carry, aux):
-    w, theta = carry
-    theta, aux = personal.pfedme_personalize(fns[0], theta, w, aux, lam=lam, lr=plr,
-                                             steps=options.inner_steps)
-    return (personal.pfedme_local_update(w, theta, lam=lam, eta=eta), theta), aux
+  @property
+  def batches(self):
+    return Batches(self.epochs, self.batch_size, augment=self.augment)
 
-  (w, theta), stats, loss = local_loop(kernels, key, idx, n, epochs_k, x, y, (w0, w0), stats0,
-                                       step, options.loop)
-  return w, theta, stats, loss
+  def init(self, c, row, shared):
+    w0 = shared['w']
+    return (w0, w0), {'stats': shared['batch_stats'], 'loss': jnp.float32(0.0)}
+
+  def step(self, c, carry, batch, row, shared):
+    (w, theta), aux = carry
+    lam, plr, eta = shared['steps']
+    (fn,) = part_grad_fns(c, batch, 1)
+    theta, aux = personal.pfedme_personalize(fn, theta, w, aux, lam=lam, lr=plr,
+                                             steps=self.inner_steps)
+    return ((personal.pfedme_local_update(w, theta, lam=lam, eta=eta), theta), aux), aux['loss']
+
+  def final(self, c, carry, row, shared):
+    (w, theta), aux = carry
+    return c.model.replace(params=theta, batch_stats=aux['stats']), w
 
 
 @jax.jit
@@ -135,31 +133,32 @@ class PFedMe(FedAvg):
   name = 'pfedme'
   options_class = PFedMeOptions
 
-  def _local_options(self) -> PFedMeLocal:
+  def local(self) -> PFedMeLocal:
     tr = self.spec.train
-    return PFedMeLocal(LoopOptions(tr.epochs, tr.batch_size, 1, self.augment),
-                       int(self.options.inner_steps))
+    return PFedMeLocal(tr.epochs, tr.batch_size, int(self.options.inner_steps), self.augment)
+
+  def _shared(self, server, t: int) -> dict:
+    o = self.options
+    f = self.lr_factor(t)
+    steps = jnp.asarray((o.lam, o.personal_lr * f, o.lr * f), jnp.float32)
+    return {'w': first_row(server.params), 'batch_stats': first_row(server.batch_stats),
+            'steps': (steps[0], steps[1], steps[2])}
+
+  def programs(self, shapes):
+    return (base.planned(self.local(), self.private_rows(), None,
+                         jax.eval_shape(lambda s: self._shared(s, 1), shapes.server)),)
 
   def round(self, state, r):
     o = self.options
-    (cohort,) = state.clients
-    d = r.fed.data
-    f = self.lr_factor(r.t)
-    steps = jnp.asarray((o.lam, o.personal_lr * f, o.lr * f), jnp.float32)
-    w_all, theta, stats, loss = r.fed.map_clients(
-        state.clients, self.ctx.root, r.t, 'train', pfedme_local, active=r.active,
-        per_client=(d.client_idx, jnp.asarray(d.client_n, jnp.int32),
-                    round_epochs(r, self.spec.train.epochs)),
-        shared=(d.x_private, d.y_private, first_row(state.server.params),
-                first_row(state.server.batch_stats), (steps[0], steps[1], steps[2])),
-        fill=(cohort.params, cohort.params, cohort.batch_stats,
-              jnp.full((r.num_clients,), jnp.nan, jnp.float32)),
-        options=self._local_options())
-    server = _mix_server(state.server, w_all, stats, client_weights(r, o.weighted),
+    ran = r.fed.run(self.local(), state.clients, self.ctx.root, r.t, 'train',
+                    data=self.private_rows(r.fed), shared=self._shared(state.server, r.t),
+                    active=r.active, epochs=r.epochs_k)
+    (theta,) = ran.states
+    server = _mix_server(state.server, ran.out, theta.batch_stats, client_weights(r, o.weighted),
                          jnp.float32(o.beta))
-    state = state.replace(clients=(cohort.replace(params=theta, batch_stats=stats),),
-                          server=server)
-    return state, base.RoundOutput({'train_loss': base.nanmean(loss)}, self.payloads(r.active))
+    state = state.replace(clients=ran.states, server=server)
+    return state, base.RoundOutput({'train_loss': base.nanmean(ran.metrics)},
+                                   self.payloads(r.active))
 
   def evaluate(self, state):
     # test_acc: the personalised theta_k (UA with data.per_client_test), then the global w.

@@ -237,7 +237,17 @@ class Protocol(base.Algorithm):
     del state, r, x
     return payload, None
 
+  def weighted_targets(self) -> bool:
+    """Whether :meth:`client_targets` gives loss weights (COMET's lambda other than 1)."""
+    return False
+
   # ============================================================== the rest
+  def programs(self, shapes):
+    del shapes
+    return (self.planned_training(),
+            self.planned_distillation(self.per_client_targets, self.weighted_targets()),
+            self.planned_server_distillation())
+
   def __init__(self, ctx):
     super().__init__(ctx)
     self.n_public = int(self.ctx.data.x_public.shape[0])

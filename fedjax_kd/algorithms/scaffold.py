@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_kd.algorithms.fedavg import FedAvg
+from fedjax_kd.core.program import Correction
 from fedjax_kd.ops import param_aggregate
 
 
@@ -42,14 +43,16 @@ class ScaffoldServer:
   c: Any
 
 
-def control_step(params, c_k, shared):
-  """``y <- y - lr (c - c_k)`` after each local step, outside momentum (a ``LocalRule.correction``).
+def control_step(params, row, shared):
+  """``y <- y - lr (c - c_k)`` after each local step, outside momentum (a
+  :class:`~fedjax_kd.core.program.Correction` of the training program).
 
-  ``c_k`` is the client's variate; ``shared`` is ``(c, lr)``, the server's
-  variate (leaves with a leading axis of 1) and the round's learning rate.
+  ``row['c_k']`` is the client's variate; ``shared['c']`` the server's (leaves with a leading
+  axis of 1) and ``shared['lr']`` the round's learning rate.
   """
-  c, lr = shared
-  return jax.tree.map(lambda p, cs, ck: p - (lr * (cs[0] - ck)).astype(p.dtype), params, c, c_k)
+  c, lr = shared['c'], shared['lr']
+  return jax.tree.map(lambda p, cs, ck: p - (lr * (cs[0] - ck)).astype(p.dtype), params, c,
+                      row['c_k'])
 
 
 class SCAFFOLD(FedAvg):
@@ -67,9 +70,8 @@ class SCAFFOLD(FedAvg):
 
   def local_training(self, state, r):
     # Only the slotted clients' c_k are gathered; c - c_k is formed inside the step.
-    return (self.train_rule(correction=control_step),
-            self.local_inputs(r, client=state.table.c_k,
-                              shared=(state.extra.c, jnp.float32(self._lr(r.t)))))
+    return (self.train_program(Correction(control_step)), {'c_k': state.table.c_k},
+            {'c': state.extra.c, 'lr': jnp.float32(self._lr(r.t))})
 
   def after_round(self, state, start, r):
     c, c_k = param_aggregate.scaffold_controls(

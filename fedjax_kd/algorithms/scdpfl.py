@@ -50,12 +50,13 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+import jax
 import jax.numpy as jnp
 
 from fedjax_kd import options
 from fedjax_kd.algorithms import base
 from fedjax_kd.algorithms.fedavg import FedAvg, broadcast, client_weights
-from fedjax_kd.core.federation import ce_loss
+from fedjax_kd.core.program import Transform, ce_loss
 from fedjax_kd.ops import param_aggregate
 from fedjax_kd.ops import spectral
 
@@ -80,17 +81,17 @@ def spectral_objective(logits, y, params, q, lam: float, ratio: float):
 
 
 @dataclasses.dataclass(frozen=True)
-class SpectralTerm:
-  """``lam * KL(q || S_ratio(w))``: a ``LocalRule.penalty`` whose teacher spectrum ``q`` is
-  the client's own (``client['q']``, the GM step) or everybody's (``shared['q']``, the PM
+class SpectralTerm(Transform):
+  """``lam * KL(q || S_ratio(w))`` added to the local loss, whose teacher spectrum ``q`` is
+  the client's own (``row['q']``, the GM step) or everybody's (``shared['q']``, the PM
   step). Hashable: equal options, one compile."""
   lam: float
   ratio: float
   per_client: bool
 
-  def __call__(self, params, start, client, shared):
+  def penalty(self, params, start, row, shared):
     del start
-    q = client['q'] if self.per_client else shared['q']
+    q = row['q'] if self.per_client else shared['q']
     return self.lam * spectral.spectral_kl(q, params, self.ratio)
 
 
@@ -100,20 +101,32 @@ class SCDPFL(FedAvg):
   options_class = SCDPFLOptions
   paper_rules = 'fedcache2'
 
-  def _train(self, cohort, r: base.Round, phase: str, rule, lam: float, ratio: float,
-             q, per_client_teacher: bool):
+  def _program(self, teacher: str):
+    """The training program of the GM (``teacher='pm'``: from the global model, a fresh
+    optimizer, the PM's truncated spectrum per client) or of the PM (``'gm'``)."""
+    o = self.options
+    gm = teacher == 'pm'
+    lam, ratio = (o.lambda_g, o.ratio) if gm else (o.lambda_l, 1.0)
+    program = self.train_program(*([SpectralTerm(float(lam), float(ratio), gm)] if lam else []))
+    return dataclasses.replace(program, fresh=True) if gm else program
+
+  def _train(self, cohort, r: base.Round, phase: str, teacher: str, q):
     """Trains the active rows of ``cohort`` with the spectral penalty; ``(cohort, loss)``."""
-    if lam:
-      rule = dataclasses.replace(rule, penalty=SpectralTerm(float(lam), float(ratio),
-                                                            per_client_teacher))
-    local = self.local_inputs(r, **({'client': {'q': q}} if per_client_teacher
-                                    else {'shared': {'q': q}}))
-    d = r.fed.data
-    (cohort,), loss = r.fed.fit((cohort,), self.ctx.root, r.t, phase, rule, local,
-                                shared={'x': d.x_private, 'y': d.y_private},
-                                idx=d.client_idx, n=d.client_n, loss_fn=ce_loss,
-                                active=r.active)
-    return cohort, base.nanmean(loss)
+    per_client = teacher == 'pm'
+    ran = r.fed.run(self._program(teacher), (cohort,), self.ctx.root, r.t, phase,
+                    data=self.private_rows(r.fed), row={'q': q} if per_client else None,
+                    shared=self.training_shared(r.t, None if per_client else {'q': q}),
+                    active=r.active, epochs=r.epochs_k)
+    return ran.states[0], base.nanmean(ran.metrics)
+
+  def programs(self, shapes):
+    o = self.options
+    q_pm = jax.eval_shape(lambda p: spectral.stacked_distributions(p, o.ratio),
+                          shapes.clients[0].params)
+    q_gm = jax.eval_shape(lambda p: spectral.stacked_distributions(p, 1.0)[0],
+                          shapes.server.params)
+    return (self.planned_training(self._program('pm'), {'q': q_pm}),
+            self.planned_training(self._program('gm'), shared={'q': q_gm}))
 
   def round(self, state, r):
     o = self.options
@@ -124,11 +137,9 @@ class SCDPFL(FedAvg):
     q_gm = spectral.stacked_distributions(state.server.params, 1.0)[0]   # [M]
     # 1. GM training from w_G^r (fresh optimizer), the PM's truncated spectrum as teacher.
     gm = broadcast(pm, state.server, jnp.ones_like(act))
-    gm_rule = dataclasses.replace(self.train_rule(), fresh_opt=True)
-    gm, gm_loss = self._train(gm, r, 'train', gm_rule, o.lambda_g, o.ratio, q_pm, True)
+    gm, gm_loss = self._train(gm, r, 'train', 'pm', q_pm)
     # 2. PM training, the GM's full spectrum as teacher.
-    pm, pm_loss = self._train(pm, r, 'custom', self.train_rule(), o.lambda_l, 1.0, q_gm,
-                              False)
+    pm, pm_loss = self._train(pm, r, 'custom', 'gm', q_gm)
     # 3. FedAvg of the GM copies.
     weights = client_weights(r, weighted=True)
     server = state.server.replace(

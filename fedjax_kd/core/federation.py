@@ -23,36 +23,12 @@ import optax
 
 from fedjax_kd.core import rng
 from fedjax_kd.core import store as store_lib
-from fedjax_kd.core.kernels import CohortKernels, LossFn, client_mesh
-from fedjax_kd.core.local import Local, LocalRule, hook_rows
+from fedjax_kd.core.kernels import CohortKernels, client_mesh
+from fedjax_kd.core.program import Program, Ran, Rows
 from fedjax_kd.core.state import ModelState, wrong_rows
 from fedjax_kd.data.inputs import Normalize, is_tokens
-from fedjax_kd.ops import losses
 
 Array = jax.Array
-
-
-# ----------------------------------------------------------------- losses
-def ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
-  """Cross-entropy on integer labels ``batch['y']`` (local update, DS-FL eq. 2)."""
-  del aux
-  return losses.cross_entropy(logits, batch['y'])
-
-
-def soft_ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
-  """Cross-entropy on shared soft targets ``batch['t']`` (DS-FL eq. 10)."""
-  del aux
-  return losses.soft_cross_entropy(logits, batch['t'])
-
-
-def client_soft_ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
-  """Cross-entropy on per-client soft targets ``aux['t'][position]``."""
-  return losses.soft_cross_entropy(logits, aux['t'][batch['_pos']])
-
-
-def weighted_client_soft_ce_loss(logits: Array, batch: dict, aux: dict) -> Array:
-  """``aux['w']`` (one weight per client, e.g. COMET's lambda) times the above."""
-  return aux['w'] * client_soft_ce_loss(logits, batch, aux)
 
 
 # ------------------------------------------------------------------- data
@@ -179,8 +155,9 @@ def build_federated_data(x_private, y_private, client_indices, x_public, x_test,
 
 
 @jax.jit
-def _join_rows(idx: Array, n: Array, extra: Array, extra_n: Array) -> tuple[Array, Array]:
-  """Per-client row tables ``idx[k, :n[k]] ++ extra[k, :extra_n[k]]`` ``[K, n_max + s_max]``."""
+def join_rows(idx: Array, n: Array, extra: Array, extra_n: Array) -> tuple[Array, Array]:
+  """Per-client row tables ``idx[k, :n[k]] ++ extra[k, :extra_n[k]]`` ``[K, n_max + s_max]``
+  and their counts (each client's own rows, then its extra ones)."""
   n_max = idx.shape[1]
   pos = jnp.broadcast_to(jnp.arange(n_max + extra.shape[1], dtype=jnp.int32),
                          (idx.shape[0], n_max + extra.shape[1]))
@@ -481,127 +458,64 @@ class Federation:
         states.append(self.store.init_rows(cohort.size, make))
     return tuple(states)
 
-  # ---------------------------------------------------------------- fit
-  def fit(self, states: Sequence[ModelState], root: Array, t: int, phase: str,
-          rule: LocalRule, local: Local | None = None, *, shared: dict, idx: Array,
-          n: np.ndarray, loss_fn: LossFn, active=None,
-          aux: dict | None = None) -> tuple[tuple[ModelState, ...], Array]:
-    """Local training of the active clients of every cohort.
+  # ---------------------------------------------------------------- run
+  def run(self, program: Program, states: Sequence[ModelState], root: Array, t: int,
+          phase: str, *, data: Rows | None = None, row: Any = None, shared: Any = None,
+          active=None, epochs=None, fill: Any = None) -> Ran:
+    """Runs a client program for the active clients of every cohort: the engine's one entry
+    for per-client work (:mod:`fedjax_kd.core.program`).
+
+    Each cohort's active clients run at once in one compiled program (in chunks of
+    ``client_chunk``, sharded over the mesh), with keys from ``(root, t, client, phase)``.
 
     Args:
-      states: one ModelState per cohort (donated).
-      root, t, phase: key derivation (per client: ``(root, t, client, phase)``).
-      rule: epochs, batch size, optimizer slot, augmentation and hooks.
-      local: epoch budgets, learning-rate factor and hook data of this call;
-        its per-client leaves have one row per client of this federation.
-      shared: arrays with a leading sample axis (see `CohortKernels.fit`).
-      idx: ``[K, n_max]`` per-client rows of ``shared`` or ``[n_max]`` shared rows.
-      n: ``[K]`` real rows per client.
-      loss_fn: per-sample loss (module-level function).
+      program: the client program.
+      states: one ModelState per cohort (donated when the program writes).
+      root, t, phase: key derivation.
+      data: the rows its batches are drawn from (:class:`~fedjax_kd.core.program.Rows`):
+        ``idx`` ``[K, n_max]`` per client or ``[n_max]`` shared, ``n`` ``[K]``.
+      row: pytree of per-client inputs, leading axis ``K`` (gathered per cohort).
+      shared: pytree every client sees.
       active: ``[K]`` bool mask (default all).
-      aux: per-client arrays with leading axis ``K`` (gathered per cohort).
+      epochs: ``[K]`` epoch budgets (stragglers; default all of the program's epochs).
+      fill: pytree of ``[K, ...]`` outputs for the clients that do not run (default zeros).
 
     Returns:
-      New states and the mean loss per client ``[K]`` (NaN for inactive), a device array:
+      A :class:`~fedjax_kd.core.program.Ran`: the new states, the outputs ``[K, ...]`` and
+      each client's mean step metrics ``[K]`` (NaN where it did not run): device arrays,
       nothing is read to the host here (a round reads its metrics once, at its end).
     """
-    _device_only(states, 'fit')
-    aux = aux or {}
-    local = local or Local()
-    self.check_rows('aux', aux)
-    self.check_rows('local', hook_rows(local))
-    n = jnp.asarray(n, jnp.int32)
-    out, loss_full = list(states), jnp.full((self.num_clients,), jnp.nan, jnp.float32)
-    for c, kernels, state, slots, valid, gids, rows in self._each_cohort(states, active):
-      keys = rng.client_keys(root, t, self._key_ids(gids), phase)
-      cidx = idx if idx.ndim == 1 else rows(idx)
-      clocal = local.replace(
-          epochs_k=None if local.epochs_k is None else rows(jnp.asarray(local.epochs_k)),
-          client=jax.tree.map(rows, local.client))
-      out[c], loss = kernels.fit(state, slots, jnp.asarray(valid), keys, cidx, rows(n), shared,
-                                 jax.tree.map(rows, aux), rule, clocal, loss_fn=loss_fn,
-                                 client_chunk=self._chunk(slots))
-      loss_full = self._put(loss_full, valid, gids, loss)
-    return tuple(out), loss_full
-
-  def train_private(self, states, root, t, rule: LocalRule, local: Local | None = None, *,
-                    active=None):
-    """Local update on each client's labelled private data (DS-FL eq. 1)."""
-    d = self.data
-    return self.fit(states, root, t, 'train', rule, local,
-                    shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx,
-                    n=d.client_n, loss_fn=ce_loss, active=active)
-
-  def distill(self, states, root, t, x: Array, targets: Array, rule: LocalRule, *,
-              active=None, count: int | None = None, weights: Array | None = None):
-    """Distillation on shared inputs ``x`` ``[m, ...]`` (DS-FL eq. 10).
-
-    ``targets`` is ``[m, C]`` (the same for every client) or ``[K, m, C]``.
-    ``count`` uses only the first ``count`` rows (shapes stay fixed, so a
-    varying count does not recompile); ``weights`` ``[K]`` scales each
-    client's loss.
-    """
-    m = x.shape[0]
-    common = dict(idx=jnp.arange(m, dtype=jnp.int32), active=active,   # count: host or device
-                  n=jnp.full((self.num_clients,), m if count is None else count, jnp.int32))
-    if weights is not None:
-      if targets.ndim == 2:
-        targets = jnp.broadcast_to(targets, (self.num_clients,) + targets.shape)
-      return self.fit(states, root, t, 'distill', rule, shared={'x': x},
-                      aux={'t': targets, 'w': jnp.asarray(weights, jnp.float32)},
-                      loss_fn=weighted_client_soft_ce_loss, **common)
-    if targets.ndim == 2:
-      return self.fit(states, root, t, 'distill', rule, shared={'x': x, 't': targets},
-                      loss_fn=soft_ce_loss, **common)
-    return self.fit(states, root, t, 'distill', rule, shared={'x': x}, aux={'t': targets},
-                    loss_fn=client_soft_ce_loss, **common)
-
-  def train_with_extra(self, states, root, t, rule: LocalRule, local: Local | None = None, *,
-                       x_pool: Array, y_pool: Array, extra_idx: Array, extra_n: Array,
-                       active=None):
-    """Local update on private data plus per-client extra labelled rows (CE).
-
-    The extra rows are appended to each client's own rows and shuffled with
-    them (FedCache 2.0's downloaded synthetic samples, eq. 14).
-
-    Args:
-      x_pool, y_pool: ``x_private``/``y_private`` followed by the extra rows.
-      extra_idx: ``[K, s_max]`` rows of the pool each client adds (first ``extra_n[k]`` real).
-      extra_n: ``[K]`` number of extra rows per client.
-    """
-    d = self.data
-    idx, n = _join_rows(d.client_idx, jnp.asarray(d.client_n, jnp.int32), extra_idx,
-                        jnp.asarray(extra_n, jnp.int32))
-    return self.fit(states, root, t, 'train', rule, local, shared={'x': x_pool, 'y': y_pool},
-                    idx=idx, n=n, loss_fn=ce_loss, active=active)
-
-  def map_clients(self, states, root, t, phase: str, fn: Callable, *, per_client: Any,
-                  shared: Any, fill: Any, options: Any = (), active=None) -> Any:
-    """A read-only function of each active client's model, vmapped per cohort.
-
-    Runs ``fn(kernels, model_state, key, per_client_row, shared, options=options)``
-    (see `CohortKernels.map_clients`) for every active client, with keys from
-    ``(root, t, client, phase)``, and puts its outputs into ``fill``'s rows.
-
-    Args:
-      fn: a module-level function (a static argument of the compiled kernel).
-      per_client: pytree of ``[K, ...]`` inputs, one row per client.
-      shared: pytree of inputs every client sees.
-      fill: pytree of ``[K, ...]`` outputs for the clients that do not run.
-      options: hashable static options of ``fn``.
-
-    Returns:
-      ``fill`` with the active clients' rows replaced by ``fn``'s outputs.
-    """
-    _device_only(states, 'map_clients')
-    self.check_rows('per_client', per_client)
+    self.check_rows('row', row)
     self.check_rows('fill', fill)
-    for _, kernels, state, slots, valid, gids, rows in self._each_cohort(states, active):
+    if epochs is not None:
+      epochs = jnp.asarray(epochs, jnp.int32)
+      self.check_rows('epochs', epochs)
+    if program.writes:
+      _device_only(states, type(program).__name__)
+    out, metrics, states = fill, None, list(states)
+    for c, kernels, state, slots, valid, gids, rows in self._each_cohort(
+        states, active, read_only=not program.writes):
       keys = rng.client_keys(root, t, self._key_ids(gids), phase)
-      outs = kernels.map_clients(fn, state, slots, keys, jax.tree.map(rows, per_client),
-                                 shared, options, client_chunk=self._chunk(slots))
-      fill = self._put(fill, valid, gids, outs)
-    return fill
+      cdata = None
+      if data is not None:
+        idx = jnp.asarray(data.idx)
+        cdata = Rows(data.arrays, idx if idx.ndim == 1 else rows(idx),
+                     rows(jnp.asarray(data.n, jnp.int32)))
+      new, o, m = kernels.run(program, state, slots, jnp.asarray(valid), keys, cdata,
+                              jax.tree.map(rows, row), shared,
+                              None if epochs is None else rows(epochs),
+                              client_chunk=self._chunk(slots))
+      if program.writes:
+        states[c] = new
+      if o is not None:
+        if out is None:
+          out = jax.tree.map(lambda a: jnp.zeros((self.num_clients,) + a.shape[1:], a.dtype), o)
+        out = self._put(out, valid, gids, o)
+      if m is not None:
+        if metrics is None:
+          metrics = jax.tree.map(lambda a: jnp.full((self.num_clients,), jnp.nan, a.dtype), m)
+        metrics = self._put(metrics, valid, gids, m)
+    return Ran(tuple(states), out, metrics)
 
   # ------------------------------------------------------------ predict
   def predict(self, states, x: Array, active=None, *, chunk: int = 512,
@@ -675,9 +589,13 @@ class Federation:
     return np.asarray(acc), np.asarray(nll)
 
   def evaluate_shared(self, states, x: Array, y: Array, *, active=None,
-                      chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    """Accuracy and loss ``[K]`` of every client model on one labelled set ``(x, y)``."""
-    acc, nll = jax.device_get(self._evaluate(states, x, y, None, None, active, chunk))
+                      chunk: int = 512, read: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and loss ``[K]`` of every client model on one labelled set ``(x, y)``
+    (``read=False``: left on the device)."""
+    acc, nll = self._evaluate(states, x, y, None, None, active, chunk)
+    if not read:
+      return acc, nll
+    acc, nll = jax.device_get((acc, nll))
     return np.asarray(acc), np.asarray(nll)
 
   def _evaluate(self, states, x, y, idx, n, active, chunk):
@@ -710,25 +628,24 @@ class SingleModel:
   def init(self, key: Array) -> ModelState:
     return self.kernels.init(key[None], self.input_shape, self.input_dtype)
 
-  def _fit(self, state, key, shared: dict, loss_fn: LossFn, rule: LocalRule,
-           local: Local | None = None, count: int | None = None):
-    m = shared['x'].shape[0]
-    return self.kernels.fit(state, self._slots, self._valid, key[None],
-                            jnp.arange(m, dtype=jnp.int32),
-                            jnp.full((1,), m if count is None else count, jnp.int32),
-                            shared, {}, rule, local, loss_fn=loss_fn)
+  def run(self, program: Program, state: ModelState, key: Array, *, data: Rows | None = None,
+          row: Any = None, shared: Any = None) -> Ran:
+    """Runs a client program on the lone model (the engine's kernel with one slot).
 
-  def distill(self, state: ModelState, key: Array, x: Array, targets: Array,
-              rule: LocalRule, count: int | None = None):
-    """Distils on soft targets ``[m, C]`` (DS-FL's server step, eq. 11).
+    ``data.idx`` is ``[n_max]`` (the rows it trains on) and ``data.n`` its real count (host
+    or device); ``row`` holds one model's inputs (no leading axis).
 
-    ``count`` trains on the first ``count`` rows only.
+    Returns:
+      A :class:`~fedjax_kd.core.program.Ran` whose ``states`` is the new model state and
+      whose outputs and metrics are the model's own (no leading axis).
     """
-    return self._fit(state, key, {'x': x, 't': targets}, soft_ce_loss, rule, count=count)
-
-  def fit(self, state, key, x, y, rule: LocalRule, local: Local | None = None):
-    """Trains on labelled data (e.g. a centralized reference model)."""
-    return self._fit(state, key, {'x': x, 'y': y}, ce_loss, rule, local)
+    if data is not None:
+      data = Rows(data.arrays, data.idx, jnp.reshape(jnp.asarray(data.n, jnp.int32), (1,)))
+    one = lambda tree: jax.tree.map(lambda a: jnp.asarray(a)[None], tree)
+    new, out, metrics = self.kernels.run(program, state, self._slots, self._valid, key[None],
+                                         data, one(row), shared)
+    first = lambda tree: jax.tree.map(lambda a: a[0], tree)
+    return Ran(new, first(out), first(metrics))
 
   def evaluate(self, state, x, y, chunk: int = 512,
                read: bool = True) -> tuple[float, float, float]:

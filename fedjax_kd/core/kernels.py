@@ -8,11 +8,15 @@ clients reuses the same compiled function. Kernels are jitted once per
 (cohort, slot count, data shapes, static options) and the slot axis is sharded
 over all local devices when there are several.
 
-Local optimisation follows Keras' ``fit`` semantics, as DS-FL's authors used Keras:
-reshuffle every epoch, keep the partial last batch, mean loss over the real
-samples of a batch. Clients of unequal size are padded to the largest; padded
+Every per-client loop is :meth:`CohortKernels.run` of a client program
+(:mod:`fedjax_kd.core.program`): the program's ``init``, its minibatch loop (a
+``lax.scan`` over the steps the engine draws: Keras' ``fit`` semantics by
+default, as DS-FL's authors used Keras: reshuffle every epoch, keep the partial
+last batch) and its ``final``, vmapped over the slots, in chunks of clients and
+sharded over the mesh. Clients of unequal size are padded to the largest; padded
 positions are masked out of the loss and of BatchNorm statistics, and a step
-with no real sample leaves the state untouched.
+with no real sample leaves the carry untouched. Prediction, evaluation and the
+class sums are the engine's own inference kernels.
 
 Mixed precision (``compute_dtype='bfloat16'``, config ``train.compute_dtype``)
 follows the usual recipe (Micikevicius et al., "Mixed Precision Training",
@@ -42,15 +46,13 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fedjax_kd.core.local import Local, LocalRule
+from fedjax_kd.core import program as program_lib
 from fedjax_kd.core.state import ModelState, put_clients, take_clients
 from fedjax_kd.data.inputs import Normalize
 from fedjax_kd.models.registry import init_compiler_options
-from fedjax_kd.ops.losses import masked_mean
 
 Array = jax.Array
-# loss_fn(logits [B, C], batch: dict of gathered arrays, aux: per-client dict) -> [B]
-LossFn = Callable[[Array, dict, dict], Array]
+_DROP = jnp.iinfo(jnp.int32).max   # a row index that put_clients drops
 
 
 def client_mesh() -> Mesh | None:
@@ -153,55 +155,6 @@ def in_chunks(mapped: Callable, chunk: int | None, in_axes: tuple) -> Callable:
   return run
 
 
-def epoch_positions(key: Array, n_max: int, n: Array, epochs: int,
-                    batch_size: int) -> tuple[Array, Array]:
-  """Keras-style minibatch positions and per-step keys for one client.
-
-  Every epoch reshuffles the ``n`` real positions of ``[0, n_max)`` (padding
-  positions, and the tail of the last batch, get the out-of-range id
-  ``n_max``). Keys go by identity (epoch, position, step), never by array
-  shape, so a client's shuffles and dropout masks do not depend on how far it
-  is padded.
-
-  Returns:
-    ``positions [epochs * steps_per_epoch, batch_size]`` int32 and one key per step.
-  """
-  steps_per_epoch = -(-n_max // batch_size)
-  total = steps_per_epoch * batch_size
-  perm_key, step_key = jax.random.split(key)
-  position_ids = jnp.arange(n_max, dtype=jnp.uint32)
-
-  def permutation(e):
-    ek = jax.random.fold_in(perm_key, e)
-    r = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(ek, i)))(position_ids)
-    r = jnp.where(jnp.arange(n_max) < n, r, 2.0)  # real positions first
-    p = jnp.argsort(r).astype(jnp.int32)
-    return jnp.concatenate([p, jnp.full((total - n_max,), n_max, jnp.int32)])
-
-  positions = jax.vmap(permutation)(jnp.arange(epochs, dtype=jnp.uint32)).reshape(
-      epochs * steps_per_epoch, batch_size)
-  # Step s of epoch e keeps its key whatever steps_per_epoch is.
-  step_ids = (jnp.arange(epochs, dtype=jnp.uint32)[:, None] * 1_000_003
-              + jnp.arange(steps_per_epoch, dtype=jnp.uint32)[None, :]).reshape(-1)
-  step_keys = jax.vmap(lambda i: jax.random.fold_in(step_key, i))(step_ids)
-  return positions, step_keys
-
-
-def budget_positions(key: Array, n_max: int, n: Array, epochs: int, batch_size: int,
-                     epochs_k: Array) -> tuple[Array, Array]:
-  """:func:`epoch_positions` for ``epochs`` epochs, with the steps past the client's own
-  budget of ``epochs_k`` epochs (a straggler's) given no real sample (position ``n_max``)."""
-  positions, step_keys = epoch_positions(key, n_max, n, epochs, batch_size)
-  step_epoch = jnp.arange(positions.shape[0]) // -(-n_max // batch_size)
-  return jnp.where((step_epoch < epochs_k)[:, None], positions, n_max), step_keys
-
-
-def batch_rows(idx: Array, pos: Array, n: Array) -> tuple[Array, Array]:
-  """``(rows, valid)``: the data rows of minibatch positions ``pos`` of a client that owns
-  ``idx[:n]``; a padding position (``>= n``) reads the last row and is not valid."""
-  return idx[jnp.minimum(pos, idx.shape[0] - 1)], pos < n
-
-
 COMPUTE_DTYPES: tuple[str, ...] = ('float32', 'bfloat16')
 
 
@@ -259,14 +212,19 @@ def _variables(params, batch_stats):
   return v
 
 
-class MapStep(NamedTuple):
-  """A per-client map a round runs (:meth:`CohortKernels.map_clients`), described for the
-  memory planner: its function, one client's ``row`` and the ``shared`` inputs (pytrees of
-  ``jax.ShapeDtypeStruct``), and its static ``options``."""
-  fn: Callable
-  row: Any
-  shared: Any
-  options: Any = ()
+class Planned(NamedTuple):
+  """A client program a round runs, described for the memory planner
+  (:meth:`fedjax_kd.algorithms.base.Algorithm.programs`): the program, and its inputs as
+  pytrees of ``jax.ShapeDtypeStruct`` as :meth:`CohortKernels.run` takes them: the batches'
+  ``data`` (a :class:`~fedjax_kd.core.program.Rows` whose ``idx`` has one client's shape:
+  ``[n_max]``, shared by every client when ``shared_rows``), one client's ``row`` and the
+  ``shared`` inputs. ``server``: the server model runs it (one slot), not the clients."""
+  program: Any
+  data: Any = None
+  row: Any = None
+  shared: Any = None
+  shared_rows: bool = False
+  server: bool = False
 
 
 class CohortKernels:
@@ -278,10 +236,11 @@ class CohortKernels:
     mesh: device mesh for the slot axis (``None``: one device).
     compute_dtype: ``'float32'`` or ``'bfloat16'``: the dtype of the forward pass of
       fit/predict/evaluate/class sums (mixed precision: params, optimizer state,
-      BatchNorm statistics, losses and outputs stay float32). ``map_clients`` functions
-      choose their own precision (``apply`` is float32).
+      BatchNorm statistics, losses and outputs stay float32). A program that needs float32
+      whatever this says uses ``apply`` (float32).
     normalize: the map from stored inputs to model inputs (default: uint8 pixels / 255,
-      float inputs unchanged); ``map_clients`` functions apply it with :meth:`inputs`.
+      float inputs unchanged); the engine applies it to every batch it gathers, a program
+      to the rows it gathers itself with :meth:`inputs`.
   """
 
   def __init__(self, module: nn.Module, optimizers: dict[str, optax.GradientTransformation],
@@ -295,8 +254,11 @@ class CohortKernels:
     self.compute_dtype = compute_dtype
     self.normalize = normalize or Normalize()
     self._dtype = jnp.dtype(compute_dtype)
-    self._fit = jax.jit(self._fit_impl, donate_argnums=(0,),
-                        static_argnames=('loss_fn', 'rule', 'idx_shared', 'client_chunk'))
+    run_static = ('program', 'idx_shared', 'client_chunk')
+    # A program that writes the clients' models back donates the cohort's state (one copy of
+    # it a round, not two); one that only reads leaves it to the caller.
+    self._runs = {True: jax.jit(self._run_impl, donate_argnums=(0,), static_argnames=run_static),
+                  False: jax.jit(self._run_impl, static_argnames=run_static)}
     self._predict = jax.jit(self._predict_impl, static_argnames=('chunk', 'log', 'augment',
                                                                   'client_chunk'))
     self._evaluate = jax.jit(self._evaluate_impl, static_argnames=('chunk', 'idx_shared',
@@ -307,7 +269,6 @@ class CohortKernels:
                    for traced in (False, True)}
     self._class_sums = jax.jit(self._class_sums_impl, static_argnames=('num_classes', 'chunk',
                                                                         'client_chunk'))
-    self._map = jax.jit(self._map_impl, static_argnames=('fn', 'options', 'client_chunk'))
 
   # ------------------------------------------------------------ forward
   def inputs(self, x: Array) -> Array:
@@ -360,105 +321,135 @@ class CohortKernels:
     init = self._inits[init_compiler_options(keys) is None]
     return _call('init', init, keys, tuple(input_shape), str(input_dtype))
 
-  # ------------------------------------------------------------------- fit
-  def _fit_one(self, state: ModelState, key: Array, idx: Array, n: Array, shared: dict,
-               aux: dict, epochs_k: Array, client: Any, lr_scale: Array, hook_shared: Any, *,
-               loss_fn: LossFn, rule: LocalRule):
-    tx = self.optimizers[rule.opt_slot]
-    positions, step_keys = budget_positions(key, idx.shape[0], n, rule.epochs,
-                                            rule.batch_size, epochs_k)
-    start = state.params   # w^r, the hooks' reference point (FedProx's anchor)
-    if rule.fresh_opt:   # a new optimizer state every call (NIID-Bench; FedEntOpt's configs)
-      state = state.replace(opt_state={**state.opt_state, rule.opt_slot: tx.init(state.params)})
+  # ------------------------------------------------------------------- run
+  def _loop(self, program, c, carry, key, idx, n, arrays, epochs_k, row, shared):
+    """The program's minibatch loop for one client: ``(carry, mean step metrics)``."""
+    b = program.batches
+    n_max = idx.shape[0]
 
-    def step(st: ModelState, inputs):
-      pos, k = inputs
-      rows, valid = batch_rows(idx, pos, n)
-      batch = {name: arr[rows] for name, arr in shared.items()}
-      batch['x'] = self.inputs(batch['x'])
-      batch['_pos'] = pos
-      k_aug, k_drop = jax.random.split(k)
-      if rule.augment is not None:
-        batch['x'] = rule.augment(k_aug, batch['x'])
+    def step(carry, d):
+      rows = idx[jnp.minimum(d.pos, n_max - 1)]
+      data = {name: a[rows] for name, a in arrays.items()}
+      if 'x' in data:
+        data['x'] = self.inputs(data['x'])
+        if b.augment is not None:
+          data['x'] = b.augment(d.aug_key, data['x'])
+      data['_pos'] = d.pos
+      new, metrics = program.step(c, carry, program_lib.Batch(data, d.valid, d.drop_key, d.pos),
+                                  row, shared)
+      used = jnp.any(d.valid)   # a step without a real row changes nothing
+      new = jax.tree.map(lambda a, o: jnp.where(used, a, o), new, carry)
+      return new, (metrics, used)
 
-      def loss(params):
-        if st.batch_stats:
-          logits, upd = self.apply_model(params, st.batch_stats, batch['x'], train=True, mask=valid,
-                                    mutable=['batch_stats'], rngs={'dropout': k_drop})
-          stats = upd['batch_stats']
-        else:
-          logits = self.apply_model(params, st.batch_stats, batch['x'], train=True, mask=valid,
-                               rngs={'dropout': k_drop})
-          stats = st.batch_stats
-        value = masked_mean(loss_fn(logits, batch, aux), valid)
-        if rule.penalty is not None:
-          value = value + rule.penalty(params, start, client, hook_shared)
-        return value, stats
+    key = program.batch_key(key)
+    if b.until:   # epochs until the program stops them (at least one, at most b.epochs)
+      epoch_draw = program_lib.window_sampler(b, key, n_max, n)
 
-      (value, stats), grads = jax.value_and_grad(loss, has_aux=True)(st.params)
-      updates, opt = tx.update(grads, st.opt_state[rule.opt_slot], st.params)
-      updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
-      params = optax.apply_updates(st.params, updates)
-      if rule.correction is not None:
-        params = rule.correction(params, client, hook_shared)
-      new = ModelState(params=params, batch_stats=stats,
-                       opt_state={**st.opt_state, rule.opt_slot: opt})
-      any_valid = jnp.any(valid)
-      new = jax.tree.map(lambda a, b: jnp.where(any_valid, a, b), new, st)
-      return new, (value, any_valid)
+      def more(s):
+        e, _, go, _, _ = s
+        return (e == 0) | (go & (e < b.epochs))
 
-    state, (losses, used) = jax.lax.scan(step, state, (positions, step_keys))
-    used = used.astype(losses.dtype)
-    return state, jnp.sum(losses * used) / jnp.maximum(jnp.sum(used), 1.0)
+      def epoch(s):
+        e, carry, _, total, count = s
+        carry, (metrics, used) = jax.lax.scan(step, carry, epoch_draw(e))
+        carry, go = program.more(c, carry, row, shared)
+        usedf = used.astype(jnp.float32)
+        total = jax.tree.map(lambda t, v: t + jnp.sum(v * usedf), total, metrics)
+        return e + 1, carry, go, total, count + jnp.sum(usedf)
 
-  def _fit_impl(self, state, slots, valid, keys, idx, n, shared, aux, local, *, loss_fn, rule,
-                idx_shared, client_chunk):
+      shapes = jax.eval_shape(lambda: step(carry, jax.tree.map(lambda a: a[0], epoch_draw(
+          jnp.int32(0))))[1][0])
+      zero = jax.tree.map(lambda a: jnp.zeros(a.shape, jnp.float32), shapes)
+      _, carry, _, total, count = jax.lax.while_loop(
+          more, epoch, (jnp.int32(0), carry, jnp.bool_(True), zero, jnp.float32(0.0)))
+      metrics = jax.tree.map(lambda t: jnp.where(count > 0, t / jnp.maximum(count, 1.0),
+                                                 jnp.nan), total)
+      return carry, metrics
+    draw = program_lib.draw(b, key, n_max, n, epochs_k)
+    carry, (metrics, used) = jax.lax.scan(step, carry, draw)
+    usedf = used.astype(jnp.float32)
+    metrics = jax.tree.map(
+        lambda v: jnp.where(jnp.any(used), jnp.sum(v * usedf.astype(v.dtype))
+                            / jnp.maximum(jnp.sum(usedf.astype(v.dtype)), 1.0), jnp.nan),
+        metrics)
+    return carry, metrics
+
+  def _run_one(self, state, key, idx, n, arrays, epochs_k, row, shared, *, program):
+    """One client's program: ``(its new model or None, its outputs, its step metrics)``."""
+    c = program_lib.Client(self, state, key, idx, n)
+    carry = program.init(c, row, shared)
+    metrics = None
+    if program.batches is not None:
+      carry, metrics = self._loop(program, c, carry, key, idx, n, arrays, epochs_k, row, shared)
+    model, out = program.final(c, carry, row, shared)
+    return model, out, metrics
+
+  def _run_impl(self, state, slots, valid, keys, idx, n, arrays, epochs_k, row, shared, *,
+                program, idx_shared, client_chunk):
     sub = take_clients(state, slots)
     n = jnp.where(valid, n, 0)
-    fit = functools.partial(self._fit_one, loss_fn=loss_fn, rule=rule)
-    new, loss = over_slots(
-        fit, self.mesh, (0, 0, None if idx_shared else 0, 0, None, 0, 0, 0, None, None),
-        sub, keys, idx, n, shared, aux, local.epochs_k, local.client, local.lr_scale,
-        local.shared, chunk=client_chunk)
-    write = jnp.where(valid, slots, jnp.iinfo(jnp.int32).max)
-    return put_clients(state, write, new), loss
+    in_axes = (0, 0, None if idx_shared else 0, 0, None, 0, 0, None)
+    one = jax.vmap(functools.partial(self._run_one, program=program), in_axes=in_axes)
 
-  def fit(self, state: ModelState, slots: Array, valid: Array, keys: Array,
-          idx: Array, n: Array, shared: dict, aux: dict, rule: LocalRule,
-          local: Local | None = None, *, loss_fn: LossFn,
-          client_chunk: int | None = None) -> tuple[ModelState, Array]:
-    """Runs ``rule.epochs`` epochs of minibatch training on the slotted clients.
+    def mapped(*args):
+      model, out, metrics = one(*args)
+      return model, program.finish(out, args[-1]), metrics
+
+    model, out, metrics = shard_slots(mapped, self.mesh, in_axes, sub, keys, idx, n, arrays,
+                                      epochs_k, row, shared, chunk=client_chunk)
+    if program.writes:
+      state = put_clients(state, jnp.where(valid, slots, _DROP), model)
+      return state, out, metrics
+    return out, metrics
+
+  def run(self, program: program_lib.Program, state: ModelState, slots: Array, valid: Array,
+          keys: Array, data: program_lib.Rows | None = None, row: Any = None,
+          shared: Any = None, epochs_k: Array | None = None,
+          client_chunk: int | None = None) -> tuple[ModelState, Any, Any]:
+    """Runs ``program`` for the slotted clients, vmapped over the slots (the engine's one
+    per-client kernel; :mod:`fedjax_kd.core.program`).
 
     Args:
-      state: cohort state (donated: do not reuse the argument).
-      slots: ``[S]`` int32 cohort rows to train.
+      program: the client program (static: equal programs share a compilation).
+      state: cohort state (donated when the program writes: do not reuse the argument).
+      slots: ``[S]`` int32 cohort rows.
       valid: ``[S]`` bool, False for padding slots (their rows are not written).
       keys: ``[S]`` PRNG keys.
-      idx: ``[S, n_max]`` rows of the ``shared`` arrays that each client owns,
-        or ``[n_max]`` when every client trains on the same rows.
-      n: ``[S]`` number of real rows of each client.
-      shared: dict of arrays with a leading sample axis, same for every client
-        (must include ``'x'``); gathered per batch and passed to ``loss_fn``.
-      aux: dict of per-slot arrays (leading axis ``S``) passed whole to
-        ``loss_fn`` (e.g. per-client targets indexed by ``batch['_pos']``).
-      rule: the static training options and hooks (:class:`LocalRule`).
-      local: this call's epoch budgets, learning-rate factor and hook data, with
-        per-client leaves for the ``S`` slots (:class:`Local`).
-      loss_fn: per-sample loss; a module-level function (it is a static arg).
-      client_chunk: train the slots this many at a time (:func:`in_chunks`); None: all.
+      data: the rows the batches are drawn from, ``idx``/``n`` per slot (``idx`` ``[n_max]``
+        shared by every slot); None for a program without batches.
+      row: pytree of per-slot inputs (leading axis ``S``).
+      shared: pytree every slot sees.
+      epochs_k: ``[S]`` epoch budgets (None: all of ``program.batches.epochs``).
+      client_chunk: run the slots this many at a time (:func:`in_chunks`); None: all.
 
     Returns:
-      The new cohort state and the mean training loss of each slot ``[S]``.
+      ``(state, outputs [S, ...], step metrics [S])``: the cohort's new state (the same
+      state for a program that only reads), the programs' outputs and their step metrics
+      (None without batches).
     """
-    local = local or Local()
     s = slots.shape[0]
-    epochs_k = local.epochs_k
+    b = program.batches
+    if data is None:
+      data = program_lib.Rows({}, jnp.zeros((1,), jnp.int32), jnp.zeros((s,), jnp.int32))
     if epochs_k is None:
-      epochs_k = jnp.full((s,), rule.epochs, jnp.int32)
-    local = local.replace(epochs_k=jnp.asarray(epochs_k, jnp.int32),
-                          lr_scale=jnp.asarray(local.lr_scale, jnp.float32))
-    return _call('fit', self._fit, state, slots, valid, keys, idx, n, shared, aux, local, loss_fn=loss_fn,
-                     rule=rule, idx_shared=(idx.ndim == 1), client_chunk=client_chunk)
+      epochs_k = jnp.full((s,), b.epochs if b is not None else 0, jnp.int32)
+    idx = jnp.asarray(data.idx, jnp.int32)
+    args = (state, slots, valid, keys, idx, jnp.asarray(data.n, jnp.int32), dict(data.arrays),
+            jnp.asarray(epochs_k, jnp.int32), row, shared)
+    kw = dict(program=program, idx_shared=idx.ndim == 1, client_chunk=client_chunk)
+    phase = f'run:{type(program).__name__}'
+    if program.writes:
+      return _call(phase, self._runs[True], *args, **kw)
+    out, metrics = _call(phase, self._runs[False], *args, **kw)
+    return state, out, metrics
+
+  def run_program(self, program: program_lib.Program, shared_rows: bool = False,
+                  client_chunk: int | None = None) -> Callable[..., Any]:
+    """The kernel program of ``program``, not jitted: ``(state, slots, valid, keys, idx, n,
+    arrays, epochs_k, row, shared)`` to what :meth:`run` returns (the memory planner traces
+    or compiles it)."""
+    return functools.partial(self._run_impl, program=program, idx_shared=shared_rows,
+                             client_chunk=client_chunk)
 
   # --------------------------------------------------------------- predict
   def _logits_chunks(self, sub: ModelState, x: Array, chunk: int, keys: Array | None = None,
@@ -592,42 +583,6 @@ class CohortKernels:
     chunk = max(1, min(chunk, idx.shape[-1]))
     return _call('class_sums', self._class_sums, state, slots, x, y, idx, n, num_classes=num_classes, chunk=chunk,
                             client_chunk=client_chunk)
-
-  # ------------------------------------------------------- any per-client map
-  def _map_impl(self, state, slots, keys, per_client, shared, *, fn, options, client_chunk):
-    one = lambda st, key, row, shared: fn(self, st, key, row, shared, options=options)
-    return over_slots(one, self.mesh, (0, 0, 0, None), take_clients(state, slots), keys,
-                      per_client, shared, chunk=client_chunk)
-
-  def map_program(self, step: MapStep) -> Callable[..., Any]:
-    """The map's program function, not jitted: ``(state, slots, keys, per_client, shared)``
-    to every slot's outputs (the memory planner traces or compiles it)."""
-    return functools.partial(self._map_impl, fn=step.fn, options=step.options,
-                             client_chunk=None)
-
-  def map_clients(self, fn: Callable, state: ModelState, slots: Array, keys: Array,
-                  per_client: Any, shared: Any, options: Any = (),
-                  client_chunk: int | None = None) -> Any:
-    """``fn`` of each slotted client's model, vmapped over the slots (the state is read only).
-
-    Args:
-      fn: ``fn(kernels, model_state, key, row, shared, options=options) -> outputs``
-        for one client; a module-level function (it is a static argument). It may
-        use ``kernels.module`` and ``kernels.apply``, and maps the stored inputs it
-        gathers with ``kernels.inputs``.
-      state: cohort state.
-      slots: ``[S]`` cohort rows.
-      keys: ``[S]`` PRNG keys.
-      per_client: pytree with a leading axis ``S`` (each slot's ``row``).
-      shared: pytree every slot sees.
-      options: hashable static options of ``fn``.
-      client_chunk: run the slots this many at a time; None: all at once.
-
-    Returns:
-      ``fn``'s outputs stacked over the slots.
-    """
-    return _call('map_clients', self._map, state, slots, keys, per_client, shared, fn=fn, options=options,
-                     client_chunk=client_chunk)
 
   def apply(self, params: Any, batch_stats: Any, x: Array, **kwargs) -> Any:
     """``module.apply`` in float32 with the variables of one model."""

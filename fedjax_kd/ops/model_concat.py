@@ -12,6 +12,7 @@ Concatenation", AAAI 2024. Pure, jitted functions over pytrees:
 * :func:`segment_weighted_average` -- FedAvg inside every cluster:
   ``w_c = sum_{k: cluster_k = c} p_k w_k / sum_{k: cluster_k = c} p_k``; a cluster whose
   clients carry no weight this round keeps its previous model.
+* :func:`cluster_features` -- every cluster model's frozen penultimate features of a batch.
 * :func:`concat_logits` -- the global model of the classifier phase:
   ``logits = [h_1(x), ..., h_C(x)] W + b`` with ``h_c`` the penultimate features of cluster
   ``c``'s frozen model (cluster-major concatenation, ``W`` ``[C d, n]``).
@@ -98,6 +99,19 @@ def segment_weighted_average(stacked: PyTree, weights: Array, segments: Array,
     return jnp.where(keep, mean, prev.astype(jnp.float32)).astype(prev.dtype)
 
   return jax.tree.map(leaf, stacked, previous)
+
+
+def cluster_features(embed: Any, encoders: Any, x: Array) -> Array:
+  """``[C, B, d]`` features of ``x`` under each of the ``C`` cluster models, gradient-free.
+
+  Args:
+    embed: ``embed(params, batch_stats, x) -> [B, d]``, one model's inference-mode
+      penultimate features.
+    encoders: the cluster models (a ``ModelState`` with leaves ``[C, ...]``).
+    x: ``[B, ...]`` model inputs.
+  """
+  f = jax.vmap(lambda p, s: embed(p, s, x))(encoders.params, encoders.batch_stats)
+  return jax.lax.stop_gradient(f)
 
 
 def concat_features(features: Array) -> Array:
