@@ -488,6 +488,8 @@ def _plan(spec: Any, parts: _Parts, *, store: str | None = None, num_clients: in
       phases.append((Phase('init'), held))
     for ph, n in phases:
       b = figure(ph, n, once(n), held if ph.kind != 'init' else None)
+      if ph.kind == 'init':   # its outputs are the cohort's states, which `state` counts
+        b = max(b - n * c.row, 0)
       if b > step:
         step, phase = b, _phase_name(ph)
   for name, fig, bnd in parts.server_phases:

@@ -34,8 +34,46 @@ def steps_of_activations(monkeypatch) -> None:
   the clients' states do, and running them in chunks would not save memory (a chunked
   training holds the slots' new states besides their gathered ones)."""
   from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(memory, '_probe', lambda *args: args[6] << 20)   # args[6]: clients
-  monkeypatch.setattr(memory, '_bound_one', lambda *args: 1 << 20)     # one client's bound
+
+  def per_client(kernels, shape, dtype, phase, slots, chunk, rows):
+    del kernels, shape, dtype, rows
+    return 0 if phase.kind == 'init' else (chunk or slots) << 20   # the clients at once
+
+  monkeypatch.setattr(memory, '_figure', per_client)
+  monkeypatch.setattr(memory, '_bound', per_client)
+
+
+def train(fed, states, root, t: int, epochs: int, batch_size: int, *, active=None,
+          epochs_k=None, lr_scale=None, fresh: bool = False, transforms=(), row=None,
+          shared=None, loss=None):
+  """Local training of ``fed``'s clients on their private rows (the engine's :class:`SGD`
+  program, chained with the round's learning-rate factor ``lr_scale`` where given and with
+  ``transforms``): ``(states, [K] mean losses)``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.core import program  # pylint: disable=g-import-not-at-top
+  sgd = program.SGD(loss or program.ce_loss, epochs, batch_size, fresh=fresh)
+  shared = dict(shared or {})
+  if lr_scale is not None:
+    sgd = program.chain(sgd, program.LRScale())
+    shared['lr_scale'] = jnp.float32(lr_scale)
+  sgd = program.chain(sgd, *transforms)
+  d = fed.data
+  ran = fed.run(sgd, states, root, t, 'train',
+                data=program.Rows({'x': d.x_private, 'y': d.y_private}, d.client_idx,
+                                  d.client_n),
+                row=row, shared=shared or None, active=active, epochs=epochs_k)
+  return ran.states, ran.metrics
+
+
+def distill(fed, states, root, t: int, x, targets, epochs: int, batch_size: int, *,
+            count=None, active=None):
+  """Distillation of ``fed``'s clients on ``(x[:count], targets)``: ``(states, [K] losses)``."""
+  from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.core import program  # pylint: disable=g-import-not-at-top
+  sgd, data, row = base.distillation(program.SGD(program.soft_ce_loss, epochs, batch_size), x,
+                                     targets, fed.num_clients, count)
+  ran = fed.run(sgd, states, root, t, 'distill', data=data, row=row, active=active)
+  return ran.states, ran.metrics
 
 
 def assert_rewrites_to_itself(tmp_path, doc: str, main, argv, flag: str = '--markdown') -> None:

@@ -203,6 +203,22 @@ def _numpy_knn(q, s, ys, k, scale, c):
   return out
 
 
+def _scores(f_store, y_store, f_q, p_q, y_q, store, queries, lams, *, k, scale, num_classes,
+            loo):
+  """Every client's :class:`KNNScores` (its program's math, vmapped over the clients as the
+  engine runs it): ``(acc, nll)`` ``[K, G]``."""
+  program = knn_per_lib.KNNScores(k, scale, num_classes, loo)
+  shared = {'f_store': jnp.asarray(f_store), 'y_store': jnp.asarray(y_store),
+            'f_query': jnp.asarray(f_q), 'p_query': jnp.asarray(p_q),
+            'y_query': jnp.asarray(y_q)}
+
+  def one(si, sn, qi, qn, lam):
+    row = {'store': si, 'store_n': sn, 'query': qi, 'query_n': qn, 'lam': lam}
+    return program.final(None, None, row, shared)[1]
+
+  return jax.vmap(one)(*(jnp.asarray(a) for a in (*store, *queries, lams)))
+
+
 def test_batched_client_scores_match_a_per_client_numpy_loop():
   rng = np.random.default_rng(0)
   c, dim = 3, 4
@@ -218,7 +234,7 @@ def test_batched_client_scores_match_a_per_client_numpy_loop():
   q_idx = np.array([[0, 1, 2, 3, 4], [5, 6, 0, 0, 0]], np.int32)
   q_n = np.array([5, 2], np.int32)
   lams = np.array([[0.0, 0.5, 1.0], [0.0, 0.3, 0.9]], np.float32)
-  acc, nll = knn_per_lib._scores(f_store, y_store, f_q, p_q, y_q, (s_idx, s_n), (q_idx, q_n),
+  acc, nll = _scores(f_store, y_store, f_q, p_q, y_q, (s_idx, s_n), (q_idx, q_n),
                                  lams, k=3, scale=1.0, num_classes=c, loo=False)
   for kk in range(2):
     s = f_store[s_idx[kk, :s_n[kk]]]
@@ -261,12 +277,12 @@ def test_lambda_tuned_on_the_training_rows_is_zero_and_on_held_out_rows_is_not()
   kw = dict(k=1, scale=1.0, num_classes=2)
   # Leave-one-out on the training rows: every row's neighbour shares its class, so every
   # lambda scores 1 and the tie goes to lambda = 0, the global model alone.
-  acc, _ = knn_per_lib._scores(f, y, f, p, y, store, store, grid, loo=True, **kw)
+  acc, _ = _scores(f, y, f, p, y, store, store, grid, loo=True, **kw)
   np.testing.assert_allclose(acc, [[1.0, 1.0, 1.0]])
   assert float(knn_ops.choose(acc, grid[0])[0]) == 0.0
   # On the held-out rows the global model scores 0, and lambda = 0.5 already mixes in enough
   # of the kNN's one-hot vote: 0.5 (1, 0) + 0.5 (0.4, 0.6) = (0.7, 0.3).
-  acc, _ = knn_per_lib._scores(f, y, f, p, y, store, held_out, grid, loo=False, **kw)
+  acc, _ = _scores(f, y, f, p, y, store, held_out, grid, loo=False, **kw)
   np.testing.assert_allclose(acc, [[0.0, 1.0, 1.0]])
   assert float(knn_ops.choose(acc, grid[0])[0]) == 0.5
 

@@ -17,9 +17,8 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import runner
 from fedjax_kd.algorithms import per_fedavg as pfa
 from fedjax_kd.algorithms import pfedme
-from fedjax_kd.core import loop
 from fedjax_kd.core import rng
-from fedjax_kd.core.kernels import epoch_positions
+from fedjax_kd.core.program import Rows, epoch_positions
 from fedjax_kd.ops import losses
 from fedjax_kd.ops import personal
 from tests.shared import tiny_config
@@ -138,14 +137,13 @@ def test_pfedme_local_matches_a_transcription_of_algorithm_1():
   g = jax.tree.map(lambda a: a[0], states[0].params)     # client 0's initial model as w
   lam, plr, eta, k_steps = 15.0, 0.01, 0.05, 3
   active = np.array([False, True, True])
-  opts = pfedme.PFedMeLocal(loop.LoopOptions(1, 64), k_steps)
-  w_all, theta, _, loss = fed.map_clients(
-      states, jax.random.PRNGKey(1), 1, 'train', pfedme.pfedme_local, active=active,
-      per_client=(data.client_idx, jnp.asarray(data.client_n, jnp.int32),
-                  jnp.ones(3, jnp.int32)),
-      shared=(data.x_private, data.y_private, g, {}, tuple(jnp.float32(v)
-                                                          for v in (lam, plr, eta))),
-      fill=(states[0].params, states[0].params, {}, jnp.full((3,), jnp.nan)), options=opts)
+  start = jax.tree.map(jnp.copy, states[0].params)   # the program writes its input back
+  ran = fed.run(
+      pfedme.PFedMeLocal(1, 64, k_steps), states, jax.random.PRNGKey(1), 1, 'train',
+      active=active, data=Rows({'x': data.x_private, 'y': data.y_private}, data.client_idx,
+                               data.client_n),
+      shared={'w': g, 'batch_stats': {}, 'steps': tuple(jnp.float32(v) for v in (lam, plr, eta))})
+  w_all, theta, loss = ran.out, ran.states[0].params, ran.metrics
   for k in (1, 2):
     grad = _ce_grad(fed, *_client(data, k))
     th = g
@@ -158,7 +156,7 @@ def test_pfedme_local_matches_a_transcription_of_algorithm_1():
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a[k], b, rtol=2e-5, atol=1e-6),
                  w_all, w)
   assert np.isnan(loss[0]) and np.isfinite(loss[1:]).all()   # client 0 did not take part
-  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[0], b[0]), theta, states[0].params)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[0], b[0]), theta, start)
 
 
 @pytest.mark.parametrize('hf', [False, True])
@@ -169,12 +167,13 @@ def test_perfedavg_local_matches_a_transcription_on_interleaved_parts(hf):
   alpha, beta = 0.3, 0.2
   root, t, k = jax.random.PRNGKey(2), 1, 2
   parts = 3 if hf else 2
-  opts = pfa.PerFedAvgLocal(loop.LoopOptions(1, 32, parts), hf)
-  w_all, _, _ = fed.map_clients(
-      states, root, t, 'train', pfa.perfedavg_local, active=np.array([False, False, True]),
-      per_client=(data.client_idx, jnp.asarray(data.client_n, jnp.int32), jnp.ones(3, jnp.int32)),
-      shared=(data.x_private, data.y_private, (jnp.float32(alpha), jnp.float32(beta))),
-      fill=(states[0].params, {}, jnp.full((3,), jnp.nan)), options=opts)
+  w0 = jax.tree.map(lambda a: a[k], states[0].params)   # the program writes its input back
+  ran = fed.run(
+      pfa.PerFedAvgLocal(1, 32, hf), states, root, t, 'train',
+      active=np.array([False, False, True]),
+      data=Rows({'x': data.x_private, 'y': data.y_private}, data.client_idx, data.client_n),
+      shared={'steps': (jnp.float32(alpha), jnp.float32(beta))})
+  w_all = ran.states[0].params
   n = int(data.client_n[k])
   key = rng.client_keys(root, t, np.array([k]), 'train')[0]
   pos = np.asarray(epoch_positions(key, data.client_idx.shape[1], jnp.int32(n), 1, 32)[0][0])
@@ -184,7 +183,6 @@ def test_perfedavg_local_matches_a_transcription_on_interleaved_parts(hf):
     p = pos[j::parts]
     r = rows[p[p < n]]
     return _ce_grad(fed, x[r], y[r])
-  w0 = jax.tree.map(lambda a: a[k], states[0].params)
   g1 = part(0)(w0)
   adapted = jax.tree.map(lambda a, d: a - alpha * d, w0, g1)
   g2 = part(1)(adapted)

@@ -16,8 +16,7 @@ from fedjax_kd import experiment as experiment_lib
 from fedjax_kd import memory
 from fedjax_kd import runner
 from fedjax_kd.core import kernels as kernels_lib
-from fedjax_kd.core.federation import ce_loss, soft_ce_loss
-from fedjax_kd.core.local import LocalRule
+from fedjax_kd.core.program import SGD, Rows, ce_loss, soft_ce_loss
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
 from tests.shared import steps_of_activations, tiny_config
@@ -90,7 +89,6 @@ def test_training_in_chunks_matches_all_at_once(loss, model):
   slots = jnp.arange(5, dtype=jnp.int32)
   valid = jnp.asarray([True, True, False, True, True])
   keys = jax.random.split(jax.random.PRNGKey(3), 5)
-  rule = LocalRule(epochs=2, batch_size=16, opt_slot='train')
   if loss == 'ce':
     idx = jnp.stack([jnp.arange(60) + 60 * i for i in range(5)]).astype(jnp.int32)
     n = jnp.asarray([60, 33, 60, 7, 48], jnp.int32)
@@ -101,9 +99,10 @@ def test_training_in_chunks_matches_all_at_once(loss, model):
                                                                   (100, 10)))}
     fn = soft_ce_loss
   copy = lambda s: jax.tree.map(jnp.copy, s)
-  whole, lw = k.fit(copy(state), slots, valid, keys, idx, n, shared, {}, rule, loss_fn=fn)
-  chunked, lc = k.fit(copy(state), slots, valid, keys, idx, n, shared, {}, rule, loss_fn=fn,
-                      client_chunk=2)
+  program = SGD(fn, 2, 16)
+  whole, _, lw = k.run(program, copy(state), slots, valid, keys, Rows(shared, idx, n))
+  chunked, _, lc = k.run(program, copy(state), slots, valid, keys, Rows(shared, idx, n),
+                         client_chunk=2)
   np.testing.assert_allclose(lc, lw, rtol=0, atol=FIT_ATOL)
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(chunked)):
     np.testing.assert_allclose(b, a, rtol=0, atol=FIT_ATOL)
@@ -178,12 +177,12 @@ def test_training_reuses_the_cohorts_state_buffers_chunked_or_not():
   state_bytes = memory.tree_bytes(state)
   slots = jnp.arange(5, dtype=jnp.int32)
   idx = jnp.stack([jnp.arange(60) + 60 * i for i in range(5)]).astype(jnp.int32)
-  rule = LocalRule(epochs=1, batch_size=16, opt_slot='train')
   with kernels_lib.recording() as programs:
     for c in (None, 2):
-      state, _ = k.fit(state, slots, jnp.ones(5, bool), jax.random.split(jax.random.PRNGKey(3), 5),
-                       idx, jnp.full((5,), 60, jnp.int32), {'x': x, 'y': y}, {}, rule,
-                       loss_fn=ce_loss, client_chunk=c)
-  assert [phase for phase, _ in programs.seen] == ['fit', 'fit']
+      state, _, _ = k.run(SGD(ce_loss, 1, 16), state, slots, jnp.ones(5, bool),
+                          jax.random.split(jax.random.PRNGKey(3), 5),
+                          Rows({'x': x, 'y': y}, idx, jnp.full((5,), 60, jnp.int32)),
+                          client_chunk=c)
+  assert [phase for phase, _ in programs.seen] == ['run:SGD', 'run:SGD']
   for _, m in programs.seen:
     assert m.alias_size_in_bytes == state_bytes

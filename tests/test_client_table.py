@@ -25,13 +25,14 @@ from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
 from fedjax_kd import experiment
 from fedjax_kd.algorithms import base
-from fedjax_kd.core import federation
+from fedjax_kd.core import program
 from tests.shared import tiny_config
 
 
-def weighted_ce(logits, batch, aux):
-  """Cross-entropy times the client's weight (a module-level function: a jit static arg)."""
-  return aux['w'] * federation.ce_loss(logits, batch, aux)
+def weighted_ce(logits, batch, row):
+  """Cross-entropy times the client's weight ``row['w']`` (a module-level function: part of
+  the training program's hash)."""
+  return row['w'] * program.ce_loss(logits, batch, row)
 
 
 @flax.struct.dataclass
@@ -57,12 +58,7 @@ class Weighted(base.Algorithm):
     return state.replace(table=table), base.RoundOutput({'train_loss': loss}, [])
 
   def weighted_training(self, state, r, weight):
-    d = r.fed.data
-    clients, loss = r.fed.fit(state.clients, self.ctx.root, r.t, 'train', self.train_rule(),
-                              shared={'x': d.x_private, 'y': d.y_private}, idx=d.client_idx,
-                              n=d.client_n, aux={'w': weight}, loss_fn=weighted_ce,
-                              active=r.active)
-    return state.replace(clients=clients), base.nanmean(loss)
+    return self.train_clients(state, r, self.train_program(loss=weighted_ce), row={'w': weight})
 
 
 @flax.struct.dataclass
@@ -129,7 +125,7 @@ def test_a_declared_table_gives_the_same_run_on_device_and_host(registered):
 def test_a_forgotten_declaration_is_refused_on_the_first_partial_round(registered):
   del registered
   _play(_build('forgetful', 'device'))       # all K rows present: nothing to refuse
-  with pytest.raises(ValueError, match=r"aux\['w'\] has shape \(8,\), but this round has "
+  with pytest.raises(ValueError, match=r"row\['w'\] has shape \(8,\), but this round has "
                      r"\d clients \(of 8\).*client table"):
     _play(_build('forgetful', 'host'))
 

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from fedjax_kd.core.federation import Federation, build_federated_data, pack_indices
-from fedjax_kd.core.local import LocalRule
+from tests.shared import distill, train
 
 
 class TinyMLP(nn.Module):
@@ -72,7 +72,7 @@ def test_result_does_not_depend_on_other_clients_padding():
   for other in (23, 61):
     data = make_data([23, other])
     fed = make_fed(data)
-    states, _ = fed.train_private(fed.init(root), root, 1, LocalRule(epochs=3, batch_size=5))
+    states, _ = train(fed, fed.init(root), root, 1, 3, 5)
     results.append(params_of(fed, states, 0))
   assert_trees_close(results[0], results[1], rtol=1e-5, atol=1e-6)
 
@@ -81,7 +81,7 @@ def test_result_does_not_depend_on_other_clients_padding():
 def test_epoch_positions_visit_real_samples_in_the_same_batches_whatever_the_padding():
   """A client's batches of real samples are the same at any padded length (the PyTorch
   lock-step reference pads every client to one length and relies on it)."""
-  from fedjax_kd.core.kernels import epoch_positions  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.core.program import epoch_positions  # pylint: disable=g-import-not-at-top
   key = jax.random.PRNGKey(4)
   batches = []
   for n_max in (23, 24, 61):
@@ -100,7 +100,7 @@ def test_keras_step_count_and_no_update_without_data():
   root = jax.random.PRNGKey(0)
   fed2 = make_fed(data, tx=optax.adam(1e-3))
   s0 = fed2.init(root)
-  s1, loss = fed2.train_private(s0, root, 1, LocalRule(epochs=2, batch_size=3))
+  s1, loss = train(fed2, s0, root, 1, 2, 3)
   count = np.asarray(s1[0].opt_state['train'][0].count)
   np.testing.assert_array_equal(count, [2 * 3, 0])  # ceil(7/3)=3 steps x 2 epochs; none
   assert np.isnan(loss[1]) or loss[1] == 0.0
@@ -114,9 +114,9 @@ def test_partial_participation_matches_full_round_for_participants():
   data = make_data([20, 25, 30, 35, 40])
   root = jax.random.PRNGKey(3)
   fed = make_fed(data, models=['a', 'b', 'a', 'b', 'a'])
-  full, _ = fed.train_private(fed.init(root), root, 1, LocalRule(epochs=2, batch_size=8))
+  full, _ = train(fed, fed.init(root), root, 1, 2, 8)
   active = np.array([False, True, True, False, False])
-  part, loss = fed.train_private(fed.init(root), root, 1, LocalRule(epochs=2, batch_size=8),
+  part, loss = train(fed, fed.init(root), root, 1, 2, 8,
                                  active=active)
   init = fed.init(root)
   assert np.isnan(loss[0]) and np.isfinite(loss[1])
@@ -135,11 +135,11 @@ def test_subsets_of_one_bucket_do_not_recompile():
   for t, members in enumerate([[0, 1, 2], [5, 6, 7, 0], [3, 4, 1]], start=1):
     active = np.zeros(8, bool)
     active[members] = True
-    states, _ = fed.train_private(states, root, t, LocalRule(epochs=1, batch_size=5), active=active)
-  assert kern._fit._cache_size() == 1  # 3 and 4 clients share the 4-slot bucket
+    states, _ = train(fed, states, root, t, 1, 5, active=active)
+  assert kern._runs[True]._cache_size() == 1  # 3 and 4 clients share the 4-slot bucket
   for t in range(4, 6):
-    states, _ = fed.train_private(states, root, t, LocalRule(epochs=1, batch_size=5))
-  assert kern._fit._cache_size() == 2  # plus the full cohort, compiled once
+    states, _ = train(fed, states, root, t, 1, 5)
+  assert kern._runs[True]._cache_size() == 2  # plus the full cohort, compiled once
 
 
 @pytest.mark.slow
@@ -149,9 +149,9 @@ def test_bit_reproducible_for_a_seed():
   for _ in range(2):
     fed = make_fed(data, models=['a', 'b', 'a'], bn=True)
     root = jax.random.PRNGKey(7)
-    st, _ = fed.train_private(fed.init(root), root, 1, LocalRule(epochs=2, batch_size=4))
+    st, _ = train(fed, fed.init(root), root, 1, 2, 4)
     p = fed.predict(st, data.x_public)
-    st, _ = fed.distill(st, root, 1, data.x_public, p.mean(0), LocalRule(epochs=1, batch_size=10))
+    st, _ = distill(fed, st, root, 1, data.x_public, p.mean(0), 1, 10)
     outs.append(np.asarray(fed.predict(st, data.x_public)))
   np.testing.assert_array_equal(outs[0], outs[1])
 
@@ -164,11 +164,10 @@ def test_distill_takes_its_count_on_the_device_and_a_count_of_zero_changes_nothi
   root = jax.random.PRNGKey(0)
   x = data.x_public
   target = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(1), (x.shape[0], 3)))
-  rule = LocalRule(epochs=2, batch_size=7)
   start = [params_of(fed, fed.init(root), c) for c in (0, 1)]   # a round donates its states
 
   def distilled(count):
-    states, _ = fed.distill(fed.init(root), root, 1, x, target, rule, count=count)
+    states, _ = distill(fed, fed.init(root), root, 1, x, target, 2, 7, count=count)
     return states, [params_of(fed, states, c) for c in (0, 1)]
 
   _, host = distilled(20)
@@ -191,7 +190,7 @@ def test_distill_moves_predictions_towards_targets():
   x = data.x_public
   target = jnp.tile(jnp.asarray([[0.0, 0.0, 1.0]]), (x.shape[0], 1))
   before = float(fed.predict(st, x)[..., 2].mean())
-  st, loss = fed.distill(st, root, 1, x, target, LocalRule(epochs=20, batch_size=10))
+  st, loss = distill(fed, st, root, 1, x, target, 20, 10)
   after = np.asarray(fed.predict(st, x)[..., 2])
   assert after.mean() > 0.95 > before
 

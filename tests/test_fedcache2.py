@@ -109,13 +109,13 @@ def test_distillation_lowers_the_krr_loss():
   state, _ = algo.train_clients(state, base.round_input(algo, fed, 1, np.ones(K, bool)))
   x0, v0 = state.table.proto, state.table.proto_valid
   d = exp.ctx.data
-  opts = fedcache2.DistillOptions(epochs=15, batch_size=32, lr=0.01, reg=1e-6, bn_mode='eval',
-                                  augment=None, chunk=64, value_range=(0.0, 1.0))
-  x1, loss, skipped = fed.map_clients(
-      state.clients, exp.ctx.root, 1, 'distill', fedcache2.distill_synthetic,
-      per_client=(x0, v0, d.client_idx, jnp.asarray(d.client_n, jnp.int32)),
-      shared=(algo.y_b, d.x_private, d.y_private), options=opts,
-      fill=(x0, jnp.full((K,), jnp.nan), jnp.zeros((K,), jnp.int32)))
+  program = fedcache2.SyntheticDistillation(epochs=15, batch_size=32, lr=0.01, reg=1e-6,
+                                            bn_mode='eval', augment=None, chunk=64,
+                                            value_range=(0.0, 1.0))
+  x1, loss, skipped = fed.run(
+      program, state.clients, exp.ctx.root, 1, 'distill', data=algo.private_rows(),
+      row={'x': x0, 'valid': v0}, shared={'y_b': algo.y_b, 'x': d.x_private, 'y': d.y_private},
+      fill=(x0, jnp.full((K,), jnp.nan), jnp.zeros((K,), jnp.int32))).out
   assert np.all(skipped == 0) and np.all(np.isfinite(loss))
   assert float(jnp.min(x1)) >= 0.0 and float(jnp.max(x1)) <= 1.0   # clipped to the data range
 

@@ -22,7 +22,7 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import experiment
 from fedjax_kd import runner
 from fedjax_kd.core.kernels import CohortKernels
-from fedjax_kd.core.local import LocalRule
+from fedjax_kd.core.program import SGD, Rows
 from fedjax_kd.data import sources
 from fedjax_kd.data.inputs import Normalize, as_float, pixel_stats, stored_inputs
 from fedjax_kd.models import registry
@@ -125,9 +125,10 @@ def test_kernel_predictions_and_training_equal_on_uint8_and_float(norm):
   def fit(inputs):
     st = kernels.init(keys, (8, 8, 1))
     idx = jnp.asarray(np.arange(40).reshape(2, 20), jnp.int32)
-    st, loss = kernels.fit(st, slots, jnp.ones(2, bool), keys, idx, jnp.full(2, 20, jnp.int32),
-                           {'x': jnp.asarray(inputs), 'y': jnp.asarray(y, jnp.int32)}, {},
-                           LocalRule(epochs=2, batch_size=8), loss_fn=_ce)
+    st, _, loss = kernels.run(
+        SGD(_ce, 2, 8), st, slots, jnp.ones(2, bool), keys,
+        Rows({'x': jnp.asarray(inputs), 'y': jnp.asarray(y, jnp.int32)}, idx,
+             jnp.full(2, 20, jnp.int32)))
     return jax.tree.leaves(st.params), np.asarray(loss)
 
   (w_u8, l_u8), (w_f, l_f) = fit(x), fit(xf)

@@ -14,9 +14,10 @@ import pytest
 
 from fedjax_kd.algorithms.fedprox import ProximalTerm
 from fedjax_kd.algorithms.scaffold import control_step
-from fedjax_kd.core.local import Local, LocalRule
+from fedjax_kd.core.program import Correction
 from fedjax_kd.ops import losses
 from fedjax_kd.ops import param_aggregate as pa
+from tests.shared import train
 from tests.test_engine import TinyMLP, assert_trees_close, make_data, make_fed, params_of
 
 ROOT = jax.random.PRNGKey(0)
@@ -27,8 +28,8 @@ def _train(tx=None, *, epochs, batch_size, epochs_k=None, lr_scale=1.0):
   data = make_data(SIZES)
   fed = make_fed(data, tx=tx)
   st = fed.init(ROOT)
-  st, _ = fed.train_private(st, ROOT, 1, LocalRule(epochs=epochs, batch_size=batch_size),
-                            Local(epochs_k=epochs_k, lr_scale=lr_scale), active=np.ones(3, bool))
+  st, _ = train(fed, st, ROOT, 1, epochs, batch_size, epochs_k=epochs_k, lr_scale=lr_scale,
+                active=np.ones(3, bool))
   return fed, data, st
 
 
@@ -63,14 +64,13 @@ def test_fresh_optimizer_resets_momentum():
   data = make_data(SIZES)
   fed = make_fed(data, tx=tx)
   st = fed.init(ROOT)
-  rule = LocalRule(epochs=1, batch_size=4)
-  st, _ = fed.train_private(st, ROOT, 1, rule)
-  copy = lambda: jax.tree.map(jnp.array, st[0])   # fit donates its input
+  st, _ = train(fed, st, ROOT, 1, 1, 4)
+  copy = lambda: jax.tree.map(jnp.array, st[0])   # training donates its input
   reset = copy()
   reset = reset.replace(opt_state={'train': jax.vmap(tx.init)(reset.params)})
-  a, _ = fed.train_private((copy(),), ROOT, 2, LocalRule(epochs=1, batch_size=4, fresh_opt=True))
-  b, _ = fed.train_private((reset,), ROOT, 2, rule)
-  c, _ = fed.train_private((copy(),), ROOT, 2, rule)
+  a, _ = train(fed, (copy(),), ROOT, 2, 1, 4, fresh=True)
+  b, _ = train(fed, (reset,), ROOT, 2, 1, 4)
+  c, _ = train(fed, (copy(),), ROOT, 2, 1, 4)
   assert_trees_close(a[0].params, b[0].params, rtol=1e-6)
   assert not np.allclose(a[0].params['Dense_0']['kernel'], c[0].params['Dense_0']['kernel'])
 
@@ -87,10 +87,10 @@ def test_prox_and_shift_match_a_hand_written_update(mu, shift_value):
   # SCAFFOLD's control with c - c_k = shift_value / lr everywhere (c = 0.5 + that, c_k = 0.5).
   c_k = jax.tree.map(lambda a: jnp.full(a.shape, 0.5, a.dtype), st0[0].params)
   c = jax.tree.map(lambda a: a[:1] + shift_value / lr, c_k)
-  # FedProx's and SCAFFOLD's own hooks, as their algorithms pass them.
-  rule = LocalRule(epochs=2, batch_size=64, penalty=ProximalTerm(mu) if mu else None,
-                   correction=control_step)
-  st, _ = fed.train_private(st0, ROOT, 1, rule, Local(client=c_k, shared=(c, jnp.float32(lr))))
+  # FedProx's and SCAFFOLD's own transforms, as their algorithms chain them.
+  transforms = ([ProximalTerm(mu)] if mu else []) + [Correction(control_step)]
+  st, _ = train(fed, st0, ROOT, 1, 2, 64, transforms=transforms, row={'c_k': c_k},
+                shared={'c': c, 'lr': jnp.float32(lr)})
 
   n = int(data.client_n[1])
   rows = np.asarray(data.client_idx)[1, :n]

@@ -24,10 +24,10 @@ from fedjax_kd import config as config_lib
 from fedjax_kd import runner
 from fedjax_kd.core.federation import Federation, SingleModel, build_federated_data
 from fedjax_kd.core.kernels import CohortKernels
-from fedjax_kd.core.local import LocalRule
+from fedjax_kd.core.program import SGD, Rows, ce_loss
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
-from tests.shared import tiny_config
+from tests.shared import tiny_config, train
 
 SHAPE = (16, 16, 1)
 
@@ -58,7 +58,7 @@ def test_bf16_fit_and_predict_stay_float32_and_close():
     states = fed.init(root)
     start = [np.asarray(a) for a in jax.tree.leaves(states[0].params)]
     # One full-batch step per client: compares one update, not two diverging trajectories.
-    states, loss = fed.train_private(states, root, 1, LocalRule(epochs=1, batch_size=100))
+    states, loss = train(fed, states, root, 1, 1, 100)
     probs = fed.predict(states, fed.data.x_public)
     assert _dtypes(states) == {jnp.dtype(jnp.float32)}   # params, BN stats, opt state
     assert loss.dtype == jnp.float32 and probs.dtype == jnp.float32
@@ -89,8 +89,9 @@ def test_bf16_single_model_and_default_is_exact_float32():
   m16 = SingleModel(module, {'train': optax.sgd(0.1)}, SHAPE, compute_dtype='bfloat16')
   m32 = SingleModel(module, {'train': optax.sgd(0.1)}, SHAPE)
   assert m32.kernels.compute_dtype == 'float32'
-  st16, _ = m16.fit(m16.init(key), key, x, y, LocalRule(epochs=1, batch_size=16))
-  st32, _ = m32.fit(m32.init(key), key, x, y, LocalRule(epochs=1, batch_size=16))
+  rows = Rows({'x': x, 'y': y}, jnp.arange(64, dtype=jnp.int32), 64)
+  st16 = m16.run(SGD(ce_loss, 1, 16), m16.init(key), key, data=rows).states
+  st32 = m32.run(SGD(ce_loss, 1, 16), m32.init(key), key, data=rows).states
   assert _dtypes(st16) == {jnp.dtype(jnp.float32)}
   p16, p32 = m16.predict(st16, x), m32.predict(st32, x)
   assert p16.dtype == jnp.float32

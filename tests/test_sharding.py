@@ -10,10 +10,11 @@ import pytest
 SCRIPT = textwrap.dedent('''
     import jax, numpy as np, optax
     assert len(jax.devices()) == 8, jax.devices()
+    from tests.shared import distill, train
     from tests.test_engine import TinyMLP, make_data
-    from fedjax_kd.algorithms.fedcache2 import DistillOptions, distill_synthetic
+    from fedjax_kd.algorithms.fedcache2 import SyntheticDistillation
     from fedjax_kd.core.federation import Federation
-    from fedjax_kd.core.local import LocalRule
+    from fedjax_kd.core.program import Rows
     data = make_data([9, 14, 20, 11, 17])
     root = jax.random.PRNGKey(0)
     outs = []
@@ -24,21 +25,20 @@ SCRIPT = textwrap.dedent('''
       assert (fed.mesh is not None) == use_mesh
       st = fed.init(root)
       active = np.array([True, True, False, True, True])
-      st, _ = fed.train_private(st, root, 1, LocalRule(epochs=2, batch_size=4), active=active)
+      st, _ = train(fed, st, root, 1, 2, 4, active=active)
       p = fed.predict(st, data.x_public)
-      st, _ = fed.distill(st, root, 1, data.x_public, p.mean(0), LocalRule(epochs=1, batch_size=10))
+      st, _ = distill(fed, st, root, 1, data.x_public, p.mean(0), 1, 10)
       acc, _ = fed.evaluate(st)
       # FedCache 2.0's KRR distillation of per-client synthetic inputs (3 per class).
       x0 = jax.numpy.asarray(np.random.RandomState(1).rand(5, 3, 4), jax.numpy.float32)
       v0 = jax.numpy.asarray(np.random.RandomState(2).rand(5, 3) > 0.3)
-      opts = DistillOptions(epochs=2, batch_size=4, lr=0.01, reg=1e-6, bn_mode='eval',
-                            augment=None, chunk=20, value_range=(-1.0, 1.0))
-      n = jax.numpy.asarray(np.where(active, data.client_n, 0), jax.numpy.int32)
-      xb, dd_loss, _ = fed.map_clients(
-          st, root, 1, 'distill', distill_synthetic, active=active,
-          per_client=(x0, v0, data.client_idx, n),
-          shared=(jax.numpy.eye(3), data.x_private, data.y_private), options=opts,
-          fill=(x0, jax.numpy.full((5,), np.nan), jax.numpy.zeros((5,), jax.numpy.int32)))
+      program = SyntheticDistillation(epochs=2, batch_size=4, lr=0.01, reg=1e-6, bn_mode='eval',
+                                      augment=None, chunk=20, value_range=(-1.0, 1.0))
+      xb, dd_loss, _ = fed.run(
+          program, st, root, 1, 'distill', active=active,
+          data=Rows({}, data.client_idx, data.client_n), row={'x': x0, 'valid': v0},
+          shared={'y_b': jax.numpy.eye(3), 'x': data.x_private, 'y': data.y_private},
+          fill=(x0, jax.numpy.full((5,), np.nan), jax.numpy.zeros((5,), jax.numpy.int32))).out
       outs.append((np.asarray(fed.predict(st, data.x_public)), acc, np.asarray(xb), dd_loss))
       if use_mesh:
         s = st[0].params['Dense_0']['kernel'].sharding
@@ -168,8 +168,8 @@ LOOP_SCRIPT = textwrap.dedent('''
     import jax, numpy as np, optax
     assert len(jax.devices()) == 2, jax.devices()
     from fedjax_kd.core.federation import Federation, build_federated_data
-    from fedjax_kd.core.local import LocalRule
     from fedjax_kd.models import registry
+    from tests.shared import distill, train
     rs = np.random.RandomState(0)
     x = rs.randint(0, 256, (90, 8, 8, 1)).astype(np.uint8)
     y = rs.randint(0, 10, 90)
@@ -178,10 +178,9 @@ LOOP_SCRIPT = textwrap.dedent('''
     cnn = registry.get_model('cnn@0.5', num_classes=10, input_shape=(8, 8, 1))
     fed = Federation(data, ['c'] * 4, {'c': cnn}, {'train': optax.sgd(0.1)})
     st = fed.init(jax.random.PRNGKey(0))
-    st, _ = fed.train_private(st, jax.random.PRNGKey(1), 1, LocalRule(epochs=2, batch_size=5))
+    st, _ = train(fed, st, jax.random.PRNGKey(1), 1, 2, 5)
     p = fed.predict(st, data.x_public)
-    st, _ = fed.distill(st, jax.random.PRNGKey(2), 1, data.x_public, p.mean(0),
-                        LocalRule(epochs=1, batch_size=10))
+    st, _ = distill(fed, st, jax.random.PRNGKey(2), 1, data.x_public, p.mean(0), 1, 10)
     fed.evaluate(st)
     print('OK')
 ''')
@@ -232,7 +231,7 @@ def test_no_collective_inside_a_training_or_inference_loop(tmp_path):
     if not f.endswith('after_optimizations.txt'):
       continue
     kernel = f.split('.')[1]
-    if kernel not in ('jit__fit_impl', 'jit__predict_impl', 'jit__evaluate_impl'):
+    if kernel not in ('jit__run_impl', 'jit__predict_impl', 'jit__evaluate_impl'):
       continue
     hlo = (dump / f).read_text()
     assert 'num_partitions=2' in hlo, f   # compiled for the 2-device mesh

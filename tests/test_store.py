@@ -16,9 +16,9 @@ from fedjax_kd import algorithms
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import store as store_lib
 from fedjax_kd.core.federation import Federation, build_federated_data
-from fedjax_kd.core.local import LocalRule
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
+from tests.shared import train
 
 
 # ------------------------------------------------------------- the store
@@ -113,14 +113,12 @@ def test_view_training_equals_full_training_and_skips_idle_clients():
   # Idle clients' rows are poisoned: a round that read them would spread NaN.
   for leaf in jax.tree.leaves(st_host):
     leaf[~active] = np.nan
-  rule = LocalRule(epochs=2, batch_size=2)
-  st_full, loss_full = full.train_private(st_full, root, 1, rule, active=active)
+  st_full, loss_full = train(full, st_full, root, 1, 2, 2, active=active)
   view = host.round_view(active)
   s = host.store
   vstate = base.AlgState(clients=st_host).replace(clients=tuple(
       s.take(st_host[c], rows) for c, rows in view.cohort_rows))
-  vclients, loss_view = view.fed.train_private(vstate.clients, root, 1, rule,
-                                               active=view.active)
+  vclients, loss_view = train(view.fed, vstate.clients, root, 1, 2, 2, active=view.active)
   s.write(st_host[0], view.cohort_rows[0][1], vclients[0], view.active)
   for a, b in zip(jax.tree.leaves(st_full), jax.tree.leaves(st_host)):
     np.testing.assert_allclose(np.asarray(a)[active], b[active], rtol=1e-5, atol=1e-6)
@@ -132,7 +130,7 @@ def test_host_state_is_refused_by_in_place_training():
   fed = _fed(['mlp@0.5'] * 3, store_lib.ClientStore('host'))
   st = fed.init(jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match='round view'):
-    fed.train_private(st, jax.random.PRNGKey(0), 1, LocalRule(epochs=1, batch_size=2))
+    train(fed, st, jax.random.PRNGKey(0), 1, 1, 2)
 
 
 @pytest.mark.slow

@@ -138,22 +138,11 @@ class FedAvg(base.Algorithm):
     return comm.model_exchange(int(np.sum(active)), self.model_elements)
 
   def selection_losses(self, state, candidates: np.ndarray) -> np.ndarray:
-    """Power-of-Choice: the *global* model's loss on each candidate's data.
-
-    The server model is evaluated once per candidate (slot ``s`` reads row 0 of
-    the server state with candidate ``s``'s data rows), without copying it into
-    the cohort.
-    """
-    ids = np.flatnonzero(candidates)
-    d = self.ctx.data
-    g = jnp.asarray(ids)
-    _, nll, _ = self.server_model.kernels.evaluate(
-        state.server, jnp.zeros(len(ids), jnp.int32), d.x_private, d.y_private,
-        jnp.take(d.client_idx, g, axis=0), jnp.asarray(d.client_n)[g],
-        chunk=self.spec.eval.chunk)
-    out = np.full(self.num_clients, np.nan, np.float32)
-    out[ids] = np.asarray(nll)
-    return out
+    """Power-of-Choice: the *global* model's loss on each candidate's data (NaN for the
+    others), without copying it into the cohort."""
+    _, nll = self.ctx.fed.evaluate(state.clients, active=candidates, split='train',
+                                   chunk=self.spec.eval.chunk, models=(state.server,))
+    return nll
 
   # ------------------------------------------------------------ round
   def round(self, state, r):

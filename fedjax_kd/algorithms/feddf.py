@@ -181,35 +181,34 @@ class FedDF(base.Algorithm):
     chunk = self.spec.eval.chunk
     k = self.num_clients
     per_client = self.spec.data.per_client_test and d.test_idx is not None
-    scores = []   # per group: its model's (acc, loss) and, per client, its members' (device)
-    for g, cohort in enumerate(fed.cohorts):
-      sm, model = self.group_models[g], state.extra.models[g]
-      ga, gl, _ = sm.evaluate(model, d.x_test, d.y_test, chunk=chunk, read=False)
-      a = l = None
-      if per_client:   # the group model on each member's own split
-        gi = jnp.asarray(cohort.client_ids)
-        a, l, _ = sm.kernels.evaluate(model, jnp.zeros(len(gi), jnp.int32), d.x_test,
-                                      d.y_test, jnp.take(d.test_idx, gi, axis=0),
-                                      jnp.asarray(d.test_n)[gi], chunk=chunk)
-      scores.append((ga, gl, a, l))
+    # Per group: its model's (acc, loss) on the test set (device scalars).
+    groups = [sm.evaluate(model, d.x_test, d.y_test, chunk=chunk, read=False)[:2]
+              for sm, model in zip(self.group_models, state.extra.models)]
+    members = None
+    if per_client:   # each client scored by its group's model on its own split
+      members = fed.evaluate(state.clients, per_client_test=True, chunk=chunk, read=False,
+                             models=state.extra.models)
+    scores = (groups, members)
 
     def clients(host):
       """``[K]`` accuracies and losses: each client scored by its group's model."""
+      groups, members = host
+      if members is not None:
+        return np.asarray(members[0], np.float64), np.asarray(members[1], np.float64)
       acc, nll = np.full(k, np.nan), np.full(k, np.nan)
-      for cohort, (ga, gl, a, l) in zip(fed.cohorts, host):
-        ids = cohort.client_ids
-        acc[ids], nll[ids] = (np.asarray(a), np.asarray(l)) if per_client else (ga, gl)
+      for cohort, (ga, gl) in zip(fed.cohorts, groups):
+        acc[cohort.client_ids], nll[cohort.client_ids] = ga, gl
       return acc, nll
 
     def later(fn):
       return base.Later(scores, lambda host: fn(*clients(host)))
 
-    out: dict[str, Any] = {f'global_acc_{g}': s[0] for g, s in enumerate(scores)}
+    out: dict[str, Any] = {f'global_acc_{g}': s[0] for g, s in enumerate(groups)}
     out.update({'test_acc': later(lambda acc, nll: np.nanmean(acc)),
                 'test_loss': later(lambda acc, nll: np.nanmean(nll)),
                 'client_acc_min': later(lambda acc, nll: np.nanmin(acc)),
                 'client_acc_max': later(lambda acc, nll: np.nanmax(acc)),
-                'global_acc': base.Later([s[0] for s in scores],
+                'global_acc': base.Later([s[0] for s in groups],
                                          lambda gas: np.mean([float(x) for x in gas]))})
     if per_client:
       nk = np.asarray(d.test_n, np.float64)

@@ -558,8 +558,8 @@ class Federation:
 
   # ----------------------------------------------------------- evaluate
   def evaluate(self, states, *, per_client_test: bool = False, active=None,
-               chunk: int = 512, split: str = 'test',
-               read: bool = True) -> tuple[np.ndarray, np.ndarray]:
+               chunk: int = 512, split: str = 'test', read: bool = True,
+               models: Sequence[ModelState] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and loss of every client model ``[K]`` (NaN if inactive).
 
     ``split='test'``: ``per_client_test`` uses each client's own test split
@@ -567,7 +567,9 @@ class Federation:
     test set. ``split='val'``: each client's validation rows of the private
     data (``data.val_idx``, from ``data.val_fraction``). ``split='train'``: each
     client's own training rows (Power-of-Choice's local loss). ``read=False`` leaves
-    both on the device (the caller reads them with others).
+    both on the device (the caller reads them with others). ``models``: one model per
+    cohort (a ModelState with a leading axis of 1, of the cohort's spec) that each of its
+    clients scores on its rows instead of its own (a global model on every client's data).
     """
     d = self.data
     if split == 'train':
@@ -582,7 +584,7 @@ class Federation:
       rows = (d.x_test, d.y_test, d.test_idx, d.test_n)
     else:
       rows = (d.x_test, d.y_test, None, None)
-    acc, nll = self._evaluate(states, *rows, active, chunk)
+    acc, nll = self._evaluate(states, *rows, active, chunk, models)
     if not read:
       return acc, nll
     acc, nll = jax.device_get((acc, nll))   # one read for both
@@ -598,10 +600,12 @@ class Federation:
     acc, nll = jax.device_get((acc, nll))
     return np.asarray(acc), np.asarray(nll)
 
-  def _evaluate(self, states, x, y, idx, n, active, chunk):
+  def _evaluate(self, states, x, y, idx, n, active, chunk, models=None):
     acc = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
     nll = jnp.full((self.num_clients,), jnp.nan, jnp.float32)
-    for _, kernels, st, slots, valid, gids, rows in self._each_cohort(states, active, True):
+    for c, kernels, st, slots, valid, gids, rows in self._each_cohort(states, active, True):
+      if models is not None:   # every slot reads the cohort's one model
+        st, slots = models[c], jnp.zeros_like(slots)
       if idx is not None:
         a, l, _ = kernels.evaluate(st, slots, x, y, rows(idx), rows(jnp.asarray(n)),
                                    chunk=chunk, client_chunk=self._chunk(slots))

@@ -187,6 +187,21 @@ def recording(dry: bool = False) -> Iterator[Programs]:
     _RECORDING.remove(programs)
 
 
+_RAN: list[list] = []
+
+
+@contextlib.contextmanager
+def programs_run() -> Iterator[list]:
+  """The client programs :meth:`CohortKernels.run` runs inside, in order (nothing compiled
+  besides the run's own): what a test holds against an algorithm's declared programs."""
+  seen: list = []
+  _RAN.append(seen)
+  try:
+    yield seen
+  finally:
+    _RAN.remove(seen)
+
+
 def _call(phase: str, jitted: Callable, *args: Any, **kwargs: Any) -> Any:
   """``jitted(*args, **kwargs)``, seen by an active :func:`recording`."""
   if not _RECORDING:
@@ -437,6 +452,8 @@ class CohortKernels:
     args = (state, slots, valid, keys, idx, jnp.asarray(data.n, jnp.int32), dict(data.arrays),
             jnp.asarray(epochs_k, jnp.int32), row, shared)
     kw = dict(program=program, idx_shared=idx.ndim == 1, client_chunk=client_chunk)
+    for seen in _RAN:
+      seen.append(program)
     phase = f'run:{type(program).__name__}'
     if program.writes:
       return _call(phase, self._runs[True], *args, **kw)
