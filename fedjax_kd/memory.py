@@ -116,21 +116,19 @@ def _phase_program(kernels: Any, input_shape: tuple[int, ...], input_dtype: str,
                                                 'train'))
   slot_ids = _sds((slots,), jnp.int32)
   if phase.kind == 'init':
-    fn = functools.partial(kernels._init_impl, input_shape=shape,   # pylint: disable=protected-access
-                           input_dtype=str(input_dtype))
+    fn = kernels.init_program(shape, input_dtype)
     init_keys = jax.eval_shape(lambda: jax.random.split(jax.random.PRNGKey(0), rows))
     return fn, (init_keys,), ()
   if phase.kind == 'predict':
     x = _sds((phase.samples,) + shape, input_dtype)
-    fn = functools.partial(kernels._predict_impl, chunk=max(1, min(phase.chunk, phase.samples)),  # pylint: disable=protected-access
-                           log=False, augment=None, client_chunk=chunk)
+    fn = kernels.predict_program(max(1, min(phase.chunk, phase.samples)), chunk)
     return fn, (state, slot_ids, x, None), ()
   if phase.kind == 'evaluate':
     x = _sds((phase.samples,) + shape, input_dtype)
     y = _sds((phase.samples,), jnp.int32)
     idx = _sds((slots, phase.samples) if phase.per_client else (phase.samples,), jnp.int32)
-    fn = functools.partial(kernels._evaluate_impl, chunk=max(1, min(phase.chunk, phase.samples)),  # pylint: disable=protected-access
-                           idx_shared=not phase.per_client, client_chunk=chunk)
+    fn = kernels.evaluate_program(max(1, min(phase.chunk, phase.samples)),
+                                  not phase.per_client, chunk)
     return fn, (state, slot_ids, x, y, idx, _sds((slots,), jnp.int32)), ()
   p = phase.planned
   per = lambda tree: jax.tree.map(lambda a: _sds((slots,) + tuple(a.shape), a.dtype), tree)

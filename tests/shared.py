@@ -92,9 +92,11 @@ class DeviceReads:
   """Counts the device-to-host reads of each round a run plays (:func:`count_reads`).
 
   A read is a point where the host waits for the device: one ``jax.device_get`` call (of
-  any pytree), or one implicit conversion of a ``jax.Array`` (``float(x)``, ``np.asarray(x)``,
-  ``bool(x)``) outside one. On a CPU ``jax.transfer_guard`` sees no transfer (the arrays
-  are host memory already), so the reads are counted where they are asked for.
+  any pytree), or one implicit conversion of a ``jax.Array`` (``float(x)``, ``bool(x)``,
+  or ``np.asarray(x)`` / ``np.array(x)`` outside installed libraries) outside one. On a CPU
+  ``jax.transfer_guard`` sees no transfer (the arrays are host memory already), and NumPy
+  reads a CPU array through its buffer, not through Python, so the reads are counted where
+  they are asked for.
 
   Attributes:
     rounds: ``{t: reads during round t}`` (selection, the round, the NaN guard and its
@@ -131,9 +133,24 @@ def count_reads(reads: DeviceReads | None = None):
 
   from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
 
+  import sys  # pylint: disable=g-import-not-at-top
+
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
   @contextlib.contextmanager
   def counting():
     value, get, play = array_lib.ArrayImpl._value, jax.device_get, runner._Session.play
+    np_asarray, np_array = np.asarray, np.array
+
+    def numpy_of(convert):
+      def counted(a, *args, **kwargs):
+        # A conversion of a device array by the code a round runs (the package's, an
+        # algorithm's); those inside installed libraries are parts of a device_get or a trace.
+        caller = sys._getframe(1).f_code.co_filename  # pylint: disable=protected-access
+        if isinstance(a, jax.Array) and 'site-packages' not in caller:
+          reads._count('numpy')
+        return convert(a, *args, **kwargs)
+      return counted
 
     def counted_value(self):
       reads._count('implicit')
@@ -157,10 +174,12 @@ def count_reads(reads: DeviceReads | None = None):
     array_lib.ArrayImpl._value = property(counted_value)
     jax.device_get = counted_get
     runner._Session.play = counted_play
+    np.asarray, np.array = numpy_of(np_asarray), numpy_of(np_array)
     try:
       yield reads
     finally:
       array_lib.ArrayImpl._value, jax.device_get, runner._Session.play = value, get, play
+      np.asarray, np.array = np_asarray, np_array
 
   reads = reads if reads is not None else DeviceReads()
   return counting()

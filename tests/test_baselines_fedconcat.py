@@ -5,6 +5,7 @@ end-to-end run (2 encoder rounds + 1 classifier round) with its bytes counted by
 import dataclasses
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +14,8 @@ import pytest
 
 from fedjax_kd import config as config_lib
 from fedjax_kd.algorithms import fedconcat
+from fedjax_kd.core.kernels import CohortKernels
+from fedjax_kd.core.program import Rows
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import model_concat
 from fedjax_kd.ops import param_aggregate
@@ -91,17 +94,28 @@ def test_torch_linear_init_bounds():
     assert float(jnp.max(jnp.abs(a))) <= 0.25 and float(jnp.std(a)) > 0.05   # 1/sqrt(16)
 
 
-@dataclasses.dataclass(frozen=True)
-class _LinearEncoders:
-  """Stands in for CohortKernels: the 'encoder' of a cluster is ``x @ params['m']``."""
+class _LinearEncoder(nn.Module):
+  """A cluster model whose features are ``x @ params['m']`` (``m`` ``[3, width]``)."""
+  width: int
 
-  def inputs(self, x):
-    return x
+  @nn.compact
+  def __call__(self, x, train=False, mask=None, embed=False):
+    del train, mask, embed   # (the features are the whole model)
+    return x @ self.param('m', nn.initializers.zeros, (x.shape[-1], self.width))
 
-  def apply_model(self, params, batch_stats, x, train=False, embed=False):
-    del batch_stats, train
-    assert embed
-    return x @ params['m']
+
+def _train_classifier(encoders, clf, idx, n, keys, x, y, scale, *, lr, steps, batch_size):
+  """Every client's run of the classifier program (the engine's kernel): ``(classifiers
+  [S, ...], mean losses [S])``."""
+  s = idx.shape[0]
+  kernels = CohortKernels(_LinearEncoder(encoders.params['m'].shape[-1]),
+                          {'train': optax.sgd(lr)})
+  state = kernels.init(keys, (x.shape[-1],))
+  _, out, loss = kernels.run(
+      fedconcat.ClassifierTraining(steps, batch_size), state, jnp.arange(s, dtype=jnp.int32),
+      jnp.ones(s, bool), keys, Rows({'x': x, 'y': y}, idx, n),
+      shared={'encoders': encoders, 'classifier': clf, 'lr_scale': scale})
+  return out, loss
 
 
 def _softmax(z):
@@ -120,8 +134,7 @@ def test_classifier_local_step_and_fedavg_by_hand():
   idx = np.array([[0, 1, 2, 0], [3, 4, 5, 6]], np.int32)   # client 0: 3 rows, client 1: 4
   n = np.array([3, 4], np.int32)
   lr, scale = 0.1, 0.5
-  train = jax.jit(functools.partial(fedconcat._train_classifier, kernels=_LinearEncoders(),
-                                    tx=optax.sgd(lr), steps=3, batch_size=4, augment=None))
+  train = functools.partial(_train_classifier, lr=lr, steps=3, batch_size=4)
   local, loss = train(
       encoders, clf, jnp.asarray(idx), jnp.asarray(n), jax.random.split(jax.random.PRNGKey(2)),
       jnp.asarray(x), jnp.asarray(y), jnp.float32(scale))
@@ -153,8 +166,7 @@ def test_classifier_steps_stop_at_the_end_of_the_epoch():
                                   opt_state=())
   clf = {'w': jnp.zeros((1, 2)), 'b': jnp.zeros((2,))}
   # Three clients on the same 3 rows holding 3, 2 and 0 of them; 5 steps of batch 1 asked.
-  train = jax.jit(functools.partial(fedconcat._train_classifier, kernels=_LinearEncoders(),
-                                    tx=optax.sgd(1.0), steps=5, batch_size=1, augment=None))
+  train = functools.partial(_train_classifier, lr=1.0, steps=5, batch_size=1)
   local, _ = train(encoders, clf, jnp.array([[0, 1, 2]] * 3), jnp.array([3, 2, 0]),
                    jax.random.split(jax.random.PRNGKey(0), 3), x, jnp.array([0, 0, 0]),
                    jnp.float32(1.0))

@@ -18,7 +18,7 @@ from fedjax_kd import runner
 from fedjax_kd.algorithms import per_fedavg as pfa
 from fedjax_kd.algorithms import pfedme
 from fedjax_kd.core import rng
-from fedjax_kd.core.program import Rows, epoch_positions
+from fedjax_kd.core.program import Rows, epoch_positions, random_batch
 from fedjax_kd.ops import losses
 from fedjax_kd.ops import personal
 from tests.shared import tiny_config
@@ -106,9 +106,9 @@ def test_personalisation_sgd_steps_by_hand():
 
 def test_random_batch_draws_distinct_real_positions_then_padding():
   key = jax.random.PRNGKey(3)
-  p = np.asarray(pfa.random_batch(key, 10, jnp.int32(4), 6))
+  p = np.asarray(random_batch(key, 10, jnp.int32(4), 6))
   assert sorted(p[:4]) == [0, 1, 2, 3] and list(p[4:]) == [10, 10]
-  p = np.asarray(pfa.random_batch(key, 3, jnp.int32(2), 5))      # n_max < batch size
+  p = np.asarray(random_batch(key, 3, jnp.int32(2), 5))      # n_max < batch size
   assert sorted(p[:2]) == [0, 1] and list(p[2:]) == [3, 3, 3]
 
 

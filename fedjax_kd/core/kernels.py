@@ -517,12 +517,25 @@ class CohortKernels:
     return _call('predict', self._predict, state, slots, x, keys, chunk=chunk, log=log, augment=augment,
                          client_chunk=client_chunk)
 
-  def predict_program(self, chunk: int) -> Callable[..., Array]:
+  def predict_program(self, chunk: int, client_chunk: int | None = None) -> Callable[..., Array]:
     """The prediction program's function, not jitted: ``(state, slots, x, None)`` to every
     slot's probabilities on ``x`` in chunks of ``chunk`` (the memory planner traces or
     compiles it, :mod:`fedjax_kd.memory`)."""
     return functools.partial(self._predict_impl, chunk=chunk, log=False, augment=None,
-                             client_chunk=None)
+                             client_chunk=client_chunk)
+
+  def evaluate_program(self, chunk: int, shared_rows: bool,
+                       client_chunk: int | None = None) -> Callable[..., Any]:
+    """The evaluation program's function, not jitted: ``(state, slots, x, y, idx, n)`` to
+    every slot's scores (``idx`` ``[m]`` shared by every slot where ``shared_rows``)."""
+    return functools.partial(self._evaluate_impl, chunk=chunk, idx_shared=shared_rows,
+                             client_chunk=client_chunk)
+
+  def init_program(self, input_shape: tuple[int, ...],
+                   input_dtype: str = 'float32') -> Callable[..., ModelState]:
+    """The initialisation program's function, not jitted: ``keys`` to their states."""
+    return functools.partial(self._init_impl, input_shape=tuple(input_shape),
+                             input_dtype=str(input_dtype))
 
   # -------------------------------------------------------------- evaluate
   def _evaluate_impl(self, state, slots, x, y, idx, n, *, chunk, idx_shared, client_chunk):
