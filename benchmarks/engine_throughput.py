@@ -4,7 +4,7 @@ Trains K clients of one model (default the small ``cnn``: conv5x5x16,
 conv5x5x32, dense128, batch 50, SGD 0.1) for
 ``--steps`` steps each:
 
-  * ``engine``: one ``Federation.train_private`` call (jit(vmap over clients of
+  * ``engine``: one ``Federation.run`` of the training program (jit(vmap over clients of
     lax.scan over steps)), the way every algorithm runs a round;
   * ``loop``: the same compiled single-client kernel called once per client
     (how the PyTorch FD code bases run clients), for K <= --max_loop_clients.
@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_kd.core.federation import Federation, build_federated_data, ce_loss
-from fedjax_kd.core.local import LocalRule
+from fedjax_kd.core.federation import Federation, build_federated_data
+from fedjax_kd.core.program import SGD, Rows, ce_loss
 from fedjax_kd.models import registry
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,7 @@ def bench(k: int, args, loop: bool) -> dict:
   states = fed.init(root)
 
   def run(states, t):
-    states, loss = fed.train_private(states, root, t, LocalRule(epochs=1, batch_size=args.batch))
+    states = train(fed, states, root, t, args.batch)
     jax.block_until_ready(states)
     return states
 
@@ -71,16 +71,23 @@ def bench(k: int, args, loop: bool) -> dict:
                         [args.model], {args.model: module}, {'train': optax.sgd(0.1)},
                         use_mesh=False)
     sstate = single.init(root)
-    sstate, _ = single.train_private(sstate, root, 1, LocalRule(epochs=1, batch_size=args.batch))
+    sstate = train(single, sstate, root, 1, args.batch)
     jax.block_until_ready(sstate)
     t0 = time.perf_counter()
     for c in range(k):
-      sstate, _ = single.train_private(sstate, root, 2 + c,
-                                       LocalRule(epochs=1, batch_size=args.batch))
+      sstate = train(single, sstate, root, 2 + c, args.batch)
     jax.block_until_ready(sstate)
     lt = time.perf_counter() - t0
     out.update(loop_s=lt, loop_client_steps_per_s=k * args.steps / lt, speedup=lt / dt)
   return out
+
+
+def train(fed, states, root, t: int, batch: int):
+  """One epoch of SGD of every client of ``fed`` on its private rows: the new states."""
+  d = fed.data
+  return fed.run(SGD(ce_loss, 1, batch), states, root, t, 'train',
+                 data=Rows({'x': d.x_private, 'y': d.y_private}, d.client_idx,
+                           d.client_n)).states
 
 
 def step_flops(args, shape) -> float:

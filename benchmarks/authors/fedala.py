@@ -20,8 +20,9 @@ driver supplies:
   beside (``drop_last=True``), see the report;
 * ALA's sample: ``ALA.py`` draws its start with ``random.randint(0, n - rand_num)`` (Python's
   ``random``); the driver replaces the ``random`` module ALA.py sees by one whose ``randint``
-  returns fedjax_kd's draw for that client and round (``fedjax_kd/algorithms/fedala.py``
-  ``_ala_client``: ``jax.random.randint(split(key)[0], (), 0, n - num + 1)`` with the client's
+  returns fedjax_kd's draw for that client and round (the ALA program's window,
+  ``fedjax_kd/core/program.py`` ``window_sampler``:
+  ``jax.random.randint(split(key)[0], (), 0, n - num + 1)`` with the client's
   key of phase ``'custom'``, ``rng.client_keys(root, t, [k], 'custom')``), after checking
   that both sides' sample sizes agree (``int(0.8 n)`` and ``n * 80 // 100``);
 * the model: ``args.model`` is fedjax_kd's MLP as a ``torch.nn.Sequential`` holding the
@@ -63,8 +64,8 @@ def config(rounds: int = 3, seed: int = 0):
 
 
 def _ala_start(run: common.Ours, t: int, k: int, n: int, percent: int) -> tuple[int, int]:
-  """fedjax_kd's ALA sample of client ``k`` in round ``t``: ``(start, size)`` (``fedala.py``'s
-  ``_ala_client``, the same key and the same ``randint``)."""
+  """fedjax_kd's ALA sample of client ``k`` in round ``t``: ``(start, size)`` (the engine's
+  window of the ALA program, ``program.window_sampler``: the same key, the same ``randint``)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from fedjax_kd.core import rng  # pylint: disable=g-import-not-at-top

@@ -153,10 +153,10 @@ def _distill_epochs(run: common.Ours, t: int, g: int, m: int, epochs: int,
   """fedjax_kd's distillation minibatches of group ``g`` in round ``t`` (``FedDF._distill``:
   the key ``fold_in(server_key(t, 'distill'), g)``, ``m`` shared rows), epoch by epoch."""
   import jax  # pylint: disable=g-import-not-at-top
-  from fedjax_kd.core import kernels  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.core import program  # pylint: disable=g-import-not-at-top
   from fedjax_kd.core import rng  # pylint: disable=g-import-not-at-top
   key = jax.random.fold_in(rng.server_key(run.exp.ctx.root, t, 'distill'), g)
-  pos, _ = jax.jit(kernels.epoch_positions, static_argnums=(1, 3, 4))(
+  pos, _ = jax.jit(program.epoch_positions, static_argnums=(1, 3, 4))(
       key, m, jax.numpy.int32(m), epochs, batch_size)
   pos = np.asarray(pos)
   steps = [p[p < m].astype(np.int64) for p in pos if (p < m).any()]

@@ -14,7 +14,7 @@ their users (``FLAlgorithms/users/userperavg.py``: per local step, a ``MySGD`` s
   readers) give each user fedjax_kd's training rows of that client and the shared test set.
   fedjax_kd takes one minibatch of ``B`` a meta step and splits it into interleaved halves
   (batch positions ``i % 2 == 0`` are ``D``, odd ones ``D'``; a half with no real sample
-  uses the whole batch, ``fedjax_kd/core/loop.py:local_loop``). Each round the
+  uses the whole batch, ``fedjax_kd/core/program.py:part_grad_fns``). Each round the
   user's ``trainloader`` is a :class:`common.Batches` yielding ``D_1, D'_1, D_2, D'_2, ...``
   of fedjax_kd's minibatches of that client and round (phase ``'train'``), in the order
   their two ``get_next_train_batch`` calls a step take them; its ``iter_trainloader`` is
@@ -29,7 +29,8 @@ their users (``FLAlgorithms/users/userperavg.py``: per local step, a ``MySGD`` s
   ``torch.save`` files) are skipped;
 * the accuracy: fedjax_kd's ``test_acc`` personalises the global model by ``eval_steps`` = 1
   SGD step of size alpha on a minibatch of the client's *training* rows drawn from
-  fedjax_kd's own key (``per_fedavg.random_batch``, phase ``'custom'``, round 0); the driver
+  fedjax_kd's own key (the engine's ``order='random'`` batches, ``program.random_batch``,
+  phase ``'custom'``, round 0); the driver
   draws that same batch and takes the step with their ``MySGD`` on their global model.
   Their own ``evaluate_one_step`` (``serverbase.py``/``UserPerAvg.train_one_step``) instead
   adapts on two *test* batches with an alpha step then a beta step, before each round; its
@@ -66,7 +67,7 @@ def config(rounds: int = 3, seed: int = 0, beta: float = 0.001):
 def halves(run: common.Ours, t: int, k: int, n: int, epochs: int,
            batch_size: int) -> list[np.ndarray]:
   """Client ``k``'s batches of round ``t``, ``D_1, D'_1, D_2, D'_2, ...``: each of
-  fedjax_kd's minibatches split as its ``local_loop`` splits it."""
+  fedjax_kd's minibatches split as its ``program.part_grad_fns`` splits it."""
   pos = run.lockstep.order(t, k, 'train', n, n, epochs, batch_size)
   part_of = np.arange(batch_size) % PARTS
   out = []
@@ -82,9 +83,9 @@ def halves(run: common.Ours, t: int, k: int, n: int, epochs: int,
 
 def adapt_batches(run: common.Ours, batch_size: int) -> list[np.ndarray]:
   """Per client, the positions (into its training rows) of the one minibatch fedjax_kd's
-  evaluation adapts on (``PerFedAvg.personalized`` / ``perfedavg_adapt``, step 0)."""
+  evaluation adapts on (``PerFedAvg.personalized``, the ``Adapt`` program's step 0)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from fedjax_kd.algorithms import per_fedavg as pfa  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.core import program  # pylint: disable=g-import-not-at-top
   from fedjax_kd.core import rng  # pylint: disable=g-import-not-at-top
   d = run.exp.ctx.data
   k_clients = len(run.setting.client_rows)
@@ -94,7 +95,7 @@ def adapt_batches(run: common.Ours, batch_size: int) -> list[np.ndarray]:
   for k in range(k_clients):
     n = len(run.setting.client_rows[k])
     k_pos = jax.random.split(jax.random.fold_in(keys[k], 0), 3)[0]
-    p = np.asarray(pfa.random_batch(k_pos, n_max, jax.numpy.int32(n), batch_size))
+    p = np.asarray(program.random_batch(k_pos, n_max, jax.numpy.int32(n), batch_size))
     out.append(p[p < n].astype(np.int64))
   return out
 

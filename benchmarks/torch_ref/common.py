@@ -342,8 +342,8 @@ def nchw(a: np.ndarray):
 def _epoch_positions():
   """fedjax_kd's minibatch order, compiled once per shape (eager it takes seconds a call)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from fedjax_kd.core import kernels  # pylint: disable=g-import-not-at-top
-  return jax.jit(kernels.epoch_positions, static_argnums=(1, 3, 4))
+  from fedjax_kd.core import program  # pylint: disable=g-import-not-at-top
+  return jax.jit(program.epoch_positions, static_argnums=(1, 3, 4))
 
 
 class Lockstep:
@@ -356,7 +356,7 @@ class Lockstep:
     self.root = self.exp.ctx.root
     self._state = None
     # fedjax_kd's order of a client's real samples does not depend on how far the client is
-    # padded (kernels.epoch_positions), so one padded length serves every client: one compile
+    # padded (program.epoch_positions), so one padded length serves every client: one compile
     # instead of one per client size.
     self.pad_to = max((len(r) for r in setting.client_rows), default=0)
 
