@@ -364,7 +364,7 @@ def memory_table(rows: Sequence[dict[str, Any]], machine: str) -> str:
   """The rows measured with their memory: the planner's choice (the run's header line), the
   process's peak resident set (on a CPU the device is the host: an upper bound of the device
   memory the run held) and the times, for the configs whose round chose clients in chunks."""
-  from fedjax_kd.memory import fmt as fmt_bytes  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running.memory import fmt as fmt_bytes  # pylint: disable=g-import-not-at-top
   out = [f'Measured by `python benchmarks/config_costs.py` (`--only` these) on {machine}, one run '
          'each, two rounds as the command line runs the config, the chunk chosen by the '
          "planner (`clients.chunk='auto'`). The peak is the process's resident-set high-water "

@@ -1,4 +1,4 @@
-r"""The device-memory plan (:mod:`fedjax_kd.memory`) against XLA's own figure and measured peaks.
+r"""The device-memory plan (:mod:`fedjax_kd.running.memory`) against XLA's own figure and measured peaks.
 
   python benchmarks/memory_plan.py [--sizes=small,medium,large] [--repeats=1] [--out=F.json]
   python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_cpu.json   # the table again
@@ -8,7 +8,7 @@ r"""The device-memory plan (:mod:`fedjax_kd.memory`) against XLA's own figure an
 (data sets that cannot be read here replaced by stand-ins of their shapes, as in
 ``benchmarks/config_costs.py``; real MNIST with ``--mnist``), in a fresh process: the clients
 at once the planner chose (``clients.chunk='auto'``), its figure (less the CPU runtime term),
-and XLA's own figure for the first round and its evaluation (:func:`fedjax_kd.memory.xla_figure`:
+and XLA's own figure for the first round and its evaluation (:func:`fedjax_kd.running.memory.xla_figure`:
 every kernel program compiled, not run, with ``compiled.memory_analysis()``). ``--measure``
 also runs two rounds of it: the measured peak (as below) and round 2's time; where all clients
 at once also fit the machine, it runs them so too, for the time a round costs in chunks.
@@ -67,8 +67,11 @@ SIZES = {
 _PRELUDE = r'''
 import json, sys, time
 import jax, jax.numpy as jnp
-from fedjax_kd import config as config_lib, experiment, memory, runner, workdir
+from fedjax_kd import config as config_lib, runner
 from fedjax_kd import main as main_lib
+from fedjax_kd.running import experiment
+from fedjax_kd.running import memory
+from fedjax_kd.running import workdir
 
 def rss(field):
   with open('/proc/self/status') as f:
@@ -206,7 +209,7 @@ def config_header(measured: bool) -> str:
 
 
 def config_row(r: dict, measured: bool) -> str:
-  from fedjax_kd.memory import fmt  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running.memory import fmt  # pylint: disable=g-import-not-at-top
   if 'error' in r and 'planned' not in r:
     return f'| `{r["config"]}` | {r["error"]} |' + ' |' * (6 if measured else 3)
   row = (f'| `{r["config"]}` | {r["choice"]} | {fmt(r["planned"])} | {fmt(r["xla"])} | '
@@ -254,7 +257,7 @@ def main(argv=None) -> int:
                          commit=commit + ('+' if dirty else '')))
         print(config_row(rows[-1], a.measure), flush=True)
     if a.out:
-      from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+      from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
       doc = {'configs': rows}
       if a.update and os.path.exists(a.out):
         with open(a.out) as f:
@@ -291,7 +294,7 @@ def main(argv=None) -> int:
     rows.append(r)
     print(table_row(r), flush=True)
   if a.out:
-    from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     workdir_lib.write_json(a.out, {'rows': rows}, indent=2)
   return 0
 

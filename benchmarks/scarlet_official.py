@@ -35,7 +35,7 @@ server (``MATCHING_OVERRIDES``), i.e. 10 clients x 200 private MNIST images, cli
 alpha = 0.05, |P| = 3000 public images carved from the training set, |P^t| = 300 a round,
 D = 20, beta = 2 (SCARLET), T = 0.1 (DS-FL ERA), SGD 0.1, 5 + 5 epochs in batches of 50,
 symmetric normalisation ((x - 0.5) / 0.5), no augmentation; for each seed the same split,
-partition, per-client test sets and public draws, all taken from ``fedjax_kd.experiment.build``.
+partition, per-client test sets and public draws, all taken from ``fedjax_kd.running.experiment.build``.
 
 Each (algorithm, seed) runs in a fresh Python process (``--_run``, internal) so the patches,
 their logging handlers and the torch pool never meet fedjax_kd's JAX. The output is a
@@ -185,7 +185,7 @@ def export_setting(cfg, path: str) -> dict[str, Any]:
   that the authors' ``Config`` takes.
   """
   from fedjax_kd import config as config_lib   # pylint: disable=g-import-not-at-top
-  from fedjax_kd import experiment   # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import experiment  # pylint: disable=g-import-not-at-top
   spec = config_lib.validate(cfg)
   check_spec(spec, spec.server.model.partition('@')[0])
   tr = spec.train
@@ -386,7 +386,7 @@ class _Recorder:
   """What their pipeline logs to (``wandb.init`` returns it): one metrics row a round."""
 
   def __init__(self, workdir: str, rounds: int):
-    from fedjax_kd import workdir as workdir_lib   # pylint: disable=g-import-not-at-top
+    from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     self.writer = workdir_lib.MetricsWriter(workdir)
     self.rounds = rounds
     self.meter = _Meter()
@@ -431,7 +431,7 @@ def run_process(workdir: str, checkout: str, threads: int) -> int:
       sys.path.insert(0, path)
   import torch   # pylint: disable=g-import-not-at-top
   import torch.multiprocessing as mp   # pylint: disable=g-import-not-at-top
-  from fedjax_kd import workdir as workdir_lib   # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   if threads > 0:
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
@@ -535,7 +535,7 @@ def execute(runs, checkout: str, config_path: str, threads: int,
             overrides: Sequence[tuple[str, Any]] = (), log=_log) -> list[Any]:
   """Runs every unfinished run in its own process; a finished one is skipped."""
   from fedjax_kd import sweep   # pylint: disable=g-import-not-at-top
-  from fedjax_kd import workdir as workdir_lib   # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   checkout = os.path.abspath(checkout)
   source = {'checkout': checkout, 'commit': _git(checkout, 'rev-parse', 'HEAD'),
             'branch': _git(checkout, 'rev-parse', '--abbrev-ref', 'HEAD'),

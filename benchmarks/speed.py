@@ -44,10 +44,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
-from fedjax_kd import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
-from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
 from fedjax_kd.algorithms import base
+from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
 from fedjax_kd.models import layers, registry  # pylint: disable=g-import-not-at-top
+from fedjax_kd.running import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
 
 BLAZEFL_ROUNDS_PER_MIN = 3.7        # BlazeFL README, CNN, best parallelism, one A100
 BLAZEFL_ROUNDS_PER_MIN_SERIAL = 1.4  # ... at parallelism 1

@@ -114,7 +114,7 @@ def mnist_source(args, tmp: str) -> tuple[str, str]:
 
 def dsfl_config(args, tmp: str):
   """configs/dsfl_mnist_cpu.py, with ``--clients`` clients of 200 private images."""
-  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
   source, desc = mnist_source(args, tmp)
   c = presets.dsfl_paper_cpu(source)
   k = args.clients or 20
@@ -127,7 +127,7 @@ def dsfl_config(args, tmp: str):
 
 def resnet20_config(args, tmp: str):
   """SCARLET's CIFAR-10 round (ResNet-20 clients and server) at ``--clients`` clients."""
-  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
   k = args.clients or 4
   c = presets.scarlet_paper('cifar10', 0.05)
   c.data.source = random_npz(os.path.join(tmp, 'cifar.npz'), (32, 32, 3), 500 * k + 2_000, 500)
@@ -228,7 +228,7 @@ def build(cfg):
   """(spec, experiment, initial state) of a config."""
   import jax  # pylint: disable=g-import-not-at-top
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
-  from fedjax_kd import experiment  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import experiment  # pylint: disable=g-import-not-at-top
   spec = config_lib.validate(cfg)
   exp = experiment.build(spec)
   state = exp.algorithm.init()

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.running import workdir as workdir_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,7 +13,7 @@ Ablations (Tables XI, XII, XIV): --config.acepfl.clustering=False,
 Baselines on the same seed: --config.algorithm=fedmd | dsfl | single.
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(setting: str = 'dir0.1'):

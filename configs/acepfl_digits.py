@@ -21,7 +21,7 @@ Runs in about a minute on a 2-core CPU, no download (docs/configs.md has the swe
   python -m fedjax_kd.main --config=configs/acepfl_digits.py:scarce --workdir=runs/ace_scarce
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(setting: str = ''):

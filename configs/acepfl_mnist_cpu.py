@@ -9,7 +9,7 @@ Data: tfds:mnist, or --config.data.source=npz:/path/mnist.npz (Keras layout).
   python -m fedjax_kd.main --config=configs/acepfl_mnist_cpu.py:scarce --workdir=runs/ace_scarce
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(setting: str = ''):

@@ -3,7 +3,7 @@
   python -m fedjax_kd.main --config=configs/digits_dsfl_sa.py --workdir=runs/digits_dsfl_sa
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

@@ -3,7 +3,7 @@
   python -m fedjax_kd.main --config=configs/digits_single.py --workdir=runs/digits_single
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

@@ -7,7 +7,7 @@ TensorFlow is installed), or tfds:fashion_mnist prepared in array_record format.
   python -m fedjax_kd.main --config=configs/dsfl_fmnist.py --workdir=runs/dsfl_fmnist
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

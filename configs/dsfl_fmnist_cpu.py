@@ -5,7 +5,7 @@ Data: tfds:fashion_mnist, or --config.data.source=npz:/path/fmnist.npz.
   python -m fedjax_kd.main --config=configs/dsfl_fmnist_cpu.py --workdir=runs/dsfl_fmnist_cpu
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

@@ -12,7 +12,7 @@ LSTM 32) for clients and server, ERA with T = 0.1, Adam 0.001, batch 128, 5 + 5 
   fedjax-kd --config=dsfl_imdb --workdir=runs/dsfl_imdb --config.data.source=npz:imdb.npz
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

@@ -8,7 +8,7 @@ An accelerator run; 300 rounds (the paper gives no count; SA needs about 200 to 
   python -m fedjax_kd.main --config=configs/dsfl_mnist.py --workdir=runs/dsfl_mnist
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

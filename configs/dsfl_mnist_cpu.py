@@ -10,7 +10,7 @@ shape. Data: tfds:mnist, or --config.data.source=npz:/path/mnist.npz.
       --config.data.source=npz:/path/to/mnist.npz
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

@@ -13,7 +13,7 @@ with
   fedjax-kd --config=dsfl_reuters --workdir=runs/dsfl_reuters --config.data.source=npz:reuters.npz
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

@@ -14,7 +14,7 @@ Ablations: --config.fedcache2.tau=0.3 (Table XII), --config.fedcache2.sampling=r
 (the authors' normalisation), --config.fedcache2.encoding=png (the code's byte count).
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(arg: str = '0.5'):

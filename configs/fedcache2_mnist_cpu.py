@@ -5,7 +5,7 @@ Data: tfds:mnist, or --config.data.source=npz:/path/mnist.npz (Keras layout).
   python -m fedjax_kd.main --config=configs/fedcache2_mnist_cpu.py --workdir=runs/fc2_mnist
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

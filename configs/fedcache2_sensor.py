@@ -14,7 +14,7 @@ a missing file stops the run before any compute), optionally followed by
       --workdir=runs/fc2_tmd
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(arg: str = 'tmd_features.npz'):

@@ -14,7 +14,7 @@ makes the 500 rounds quick. VGG-11 (Table IV): --config.clients.models="('vgg11'
 Dropout (Table III): --config.selection.dropout=0.3; stragglers: --config.selection.stragglers=0.5
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(arg: str = 'dir0.1'):

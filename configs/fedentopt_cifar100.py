@@ -6,7 +6,7 @@ at 8 % participation here. The labels are tfds's 'coarse_label' feature.
   python -m fedjax_kd.main --config=configs/fedentopt_cifar100.py:dir0.1 --workdir=runs/fe_c100
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(arg: str = 'dir0.1'):

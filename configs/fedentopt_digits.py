@@ -18,7 +18,7 @@ selection, FedRS and FedLC also with FedEntOpt's, and the KL selector) in one sw
       --variant 'KL=fedavg;selection.method="kl"' --seeds=0,1,2 --out=runs/fe_baselines --jobs=2
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(arg: str = 'c2'):

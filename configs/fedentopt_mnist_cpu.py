@@ -7,7 +7,7 @@ dir0.1,fedavg,fedentopt). Needs MNIST: tfds, or an npz in Keras layout, e.g.
       --config.data.source=npz:/path/mnist.npz --workdir=runs/fe_mnist_c2
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(arg: str = 'dir0.1'):

@@ -9,7 +9,7 @@ training files), optionally followed by ',ALGORITHM' (e.g. ',fedavg', LEAF's own
   fedjax-kd --config=leaf_femnist:/path/to/leaf/data/femnist/data,fedavg --workdir=runs/femnist_fedavg
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(arg: str = 'leaf/data/femnist/data'):

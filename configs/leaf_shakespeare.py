@@ -8,7 +8,7 @@ followed by ',ALGORITHM' (e.g. ',fedavg', LEAF's own baseline):
   fedjax-kd --config=leaf_shakespeare:/path/to/leaf/data/shakespeare/data --workdir=runs/shakespeare
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(arg: str = 'leaf/data/shakespeare/data'):

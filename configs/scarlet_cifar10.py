@@ -15,7 +15,7 @@ The baselines on the same data (Table V settings are in the preset):
 and with the cache added (Fig. 9): --config.cache.mode=on --config.cache.duration=25.
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(alpha: str = '0.05'):

@@ -10,7 +10,7 @@ at ./tiny_imagenet_32.npz or pass --config.data.public_source=npz:/path/file.npz
   python -m fedjax_kd.main --config=configs/scarlet_cifar100.py --workdir=runs/scarlet_c100
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config(alpha: str = '0.05'):

@@ -8,7 +8,7 @@ the authors' byte accounting. Compare with DS-FL over three seeds:
   python -m fedjax_kd.main --config=configs/scarlet_digits.py --workdir=runs/scarlet_digits
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

@@ -8,7 +8,7 @@ Client Dirichlet alpha=0.05, beta=2, 30 rounds, small CNN. Data: tfds:mnist, or
   python -m fedjax_kd.main --config=configs/scarlet_mnist_cpu.py --workdir=runs/scarlet_mnist
 """
 
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 
 def get_config():

@@ -54,7 +54,7 @@ except KeyboardInterrupt:
   sys.exit(128 + signal.SIGINT.value)
 
 # JAX and everything that runs it are imported inside cli(), where a Ctrl-C ends in one line.
-DISTRIBUTED_MODES = ('auto', 'on', 'off')   # fedjax_kd.distributed.MODES
+DISTRIBUTED_MODES = ('auto', 'on', 'off')   # fedjax_kd.running.distributed.MODES
 
 
 def _define(fv: flags.FlagValues, argv: Sequence[str] = ()) -> None:
@@ -73,7 +73,7 @@ def _define(fv: flags.FlagValues, argv: Sequence[str] = ()) -> None:
                       '$JAX_COMPILATION_CACHE_DIR, else ~/.cache/fedjax_kd/jax_cache).', flag_values=fv)
   flags.DEFINE_bool('memory_check', True,
                     'Refuse, before anything compiles, a run whose estimated device memory '
-                    'exceeds the device\'s (fedjax_kd.memory); --nomemory_check runs it anyway.',
+                    'exceeds the device\'s (fedjax_kd.running.memory); --nomemory_check runs it anyway.',
                     flag_values=fv)
   flags.DEFINE_string('coordinator_address', None,
                       'Multi-host: host:port of process 0 (jax.distributed).', flag_values=fv)
@@ -200,8 +200,8 @@ def cli(argv: Sequence[str]) -> int:
   """
   previous = _exit_on_ctrl_c()
   try:
-    from fedjax_kd import compile_cache  # pylint: disable=g-import-not-at-top
-    from fedjax_kd import distributed  # pylint: disable=g-import-not-at-top
+    from fedjax_kd.running import compile_cache  # pylint: disable=g-import-not-at-top
+    from fedjax_kd.running import distributed  # pylint: disable=g-import-not-at-top
     from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
     fv = parse(argv)
     compile_cache.setup(fv.compilation_cache)   # before anything compiles
@@ -240,15 +240,15 @@ def cli(argv: Sequence[str]) -> int:
 def _settle(error: BaseException) -> None:
   """In a multi-process run, before ``error`` is reported: when another process was lost (a
   failed collective is usually where that shows first), this ends the process with one line
-  naming it and exit code 4 (:func:`fedjax_kd.watchdog.settle`); else it returns."""
-  watchdog = sys.modules.get('fedjax_kd.watchdog')   # loaded by the runner, distributed
+  naming it and exit code 4 (:func:`fedjax_kd.running.watchdog.settle`); else it returns."""
+  watchdog = sys.modules.get('fedjax_kd.running.watchdog')   # loaded by the runner, distributed
   if watchdog is not None:
     watchdog.settle(error)
 
 
 def _exiting(code: int) -> None:
   """Tells the other processes of a multi-process run that this one ends with ``code``."""
-  watchdog = sys.modules.get('fedjax_kd.watchdog')
+  watchdog = sys.modules.get('fedjax_kd.running.watchdog')
   if watchdog is not None:
     watchdog.exiting(code)
 

@@ -3,8 +3,8 @@ r"""Figures of one or more finished (or running) workdirs.
   python -m fedjax_kd.plot DIR [DIR ...] [--out OUT_DIR] [--labels a,b,...]
       [--metric test_acc|client_acc] [--exclude_setup_bytes]
 
-Each ``DIR`` is a run's ``--workdir`` (:mod:`fedjax_kd.workdir`); it is read
-with :func:`fedjax_kd.workdir.read_run`, which uses
+Each ``DIR`` is a run's ``--workdir`` (:mod:`fedjax_kd.running.workdir`); it is read
+with :func:`fedjax_kd.running.workdir.read_run`, which uses
 
 * ``metrics.jsonl``   the per-round rows (required; a torn last row is
   skipped): ``round``, ``test_acc`` on evaluated rounds, ``client_acc``
@@ -56,9 +56,9 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from fedjax_kd import results
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
 
 MB = results.MB
 # Cells annotated with their count in the partition heatmap up to this size.
@@ -119,7 +119,7 @@ def accuracy_kind(run: dict[str, Any], metric: str = 'test_acc') -> str:
   server model (``Algorithm.has_server_model``).
 
   Args:
-    run: a :func:`fedjax_kd.workdir.read_run` dict.
+    run: a :func:`fedjax_kd.running.workdir.read_run` dict.
     metric: a key of :data:`METRICS`.
 
   Returns:
@@ -278,7 +278,7 @@ def figure_accuracy_vs_round(runs: Sequence[dict[str, Any]], labels: Sequence[st
   """Test accuracy (a fraction) against the round, one line per run.
 
   Args:
-    runs: :func:`fedjax_kd.workdir.read_run` dicts.
+    runs: :func:`fedjax_kd.running.workdir.read_run` dicts.
     labels: a legend label per run; the legend adds which accuracy it is
       (:func:`legend_label`), as does the y axis.
     metric: a key of :data:`METRICS`.
@@ -315,7 +315,7 @@ def figure_accuracy_vs_bytes(runs: Sequence[dict[str, Any]], labels: Sequence[st
   and the x label names the amount left out.
 
   Args:
-    runs: :func:`fedjax_kd.workdir.read_run` dicts.
+    runs: :func:`fedjax_kd.running.workdir.read_run` dicts.
     labels: a legend label per run; the legend adds which accuracy it is
       (:func:`legend_label`), as does the y axis.
     metric: a key of :data:`METRICS`.
@@ -386,7 +386,7 @@ def figure_client_accuracy(runs: Sequence[dict[str, Any]],
   with a legend of the specs. Runs without ``clients.json`` are left out.
 
   Args:
-    runs: :func:`fedjax_kd.workdir.read_run` dicts.
+    runs: :func:`fedjax_kd.running.workdir.read_run` dicts.
     labels: a label per run.
 
   Returns:
@@ -466,7 +466,7 @@ def figure_partition(run: dict[str, Any], label: str) -> Figure | None:
   ``ANNOTATE_MAX_CLIENTS`` clients and ``ANNOTATE_MAX_CLASSES`` classes.
 
   Args:
-    run: a :func:`fedjax_kd.workdir.read_run` dict.
+    run: a :func:`fedjax_kd.running.workdir.read_run` dict.
     label: the run's label, for the title.
 
   Returns:
@@ -523,7 +523,7 @@ def default_labels(workdirs: Sequence[str], runs: Sequence[dict[str, Any]]) -> l
 
   Args:
     workdirs: the run directories.
-    runs: their :func:`fedjax_kd.workdir.read_run` dicts.
+    runs: their :func:`fedjax_kd.running.workdir.read_run` dicts.
 
   Returns:
     A label per run.
@@ -555,7 +555,7 @@ def plot_runs(workdirs: Sequence[str], out_dir: str,
     ``partition.json``;
   * with several runs: ``partition_<slug>.png`` for each run that has
     ``partition.json`` (key ``'partition_<slug>'``, where ``<slug>`` is
-    :func:`fedjax_kd.results.slug` of its label, suffixed ``_2``, ``_3``... if two labels give
+    :func:`fedjax_kd.running.results.slug` of its label, suffixed ``_2``, ``_3``... if two labels give
     the same slug), and ``'partition'`` names the first of them.
 
   Args:

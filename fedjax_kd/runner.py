@@ -1,10 +1,10 @@
 """The experiment loop: rounds, metrics files, progress, checkpoints, resume.
 
-``workdir`` receives the files described in :mod:`fedjax_kd.workdir`: the
+``workdir`` receives the files described in :mod:`fedjax_kd.running.workdir`: the
 config, ``metrics.jsonl``/``metrics.csv`` (a row per round, written as it
 goes), ``partition.json``, ``selection.json``, ``clients.json``,
 ``summary.json``, TensorBoard scalars and orbax checkpoints every
-``checkpoint.every`` rounds and at exit (:mod:`fedjax_kd.checkpoint`).
+``checkpoint.every`` rounds and at exit (:mod:`fedjax_kd.running.checkpoint`).
 
 Nothing is lost (docs/workdir.md):
 
@@ -26,7 +26,7 @@ round of a call compile its XLA programs. With progress on, a line says so
 when it starts, another every :data:`PROGRESS_EVERY_S` seconds while the first
 round lasts, and one when it ends with the programs' count, the time spent
 compiling them and how many came from the persistent compilation cache
-(:mod:`fedjax_kd.compile_cache`). Every row carries ``compile_s``, its round's
+(:mod:`fedjax_kd.running.compile_cache`). Every row carries ``compile_s``, its round's
 time spent compiling (part of ``round_time_s``), and the ETA leaves it out
 (:func:`eta_seconds`).
 """
@@ -45,19 +45,19 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from fedjax_kd import checkpoint as checkpoint_lib
-from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment as experiment_lib
-from fedjax_kd import memory as memory_lib
-from fedjax_kd import results
-from fedjax_kd import watchdog
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms.base import RoundOutput, finite_flags, init_state, play_round
+from fedjax_kd.config.spec import ExperimentSpec
 from fedjax_kd.core import compiles
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 from fedjax_kd.ops import comm
-from fedjax_kd.spec import ExperimentSpec
+from fedjax_kd.running import checkpoint as checkpoint_lib
+from fedjax_kd.running import compile_cache
+from fedjax_kd.running import experiment as experiment_lib
+from fedjax_kd.running import memory as memory_lib
+from fedjax_kd.running import results
+from fedjax_kd.running import watchdog
+from fedjax_kd.running import workdir as workdir_lib
 
 
 def _with_defaults(cfg: Any, defaults: Any) -> Any:
@@ -301,7 +301,7 @@ def run(spec: ExperimentSpec, workdir: str, *, resume: bool = True,
     progress: print a line per round and the closing table.
     log: where progress lines go (default: stderr).
     memory_check: refuse a run whose estimated device memory exceeds the device's before
-      anything compiles (:mod:`fedjax_kd.memory`); None: on unless
+      anything compiles (:mod:`fedjax_kd.running.memory`); None: on unless
       ``$FEDJAX_KD_MEMORY_CHECK`` is 0/off/false/no.
     until: stop after this round, everything else (schedules over ``spec.rounds``
       included) as in the whole run, so its rows are the whole run's first rows
@@ -421,7 +421,7 @@ class _Session:
   @contextlib.contextmanager
   def out_of_memory(self):
     """XLA running out of device memory (``RESOURCE_EXHAUSTED``) becomes one line with the
-    estimate and what would fit (:func:`fedjax_kd.memory.exhausted_advice`)."""
+    estimate and what would fit (:func:`fedjax_kd.running.memory.exhausted_advice`)."""
     try:
       yield
     except Exception as e:  # pylint: disable=broad-except

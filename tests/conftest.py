@@ -44,7 +44,7 @@ def _share_compilations() -> None:
   new for every session (nothing carries over between CI runs) and the
   environment variables hand it to subprocesses (CLI runs, sweep workers,
   notebook kernels). ``$FEDJAX_KD_COMPILATION_CACHE`` names it too, so that the
-  command lines (whose cache is on by default, :mod:`fedjax_kd.compile_cache`)
+  command lines (whose cache is on by default, :mod:`fedjax_kd.running.compile_cache`)
   never write into the user's ``~/.cache`` from a test. The quick tier's pytest-xdist
   workers inherit the directory that the controlling process made
   (``$FEDJAX_KD_TEST_XLA_CACHE``), so a program compiled by one worker is loaded by the

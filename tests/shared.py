@@ -14,7 +14,7 @@ def tiny_config(algorithm: str = 'dsfl', rounds: int = 3, **overrides):
   samples a round. ``overrides`` are dotted fields: ``tiny_config(**{'data.source': ...})``.
   """
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
-  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
   c = presets.digits(algorithm)
   c.rounds = rounds
   c.data.source = 'synthetic:600'
@@ -33,7 +33,7 @@ def steps_of_activations(monkeypatch) -> None:
   pytest's), as where activations dominate (a CNN's): on the tiny experiment's small MLPs
   the clients' states do, and running them in chunks would not save memory (a chunked
   training holds the slots' new states besides their gathered ones)."""
-  from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import memory  # pylint: disable=g-import-not-at-top
 
   def per_client(kernels, shape, dtype, phase, slots, chunk, rows):
     del kernels, shape, dtype, rows

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets, results
 from fedjax_kd.algorithms import acepfl, base
+from fedjax_kd.config import presets
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, losses
+from fedjax_kd.running import experiment
+from fedjax_kd.running import results
 from tests.test_fedcache2 import load_config, run
 
 K = 4

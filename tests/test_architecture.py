@@ -17,11 +17,10 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'fedjax_kd'
 # Lowest first. A module may import its own layer and the layers below it, never above.
 LAYERS = (
     ('errors', 'fields', 'options', 'ops', 'metric_names', 'registration'),   # leaves
-    ('spec', 'core', 'data', 'models', 'compile_cache'),        # the spec, engine, ...
-    ('algorithms', 'selection'),                                # the papers
-    ('config', 'presets', 'experiment', 'checkpoint', 'workdir', 'plot', 'distributed',
-     'watchdog', 'results', 'memory'),
-    ('runner', 'sweep', 'main'),                                # the faces
+    ('core', 'data', 'models'),                    # the engine, the data, the models
+    ('algorithms', 'selection'),                   # the papers
+    ('config', 'running'),                         # a config; what a run is made of
+    ('runner', 'plot', 'sweep', 'main'),           # the faces
 )
 
 
@@ -128,14 +127,14 @@ def test_the_data_layer_imports_no_spec():
   graph = imports()
   data = [m for m in graph if m.startswith('fedjax_kd.data')]
   assert len(data) > 5
-  assert [(m, t) for m in data for t in graph[m] if t == 'fedjax_kd.spec'] == []
+  assert [(m, t) for m in data for t in graph[m] if t == 'fedjax_kd.config.spec'] == []
 
 
 def test_every_option_the_data_layer_reads_is_a_declared_data_option():
   import dataclasses
   import typing
   from fedjax_kd.data.prepare import DataRequest
-  from fedjax_kd.spec import DataSpec
+  from fedjax_kd.config.spec import DataSpec
   declared = {f.name: f.type for f in dataclasses.fields(DataSpec)}
   wanted = typing.get_type_hints(DataRequest)
   assert len(wanted) > 15
@@ -169,7 +168,8 @@ def test_the_design_notes_name_every_layer_as_the_test_does():
 
 def test_a_data_error_maps_to_the_config_field():
   import pytest  # pylint: disable=g-import-not-at-top
-  from fedjax_kd import experiment, fields  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import fields  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import experiment
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.data import partition, prepare  # pylint: disable=g-import-not-at-top
   from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top

@@ -17,7 +17,7 @@ import pytest
 
 from fedjax_kd import main as main_lib
 from fedjax_kd import runner
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import TINY_FILE
 from tests.test_main import REPO
 
@@ -316,7 +316,7 @@ def test_help_lists_the_flags():
 
 
 def test_the_distributed_modes_are_the_modules():
-  from fedjax_kd import distributed
+  from fedjax_kd.running import distributed
   assert main_lib.DISTRIBUTED_MODES == distributed.MODES
 
 

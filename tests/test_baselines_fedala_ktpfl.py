@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, runner
+from fedjax_kd import runner
 from fedjax_kd.algorithms import fedala, kt_pfl
 from fedjax_kd.core.state import ModelState
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
 from fedjax_kd.ops import ala, knowledge_coeff
+from fedjax_kd.running import experiment
 from tests.shared import tiny_config
 from tests.test_main import read_rows
 

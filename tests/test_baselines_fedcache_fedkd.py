@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment
 from fedjax_kd.errors import ConfigError
+from fedjax_kd.running import experiment
 import jax
 
 from fedjax_kd.ops import lowrank

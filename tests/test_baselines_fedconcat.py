@@ -208,7 +208,7 @@ def test_options_resolve_and_bad_values_name_the_field():
 # ------------------------------------------------------------ end to end
 @pytest.mark.slow
 def test_two_encoder_rounds_then_one_classifier_round(tmp_path):
-  from fedjax_kd import experiment   # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import experiment  # pylint: disable=g-import-not-at-top
   from fedjax_kd.algorithms import base   # pylint: disable=g-import-not-at-top
   from tests.test_fedcache2 import run   # pylint: disable=g-import-not-at-top
   k, classes = 20, 10
@@ -260,7 +260,7 @@ def test_two_encoder_rounds_then_one_classifier_round(tmp_path):
 @pytest.mark.slow
 def test_host_store_and_resume_give_the_device_run(tmp_path):
   from fedjax_kd import runner   # pylint: disable=g-import-not-at-top
-  from fedjax_kd import workdir as workdir_lib   # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from tests.test_store import _rows_close, _spec   # pylint: disable=g-import-not-at-top
   over = {'fedconcat.encoder_rounds': 2, 'fedconcat.clusters': 3}
   rows = {}
@@ -280,7 +280,7 @@ def test_host_store_and_resume_give_the_device_run(tmp_path):
 
 @pytest.mark.slow
 def test_label_counts_are_uploaded_once_with_fedentopt_selection():
-  from fedjax_kd import experiment   # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import experiment  # pylint: disable=g-import-not-at-top
   from tests.test_fedentopt import fe_tiny   # pylint: disable=g-import-not-at-top
   for selection in ('fedentopt', 'uniform'):
     exp = experiment.build(config_lib.validate(fe_tiny('fedconcat', selection=selection)))

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment
 from fedjax_kd.algorithms import base
 from fedjax_kd.algorithms.fedkd import FedKD, factor_floats
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import comm
 from fedjax_kd.ops import lowrank
+from fedjax_kd.running import experiment
 from tests.shared import tiny_config
 
 K = 4

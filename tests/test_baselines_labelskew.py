@@ -14,11 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_kd import experiment
+from fedjax_kd import selection as sel_ops
 from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import label_skew
-from fedjax_kd import selection as sel_ops
+from fedjax_kd.running import experiment
 from tests.test_fedcache2 import run
 from tests.test_fedentopt import K, fe_tiny, spec_of
 

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment
 from fedjax_kd.algorithms import knn_per as knn_per_lib
 from fedjax_kd.algorithms.mtfl import MTFL, MTFLOptions, MTFLServer
 from fedjax_kd.core.state import ModelState
@@ -21,6 +20,7 @@ from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import layers
 from fedjax_kd.ops import knn as knn_ops
 from fedjax_kd.ops import private_bn
+from fedjax_kd.running import experiment
 from tests.shared import tiny_config
 
 

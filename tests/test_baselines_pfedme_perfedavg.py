@@ -224,7 +224,7 @@ def check_rows(rows, summary, elements):
 
 
 def model_elements(c):
-  from fedjax_kd import experiment
+  from fedjax_kd.running import experiment
   algo = experiment.build(config_lib.validate(c)).algorithm
   return algo.model_elements
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment
 from fedjax_kd.algorithms import base
 from fedjax_kd.core.state import num_elements
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import fusion, spectral
+from fedjax_kd.running import experiment
 from tests.shared import tiny_config
 from tests.test_fedcache2 import run
 

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment
 from fedjax_kd import models
 from fedjax_kd import runner
 from fedjax_kd.data import partition as partition_lib
 from fedjax_kd.data import sources
-from fedjax_kd.models import layers, registry
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.models import layers, registry
 from fedjax_kd.ops.errors import ParamError
+from fedjax_kd.running import experiment
 
 
 class TwoLayer(nn.Module):

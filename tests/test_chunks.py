@@ -10,12 +10,12 @@ import optax
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment as experiment_lib
-from fedjax_kd import memory
 from fedjax_kd.core import kernels as kernels_lib
 from fedjax_kd.core.program import SGD, Rows, ce_loss, soft_ce_loss
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
+from fedjax_kd.running import experiment as experiment_lib
+from fedjax_kd.running import memory
 from tests.shared import steps_of_activations, tiny_config
 
 

@@ -23,9 +23,9 @@ import pytest
 
 from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment
 from fedjax_kd.algorithms import base
 from fedjax_kd.core import program
+from fedjax_kd.running import experiment
 from tests.shared import tiny_config
 
 

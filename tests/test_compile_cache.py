@@ -20,12 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
 from fedjax_kd import main as main_lib
 from fedjax_kd import runner, sweep
 from fedjax_kd.core import compiles
 from fedjax_kd.errors import ConfigError
+from fedjax_kd.running import compile_cache
 from tests.shared import tiny_config
 from tests.test_main import REPO, read_rows
 

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets
 from fedjax_kd.algorithms import ALGORITHMS, base
+from fedjax_kd.config import presets
 from fedjax_kd.core import compiles
 from fedjax_kd.core.compiles import count_compiles
+from fedjax_kd.running import experiment
 
 # Algorithms that average parameters need one architecture.
 SINGLE_ARCH = tuple(n for n, c in ALGORITHMS.items() if c.one_architecture)

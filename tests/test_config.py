@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.running import experiment
 from tests.shared import tiny_config
 
 

@@ -936,7 +936,7 @@ def test_readme_data_snippet_registers_a_source():
   key = 'README.md: from fedjax_kd.data import sources'
   _entry(key, PYTHON_BLOCKS)
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
-  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
   from fedjax_kd.data import sources  # pylint: disable=g-import-not-at-top
   digits = sources.load_source('digits')
   ns = {'x_train': digits.x_train, 'y_train': digits.y_train, 'x_test': digits.x_test,
@@ -977,7 +977,7 @@ def test_design_md_signatures_and_state_parts():
 
 def test_quoted_error_lines(tmp_path, monkeypatch):
   # docs/workdir.md: a second run on a locked workdir, its holder as the quoted one.
-  from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.errors import DataError  # pylint: disable=g-import-not-at-top
   (quoted,) = [k for k in OUTPUTS if k.startswith('docs/workdir.md: error: --workdir:')]
   monkeypatch.chdir(tmp_path)
@@ -1117,7 +1117,7 @@ def _shape(line: str, exact: tuple[str, ...] = (), subs: tuple[tuple[str, str], 
 
 @pytest.mark.slow
 def test_the_default_run_prints_the_readme_table(work):
-  from fedjax_kd.results import fmt_bytes  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running.results import fmt_bytes  # pylint: disable=g-import-not-at-top
   _entry(DEFAULT_RUN)
   r = _run(_argv(DEFAULT_RUN) + ['--config.rounds=1'], work)
   out = r.stdout + r.stderr
@@ -1385,7 +1385,8 @@ def test_design_md_weighted_example(monkeypatch):
   from typing import Any as AnyType  # pylint: disable=g-import-not-at-top
   import flax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from fedjax_kd import algorithms, experiment  # pylint: disable=g-import-not-at-top
+  from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import experiment
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
   from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top

@@ -23,8 +23,8 @@ import time
 import pytest
 
 from fedjax_kd import sweep
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep import (
     executor_options, executors, planning, ray_executor, slurm_executor, workers)
 from tests.shared import assert_rewrites_to_itself

@@ -15,13 +15,13 @@ import sys
 
 import pytest
 
-from fedjax_kd import checkpoint as checkpoint_lib
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment as experiment_lib
-from fedjax_kd import memory as memory_lib
 from fedjax_kd import runner
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError, DeviceMemoryError, DiskFullError
+from fedjax_kd.running import checkpoint as checkpoint_lib
+from fedjax_kd.running import experiment as experiment_lib
+from fedjax_kd.running import memory as memory_lib
+from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep import workers
 from tests.shared import steps_of_activations, tiny_config
 from tests.test_main import REPO

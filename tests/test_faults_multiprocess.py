@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from fedjax_kd import watchdog as watchdog_lib
+from fedjax_kd.running import watchdog as watchdog_lib
 from tests import test_faults
 
 # The end-to-end test times its processes, so it runs alone (`serial`, tests/conftest.py); the

@@ -22,9 +22,10 @@ import time
 
 import pytest
 
-from fedjax_kd import presets, sweep
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd import sweep
+from fedjax_kd.config import presets
 from fedjax_kd.errors import DiskFullError
+from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep import planning, workers
 from tests import test_faults
 from tests.test_sweep import REPO, TINY_SETS, sweep_env

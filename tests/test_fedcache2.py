@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets, runner
+from fedjax_kd import runner
 from fedjax_kd.algorithms import base, fedcache2
+from fedjax_kd.config import presets
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import krr
+from fedjax_kd.running import experiment
 from tests.test_main import read_rows
 
 K = 4
@@ -268,7 +270,7 @@ def test_the_download_pool_is_declared_to_the_memory_planner_as_built():
   """From the first round with downloads the algorithm keeps its pool (the private rows as
   model inputs, then every cache slot): its planned_buffers are that array's shape and dtype,
   and the plan counts its bytes."""
-  from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import memory  # pylint: disable=g-import-not-at-top
   exp, want, pool, cache, data = _pool_after_two_rounds()
   d = exp.ctx.data
   assert (pool.shape, pool.dtype) == (want.shape, want.dtype)
@@ -281,6 +283,6 @@ def test_the_download_pool_is_declared_to_the_memory_planner_as_built():
 @pytest.mark.slow
 def test_xlas_figure_counts_the_download_pool_too():
   """XLA's own figure (every program compiled) has the pool's bytes too."""
-  from fedjax_kd import memory  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import memory  # pylint: disable=g-import-not-at-top
   exp, _, pool, _, data = _pool_after_two_rounds()
   assert memory.xla_figure(exp).data == data + pool.nbytes

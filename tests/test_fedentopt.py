@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets
-from fedjax_kd.algorithms import base
-from fedjax_kd.errors import ConfigError
 from fedjax_kd import selection as sel_ops
+from fedjax_kd.algorithms import base
+from fedjax_kd.config import presets
+from fedjax_kd.errors import ConfigError
+from fedjax_kd.running import experiment
 from tests.test_fedcache2 import load_config, run
 
 K = 20

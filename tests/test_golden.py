@@ -44,9 +44,9 @@ import pytest
 
 from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
-from fedjax_kd import results
 from fedjax_kd import runner
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import count_reads, tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -19,13 +19,13 @@ import optax
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment
 from fedjax_kd import runner
 from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.core.program import SGD, Rows
 from fedjax_kd.data import sources
 from fedjax_kd.data.inputs import Normalize, as_float, pixel_stats, stored_inputs
 from fedjax_kd.models import registry
+from fedjax_kd.running import experiment
 from tests.conftest import mnist_path
 from tests.shared import tiny_config
 

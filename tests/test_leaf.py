@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets, runner
+from fedjax_kd import runner
+from fedjax_kd.config import presets
 from fedjax_kd.data import leaf, sources
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.running import experiment
 from tests.conftest import shipped_config
 
 WRITERS = {'f0003_41': 30, 'f0001_07': 24, 'f0002_12': 36, 'f0004_99': 18, 'f0000_03': 27}

@@ -1,4 +1,4 @@
-"""Device-memory planning (fedjax_kd.memory): the parts worked out by hand, the refusal before
+"""Device-memory planning (fedjax_kd.running.memory): the parts worked out by hand, the refusal before
 anything compiles, and XLA running out of memory mid-run."""
 
 import dataclasses
@@ -10,15 +10,15 @@ import optax
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment as experiment_lib
-from fedjax_kd import memory
 from fedjax_kd import runner
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.algorithms import base
 from fedjax_kd.core.kernels import CohortKernels, Planned, recording
 from fedjax_kd.core.program import SGD, Rows, ce_loss
 from fedjax_kd.errors import DeviceMemoryError
 from fedjax_kd.models import registry
+from fedjax_kd.running import experiment as experiment_lib
+from fedjax_kd.running import memory
+from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import steps_of_activations, tiny_config
 
 

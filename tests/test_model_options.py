@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import spec as spec_lib
+from fedjax_kd.config import spec as spec_lib
 from fedjax_kd.data import augment, sources
 from fedjax_kd.errors import ConfigError
-from fedjax_kd.ops.errors import ParamError
 from fedjax_kd.models import layers, registry
 from fedjax_kd.models.registry import count_params, get_model, init_variables
+from fedjax_kd.ops.errors import ParamError
 
 SHAPE = (28, 28, 1)
 
@@ -171,7 +171,7 @@ def test_augment_on_normalised_inputs_commutes(name):
 
 
 def test_presets_normalise_as_the_authors_code():
-  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
   assert presets.scarlet_paper().data.normalize == 'symmetric'
   assert presets.scarlet_cpu('digits').data.normalize == 'symmetric'
   assert presets.dsfl_paper('tfds:mnist', 'dsfl_cnn').data.normalize == 'unit'

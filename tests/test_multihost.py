@@ -108,7 +108,7 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path, flags, named):
 
 
 def test_check_flags_in_process():
-  from fedjax_kd import distributed
+  from fedjax_kd.running import distributed
   from fedjax_kd.errors import ConfigError
   assert distributed.check_flags(None, None, None) is False
   assert distributed.check_flags('h:1', 2, 1) is True

@@ -74,7 +74,7 @@ def test_the_table_rows_by_hand():
 
 def test_the_committed_option_tables_are_generated_from_the_declarations(tmp_path):
   page = tmp_path / 'configs.md'
-  page.write_text(open(config_lib.__file__.replace('fedjax_kd/config.py', 'docs/configs.md'))
+  page.write_text(open(config_lib.__file__.replace('fedjax_kd/config/__init__.py', 'docs/configs.md'))
                   .read())
   committed = page.read_text()
   config_lib.write_option_tables(str(page))
@@ -83,7 +83,7 @@ def test_the_committed_option_tables_are_generated_from_the_declarations(tmp_pat
 
 
 def test_the_engine_groups_are_declared_once_and_the_defaults_come_from_them():
-  from fedjax_kd import spec as spec_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.config import spec as spec_lib  # pylint: disable=g-import-not-at-top
   groups = options.groups(spec_lib.ExperimentSpec)
   assert set(groups.pop('')) == {'algorithm', 'seed', 'rounds'}
   c = config_lib.default_config()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_kd import plot
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.running import workdir as workdir_lib
 
 PNG = b'\x89PNG\r\n\x1a\n'
 

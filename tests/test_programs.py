@@ -20,11 +20,11 @@ import pytest
 
 from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment as experiment_lib
-from fedjax_kd import memory
 from fedjax_kd import runner
 from fedjax_kd.core import kernels as kernels_lib
 from fedjax_kd.core import program
+from fedjax_kd.running import experiment as experiment_lib
+from fedjax_kd.running import memory
 from tests.test_golden import TINY, golden_tiny_config
 
 ALGORITHMS = pathlib.Path(algorithms.__file__).parent

@@ -17,10 +17,11 @@ import pytest
 
 from fedjax_kd import algorithms
 from fedjax_kd import config as config_lib
-from fedjax_kd import results, runner
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd import runner
 from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import TINY_FILE, tiny_config
 from tests.test_main import REPO
 
@@ -132,7 +133,8 @@ def test_sigterm_finishes_the_round_checkpoints_and_stops(tmp_path):
 
 @pytest.mark.slow
 def test_checkpoint_holds_the_whole_state_bit_for_bit(tmp_path):
-  from fedjax_kd import checkpoint, experiment
+  from fedjax_kd.running import checkpoint
+  from fedjax_kd.running import experiment
   c = tiny_config('scarlet', rounds=2)
   c.train.momentum = 0.9   # a non-empty optimizer state
   spec = config_lib.validate(c)

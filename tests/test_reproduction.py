@@ -20,8 +20,9 @@ from benchmarks.repro import report as report_lib
 from benchmarks.repro import sections as sections_lib
 from benchmarks.repro import stats as stats_lib
 from benchmarks.repro import tables as tables_lib
-from fedjax_kd import results, sweep
+from fedjax_kd import sweep
 from fedjax_kd.errors import DataError
+from fedjax_kd.running import results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / 'benchmarks' / 'reproduction.py'

@@ -158,7 +158,7 @@ def test_a_fixed_byte_count_is_no_test_and_a_zero_spread_is_never_decided():
 
 
 def _cells(label, values, key='final_acc'):
-  from fedjax_kd import results  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import results  # pylint: disable=g-import-not-at-top
   return {'variant': label, 'label': label, 'cell': {}, 'n': len(values),
           'stats': {key: results.stat(dict(enumerate(values)))}}
 
@@ -501,7 +501,7 @@ def test_a_bytes_claim_is_tested_on_the_ratio_and_an_at_least_claim_on_its_bound
   # reproduces; against the bound it is a smaller effect. The old rule (half of 96.5 %
   # saved: 48 %) let a x1.93 gain reproduce it.
   from benchmarks.repro import checks as checks_lib  # pylint: disable=g-import-not-at-top
-  from fedjax_kd import results  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import results  # pylint: disable=g-import-not-at-top
   ratios = [18.0, 19.5, 18.8, 17.9, 20.1]
   cell = lambda label, v: {'variant': label, 'label': label, 'cell': {}, 'n': 5,
                            'stats': {'total_bytes': results.stat(dict(enumerate(v)))}}

@@ -1,11 +1,11 @@
-"""fedjax_kd.results: the rules the runner, the sweep, the plots and the report share."""
+"""fedjax_kd.running.results: the rules the runner, the sweep, the plots and the report share."""
 
 import math
 
 import numpy as np
 import pytest
 
-from fedjax_kd import results
+from fedjax_kd.running import results
 
 SERVER = [{'round': 1, 'test_acc': 0.5, 'client_acc': 0.4, 'cum_bytes': 10},
           {'round': 2, 'test_acc': None, 'client_acc': None, 'cum_bytes': 20},

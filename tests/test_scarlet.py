@@ -11,11 +11,12 @@ import optax
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, runner
+from fedjax_kd import runner
 from fedjax_kd.algorithms import base
 from fedjax_kd.core.federation import SingleModel
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.ops import aggregate, comm
+from fedjax_kd.running import experiment
 from tests.conftest import shipped_config
 from tests.shared import tiny_config
 from tests.test_main import read_rows
@@ -254,7 +255,6 @@ def test_prediction_augmentation_is_per_client_and_optional():
   clean = np.asarray(algo.predict_clients(state, r, x))
   np.testing.assert_allclose(clean[0], clean[1], atol=1e-6)
   assert not np.allclose(aug[0], clean[0])
-
 
 
 def test_server_top5_accuracy_by_hand():

@@ -9,15 +9,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets, runner
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd import algorithms
+from fedjax_kd import config as config_lib
+from fedjax_kd import runner
 from fedjax_kd.algorithms import base
+from fedjax_kd.config import presets
 from fedjax_kd.core import store as store_lib
 from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
+from fedjax_kd.running import experiment
+from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import train
 
 

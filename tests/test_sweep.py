@@ -11,9 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_kd import config as config_lib, presets, results, sweep
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd import config as config_lib, sweep
+from fedjax_kd.config import presets
 from fedjax_kd.errors import ConfigError
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep import Variant
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -379,7 +381,8 @@ REGISTERING_CONFIG = '''
 import flax.linen as nn
 import numpy as np
 
-from fedjax_kd import models, presets
+from fedjax_kd import models
+from fedjax_kd.config import presets
 from fedjax_kd.data import sources
 
 

@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import experiment, presets, runner
+from fedjax_kd import runner
+from fedjax_kd.config import presets
 from fedjax_kd.data import partition, sources, text
 from fedjax_kd.errors import ConfigError, DataError
-from fedjax_kd.ops.errors import ParamError
 from fedjax_kd.models import registry
 from fedjax_kd.ops import comm
+from fedjax_kd.ops.errors import ParamError
+from fedjax_kd.running import experiment
 
 
 def counts(spec, shape, classes, vocab=None):

@@ -15,13 +15,11 @@ torch = pytest.importorskip('torch')
 
 from benchmarks.torch_ref import acepfl  # pylint: disable=g-import-not-at-top
 from benchmarks.torch_ref import common  # pylint: disable=g-import-not-at-top
-from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
 from fedjax_kd import sweep  # pylint: disable=g-import-not-at-top
+from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
 from tests.test_torch_reference import write_npz  # pylint: disable=g-import-not-at-top
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
 
 
 def test_dynamic_temperature_by_hand():

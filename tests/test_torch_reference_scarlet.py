@@ -7,8 +7,8 @@ import pytest
 
 from benchmarks.torch_ref import common
 from benchmarks.torch_ref import scarlet
-from fedjax_kd import presets
 from fedjax_kd import sweep
+from fedjax_kd.config import presets
 from tests.test_torch_reference import write_npz
 
 
@@ -84,7 +84,7 @@ def test_a_run_in_use_is_refused_not_interleaved(tmp_path):
   metrics.jsonl (found when a restarted sweep met the one it replaced): the run directory is
   now locked as fedjax_kd's are, and the second is refused with one line naming the holder."""
   pytest.importorskip('torch')
-  from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.errors import DataError  # pylint: disable=g-import-not-at-top
   path = write_npz(tmp_path / 'm.npz')
   setting = common.export_setting(_tiny(path, 'dsfl'), scarlet.ALGORITHMS)

@@ -19,7 +19,7 @@ import os
 import sys
 
 from benchmarks.authors import common
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.running import workdir as workdir_lib
 
 OUT = os.path.join(common.REPO, 'benchmarks', 'results', 'authors_lockstep.json')
 

@@ -123,7 +123,7 @@ def tiny(algorithm: str, rounds: int = 3, **overrides):
   client in every round, one epoch of minibatches of 20, plain SGD at 0.1. ``overrides``:
   dotted config fields."""
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
-  from fedjax_kd import presets  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
   c = presets.digits(algorithm)
   base = {'rounds': rounds, 'data.source': 'synthetic:600', 'data.num_public': 100,
           'clients.num_clients': 3, 'clients.models': ['mlp@0.1'], 'server.model': 'mlp@0.1',

@@ -27,8 +27,8 @@ from typing import Iterator
 
 from benchmarks.repro.defs import SKIPPED
 from fedjax_kd import sweep
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError
+from fedjax_kd.running import workdir as workdir_lib
 
 ARCHIVE_DEFAULT = 'benchmarks/results/reproduction_runs'
 ARCHIVE_MARKER = 'archive.json'   # written by `archive`: the report then says how to add runs

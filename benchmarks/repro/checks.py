@@ -19,8 +19,8 @@ import numpy as np
 from benchmarks.repro.stats import (MIN_PAIRED_SEEDS, UNITS, Ref, Table, directional,
                                     equivalence, fmt_delta, paired, values_at_round)
 from benchmarks.repro.verdicts import Finding
-from fedjax_kd import results
 from fedjax_kd import sweep
+from fedjax_kd.running import results
 
 @dataclasses.dataclass(frozen=True)
 class Check:
@@ -326,7 +326,7 @@ def grid_trend(label: str, field: str, key: str = 'total_bytes', kind: str = 'by
 
 
 def _equivalent(d: dict[str, Any], tol: float, detail: str) -> tuple[bool | None, str]:
-  """Paired differences ``d`` (a :func:`fedjax_kd.results.stat`) within ``±tol`` by
+  """Paired differences ``d`` (a :func:`fedjax_kd.running.results.stat`) within ``±tol`` by
   :func:`equivalence`, its text after ``detail``; None with fewer than
   :data:`MIN_PAIRED_SEEDS` seeds."""
   if d['n'] < MIN_PAIRED_SEEDS:

@@ -402,7 +402,7 @@ EXPLANATIONS: tuple[Explanation, ...] = (
         'round distils on name the true class of about four open samples in five (mean '
         'label_acc in the DS-FL tables), because every sample is voted on by 10 clients of '
         'two or three classes each, so the two or three that hold its class vote against '
-        'seven or eight confident wrong guesses (`fedjax_kd.presets.digits` explains the '
+        'seven or eight confident wrong guesses (`fedjax_kd.config.presets.digits` explains the '
         'vote). FedAvg averages models trained on true labels and has no such ceiling. The '
         'gap does not close with more rounds (the 100-round checks beside), so it is not the '
         'horizon. On MNIST the independent PyTorch DS-FL, on the same data and draws, ends '

@@ -64,8 +64,8 @@ from benchmarks.repro.report import cmd_report
 from benchmarks.repro.run import cmd_run
 from benchmarks.repro.sections import SECTIONS, sweep_engines
 from fedjax_kd import sweep
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError
+from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep import executors
 
 

@@ -64,7 +64,7 @@ class SweepDef:
     variants: ``(label, algorithm, fields)`` rows.
     config: the base, a config file (``path[:arg]``, relative to the
       repository; its ``data.source`` is set as an override), or
-    preset: the base, ``source -> ConfigDict`` (built on :mod:`fedjax_kd.presets`),
+    preset: the base, ``source -> ConfigDict`` (built on :mod:`fedjax_kd.config.presets`),
       described in the report by ``preset_text``.
     data: ``'digits'`` or ``'mnist'`` (needs ``--mnist``).
     grid: ``(field, values)`` pairs; the cross product runs for every variant.

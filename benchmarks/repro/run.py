@@ -17,9 +17,9 @@ from benchmarks.repro.defs import MNIST_DEFAULT, REPO, SKIPPED, SweepDef, torch_
 from benchmarks.repro.plan import Planned, command_line, commit, plan_sweep
 from benchmarks.repro.sections import select
 from fedjax_kd import sweep
-from fedjax_kd.sweep import executors
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.running import workdir as workdir_lib
+from fedjax_kd.sweep import executors
 
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
   """Plans every chosen sweep, runs what is not finished, writes each sweep's outputs."""

@@ -39,7 +39,7 @@ import tempfile
 from typing import Any, Callable, Iterator, Mapping
 
 from benchmarks.repro import archive as archive_lib
-from fedjax_kd import results
+from fedjax_kd.running import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 GOLDEN = 'tests/golden_metrics.json'

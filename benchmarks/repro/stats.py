@@ -13,7 +13,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from benchmarks.repro.verdicts import Finding
-from fedjax_kd import results
+from fedjax_kd.running import results
 
 MIN_PAIRED_SEEDS = 3    # a paired comparison with fewer seeds decides nothing
 
@@ -36,7 +36,7 @@ class Table:
     return None
 
   def stat(self, ref: Ref, key: str) -> dict[str, Any] | None:
-    """The :func:`fedjax_kd.results.stat` of ``key`` for ``ref``; None if not run or not logged.
+    """The :func:`fedjax_kd.running.results.stat` of ``key`` for ``ref``; None if not run or not logged.
 
     ``key`` is a statistic of the sweep's cells (``final_acc``, ``total_bytes``, a metric's
     mean over rounds, ...) or one derived from the per-seed curves:
@@ -85,7 +85,7 @@ def derived(cell: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-  """Per-seed differences ``a - b`` over the seeds both have, as a :func:`fedjax_kd.results.stat`."""
+  """Per-seed differences ``a - b`` over the seeds both have, as a :func:`fedjax_kd.running.results.stat`."""
   va, vb = a['values'], b['values']
   return results.stat({s: va[s] - vb[s] for s in va if s in vb})
 

@@ -15,9 +15,9 @@ import numpy as np
 
 from benchmarks.repro.defs import CHANCE_FACTOR, CLASSES, SweepDef
 from benchmarks.repro.stats import Table, fmt_delta, paired, values_at_round
-from fedjax_kd import results
 from fedjax_kd import sweep
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
 
 # Report columns: key -> (header, stat key, format kind).
 COLUMNS = {

@@ -1,7 +1,7 @@
 """The shared driver of the PyTorch references: the shared setting, models, loop and sweeps.
 
 A reference run takes from fedjax_kd only what a pair of runs must share: for one config and
-seed, ``fedjax_kd.experiment.build`` gives the open/private/test split, the client partition
+seed, ``fedjax_kd.running.experiment.build`` gives the open/private/test split, the client partition
 and the per-round open-set draws (numpy code; nothing of fedjax_kd's training runs). All
 else is PyTorch as the FD code bases write it: ``torch.nn`` modules with PyTorch's default
 initialisation and BatchNorm, ``torch.optim.SGD``, a fresh ``torch.randperm`` of each data
@@ -43,8 +43,8 @@ if REPO not in sys.path:
 
 from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
 from fedjax_kd import sweep  # pylint: disable=g-import-not-at-top
-from fedjax_kd import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 from fedjax_kd.errors import ConfigError, DataError  # pylint: disable=g-import-not-at-top
+from fedjax_kd.running import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
 MNIST_DEFAULT = os.environ.get('FEDJAX_KD_MNIST', '')
 
@@ -149,7 +149,7 @@ def export_setting(cfg, algorithms: Sequence[str]) -> Setting:
     ConfigError: ``cfg`` is not one of ``algorithms``, or its clients and server do not
       all run one model the reference has.
   """
-  from fedjax_kd import experiment  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import experiment  # pylint: disable=g-import-not-at-top
   spec = config_lib.validate(cfg)
   if spec.algorithm not in algorithms:
     raise ConfigError('algorithm', spec.algorithm, tuple(algorithms))
@@ -525,7 +525,7 @@ def run(module, setting: Setting, options: RefOptions, seed: int, workdir: str,
         threads: int = 0, log=print) -> dict[str, Any]:
   """Runs ``module``'s rounds on ``setting``; writes the workdir; returns the summary.
 
-  The workdir is locked for the whole run (:class:`fedjax_kd.workdir.DirLock`, as fedjax_kd's
+  The workdir is locked for the whole run (:class:`fedjax_kd.running.workdir.DirLock`, as fedjax_kd's
   runs are): a second process given the same run is refused instead of interleaving its rows
   with the first one's.
 

@@ -271,7 +271,7 @@ class Algorithm:
   def programs(self, shapes: AlgState) -> tuple[Planned, ...]:
     """The client programs a round runs, as :class:`~fedjax_kd.core.kernels.Planned`
     entries (the program and its inputs' shapes) for the memory planner, which traces or
-    compiles each for the clients at once (:mod:`fedjax_kd.memory`). ``shapes`` is the
+    compiles each for the clients at once (:mod:`fedjax_kd.running.memory`). ``shapes`` is the
     state's (``jax.eval_shape`` of :meth:`init`); :meth:`planning_round` stands for a round
     where one is needed. Default: private training
     (:meth:`train_program`) and, for an algorithm that uses the public set, distillation on

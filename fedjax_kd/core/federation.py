@@ -238,7 +238,7 @@ class Federation:
       inside one program (:func:`fedjax_kd.core.kernels.in_chunks`); ``None``: all of a
       cohort's slots at once. Memory for time: a step holds one chunk's activations. The
       attribute of the same name may be set before the first phase runs (the memory planner
-      chooses it once the experiment is built, :func:`fedjax_kd.memory.choose`).
+      chooses it once the experiment is built, :func:`fedjax_kd.running.memory.choose`).
   """
 
   def __init__(self, data: FederatedData, client_models: Sequence[str],

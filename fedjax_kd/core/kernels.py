@@ -520,7 +520,7 @@ class CohortKernels:
   def predict_program(self, chunk: int, client_chunk: int | None = None) -> Callable[..., Array]:
     """The prediction program's function, not jitted: ``(state, slots, x, None)`` to every
     slot's probabilities on ``x`` in chunks of ``chunk`` (the memory planner traces or
-    compiles it, :mod:`fedjax_kd.memory`)."""
+    compiles it, :mod:`fedjax_kd.running.memory`)."""
     return functools.partial(self._predict_impl, chunk=chunk, log=False, augment=None,
                              client_chunk=client_chunk)
 

@@ -20,7 +20,7 @@ The engine owns everything around those three calls, for every algorithm alike: 
 cohorts of heterogeneous widths, the slots of a round's participants, ``clients.chunk``
 (clients in chunks inside one program), the device mesh, the client store, the keys by
 client id, the epoch budgets of stragglers, donation of the cohort's state, and the memory
-plan (the planner compiles the same programs, :mod:`fedjax_kd.memory`). An algorithm module
+plan (the planner compiles the same programs, :mod:`fedjax_kd.running.memory`). An algorithm module
 writes its paper's math in a program and never walks clients, minibatches or slots.
 
 Programs compose like optax transforms: :class:`SGD` is local training on a loss, and

@@ -64,7 +64,7 @@ class PreparedData:
 
 
 class DataRequest(Protocol):
-  """The ``data.*`` options :func:`prepare` reads (``fedjax_kd.spec.DataSpec`` declares
+  """The ``data.*`` options :func:`prepare` reads (``fedjax_kd.config.spec.DataSpec`` declares
   them: their defaults, checks and docs)."""
   source: str
   public_source: str

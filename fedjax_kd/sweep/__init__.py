@@ -12,7 +12,7 @@ r"""Multi-seed sweeps: variants x grid cells x seeds, run in worker processes, s
 
 Every (variant, grid cell, seed) is one run with its own workdir
 ``<out>/runs/<variant-slug>[/<cell-slug>]/seed<k>`` (the files of
-:mod:`fedjax_kd.workdir`). Each run's config is built as
+:mod:`fedjax_kd.running.workdir`). Each run's config is built as
 
   the ``--config`` file <- the variant (``algorithm`` and its fields)
   <- the grid cell <- the single-valued ``--set`` fields <- ``seed=k``,
@@ -78,7 +78,7 @@ for debugging.
 Workers inherit the environment (``XLA_FLAGS``, ``CUDA_VISIBLE_DEVICES``,
 ...). Compiled programs are shared between workers, reruns and
 ``fedjax_kd.main`` runs through JAX's persistent compilation cache, chosen as
-``fedjax_kd.main`` chooses it (:mod:`fedjax_kd.compile_cache`):
+``fedjax_kd.main`` chooses it (:mod:`fedjax_kd.running.compile_cache`):
 ``--compilation_cache=DIR``, else ``$FEDJAX_KD_COMPILATION_CACHE``, else
 ``$JAX_COMPILATION_CACHE_DIR``, else ``~/.cache/fedjax_kd/jax_cache``
 (``off``, ``none`` or ``''`` turns it off). Thread use is
@@ -104,7 +104,8 @@ disk: ``error: no space left to write <file> (<free> free on its device): ...``)
 
 Library use::
 
-  from fedjax_kd import presets, sweep
+  from fedjax_kd import sweep
+  from fedjax_kd.config import presets
   variants = [sweep.Variant('ERA', 'dsfl'),
               sweep.Variant('SA', 'dsfl', {'dsfl.aggregation': 'sa'})]
   runs = sweep.plan(presets.digits(), variants, seeds=(0, 1, 2), grid={}, out='runs/x')
@@ -123,7 +124,7 @@ The package, by concern: :mod:`~fedjax_kd.sweep.planning` (variants x cells x se
 :mod:`~fedjax_kd.sweep.report` (tables and figures) and :mod:`~fedjax_kd.sweep.cli` (the
 command). The rules the sweep shares with the runner and the plots (which accuracy is the
 headline, mean and std over seeds, number formats, file names, figure files) live in
-:mod:`fedjax_kd.results`.
+:mod:`fedjax_kd.running.results`.
 """
 
 from fedjax_kd.sweep.planning import (

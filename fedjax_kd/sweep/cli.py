@@ -14,15 +14,15 @@ import time
 from typing import Any, Sequence
 
 
-from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
-from fedjax_kd import results
 from fedjax_kd.errors import ConfigError, DataError, DiskFullError
-from fedjax_kd.sweep.planning import Run, Variant, plan, show_value, write_plan
+from fedjax_kd.running import compile_cache
+from fedjax_kd.running import results
 from fedjax_kd.sweep import executors
-from fedjax_kd.sweep.workers import quiet_logs, stopped_status, worker_main
 from fedjax_kd.sweep.collect import aggregate
+from fedjax_kd.sweep.planning import Run, Variant, plan, show_value, write_plan
 from fedjax_kd.sweep.report import write_outputs
+from fedjax_kd.sweep.workers import quiet_logs, stopped_status, worker_main
 
 # ------------------------------------------------------------ CLI parsing
 def split_top_level(text: str, sep: str) -> list[str]:

@@ -2,7 +2,7 @@
 over seeds (:func:`aggregate`).
 
 Part of :mod:`fedjax_kd.sweep`; the rules it shares with the runner and the plots are in
-:mod:`fedjax_kd.results`.
+:mod:`fedjax_kd.running.results`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any, Collection, Sequence
 
 import numpy as np
 
-from fedjax_kd import results
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep.planning import Run, cell_label, cell_slug, jsonable, load_plan, read_json
 from fedjax_kd.sweep.workers import read_diverged
 
@@ -51,7 +51,7 @@ def run_stats(rows: Sequence[dict[str, Any]], summary: dict[str, Any] | None,
   Returns:
     ``final_acc``, ``best_acc``, ``last10_acc`` (mean of the last 10
     evaluated ``test_acc``; these and the threshold numbers read only the rounds that scored
-    the final round's model, :func:`fedjax_kd.results.final_model_rows`), ``final_client_acc``, ``best_client_acc``,
+    the final round's model, :func:`fedjax_kd.running.results.final_model_rows`), ``final_client_acc``, ``best_client_acc``,
     ``total_bytes``, ``bytes_per_round``, ``rounds``, ``wall_s``, ``setup_bytes`` (the
     one-time bytes before round 1, included in every cumulative count),
     ``rounds_to_<x>`` and ``bytes_to_<x>`` per threshold (None if never

@@ -16,9 +16,9 @@ import ml_collections
 import numpy as np
 
 from fedjax_kd import config as config_lib
-from fedjax_kd import results
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
 
 PLAN_FILE = 'sweep.json'          # in --out: the plan
 RUN_FILE = 'sweep_run.json'       # in each run's workdir: what the worker runs

@@ -14,11 +14,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedjax_kd import results
-from fedjax_kd import workdir as workdir_lib
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
+from fedjax_kd.sweep.collect import BASE_STATS, METRIC_NAMES
 from fedjax_kd.sweep.planning import PLAN_FILE, read_json, show_value
 from fedjax_kd.sweep.workers import diverged_lines
-from fedjax_kd.sweep.collect import BASE_STATS, METRIC_NAMES
 
 def _columns(cells: Sequence[dict[str, Any]], thresholds: Sequence[float]
              ) -> list[tuple[str, str, str]]:
@@ -256,7 +256,7 @@ def write_figures(prefix: str, cells: Sequence[dict[str, Any]], title: str = '')
 
 
 def save_figure(fig: Any, path: str) -> str:
-  """Saves ``fig`` as :func:`fedjax_kd.results.save_figure` does, but atomically.
+  """Saves ``fig`` as :func:`fedjax_kd.running.results.save_figure` does, but atomically.
 
   The PNG is rendered in memory, then written to a temporary file that replaces ``path``,
   so a full disk (or a kill) leaves the old figure or none, never a truncated one.

@@ -38,8 +38,8 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError
+from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep import executor_options
 from fedjax_kd.sweep.planning import LOG_FILE, Run, read_json_lines
 from fedjax_kd.sweep.workers import (

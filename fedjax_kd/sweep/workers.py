@@ -21,11 +21,11 @@ import traceback
 from typing import Any, Callable, Iterator, Sequence
 
 
-from fedjax_kd import compile_cache
 from fedjax_kd import config as config_lib
-from fedjax_kd import results
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import ConfigError, DataError, DiskFullError, DivergenceError
+from fedjax_kd.running import compile_cache
+from fedjax_kd.running import results
+from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep.executor_options import Executor
 from fedjax_kd.sweep.planning import (
     ATTEMPTS_FILE, DIVERGED_FILE, LOG_FILE, RUNS_DIR, RUN_FILE, Run, config_json, jsonable,
@@ -143,7 +143,7 @@ def settled(run: Run, state: str, note: str) -> RunResult | None:
 
 
 def lock_holder(rundir: str) -> str | None:
-  """Who holds ``rundir``'s run lock (:class:`fedjax_kd.workdir.DirLock`), if anyone.
+  """Who holds ``rundir``'s run lock (:class:`fedjax_kd.running.workdir.DirLock`), if anyone.
 
   The lock is probed with a shared ``flock`` that is dropped at once, so a free directory
   stays free. Without ``fcntl`` (not POSIX) nothing can be told: None.
@@ -478,7 +478,7 @@ def execute(runs: Sequence[Run], jobs: int = 1, log: Callable[[str], None] | Non
       skipped or failed); None for silence.
     compilation_cache: the workers' JAX persistent compilation cache directory
       (one of ``compile_cache.OFF``: no cache); None lets each worker choose as
-      ``fedjax_kd.main`` does (:func:`fedjax_kd.compile_cache.resolve`).
+      ``fedjax_kd.main`` does (:func:`fedjax_kd.running.compile_cache.resolve`).
 
   Returns:
     A :class:`RunResult` per run, in the order of ``runs``.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from benchmarks.repro.checks import Check, bytes_ratio, exceeds, lower, not_worse, pair_checks
 from benchmarks.repro.defs import (SEEDS10, TORCH_INIT, UA_HEADERS, Section, SweepDef,
                                    torch_label, torch_variants)
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 ACEPFL_VARIANTS = (
     ('ACE-pFL', 'acepfl', {}),

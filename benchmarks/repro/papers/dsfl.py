@@ -260,7 +260,7 @@ def section() -> Section:
              '(`cnn@1.0`); on MNIST every method uses the same model. Bytes follow DS-FL\'s '
              'rules (float32, multicast counted once) and include the one-time open-data '
              'broadcast, which dominates short runs. The digits setting gives each client 3 '
-             'label shards and 2 local epochs (why: `fedjax_kd.presets.digits`); on MNIST '
+             'label shards and 2 local epochs (why: `fedjax_kd.config.presets.digits`); on MNIST '
              'the clients hold the paper\'s 2 shards of 100 images and run its 5 + 5 '
              'epochs in batches of 100 with the paper\'s CNN (`dsfl_cnn`) and 1,000 of '
              '20,000 open images a round, with 20 clients instead of 100 (client models are '

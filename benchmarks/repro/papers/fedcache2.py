@@ -12,7 +12,7 @@ from benchmarks.repro.checks import (Check, above, exceeds, fewer_bytes_to_thres
                                      implementation, pair_checks, same_values)
 from benchmarks.repro.defs import (PAIRED_SEEDS, SEEDS10, SEEDS15, UA_HEADERS, Section, SweepDef,
                                    torch_label, torch_variants)
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 FEDCACHE2_VARIANTS = (
     ('FedCache 2.0', 'fedcache2', {}),

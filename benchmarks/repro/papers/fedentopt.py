@@ -14,7 +14,7 @@ import math
 from benchmarks.repro.checks import (Check, above, exceeds, fewer_rounds_to_threshold,
                                      implementation, matches, not_worse, pair_checks, stable)
 from benchmarks.repro.defs import SEEDS, SEEDS15, Section, SweepDef, torch_variants
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 # From fedjax_kd's initial weights of each seed (LeNet-5's initialisation family alone moves
 # SCAFFOLD's curve, see the learning-rate sweeps), under FedEntOpt's selection (Power-of-Choice

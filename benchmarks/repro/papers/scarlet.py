@@ -9,7 +9,7 @@ from benchmarks.repro.checks import (Check, exceeds, fewer_bytes_to_threshold, g
                                      lower, matches, not_worse, pair_checks, same_metric)
 from benchmarks.repro.defs import (PAIRED_SEEDS, SEEDS10, SEEDS15, TORCH_INIT, Section,
                                    SweepDef, scarlet_official, torch_label, torch_variants)
-from fedjax_kd import presets
+from fedjax_kd.config import presets
 
 TORCH_SCARLET = ('scarlet', ('scarlet', 'dsfl'))
 TORCH_SCARLET_LOCKSTEP = ('scarlet', ('scarlet_lockstep', 'dsfl_lockstep'))

@@ -24,9 +24,9 @@ client slots under ``jax.shard_map`` (:func:`fedjax_kd.core.kernels.over_slots`)
 so the only cross-process traffic of a kernel is gathering its results.
 
 A lost process (killed, crashed, its host gone) ends the others with exit
-code :data:`fedjax_kd.watchdog.EXIT_LOST` and one line on stderr naming it,
-within :data:`fedjax_kd.watchdog.HEARTBEAT_TIMEOUT_S` seconds (docs/multihost.md,
-"When a process is lost"): :func:`initialize` starts :mod:`fedjax_kd.watchdog`,
+code :data:`fedjax_kd.running.watchdog.EXIT_LOST` and one line on stderr naming it,
+within :data:`fedjax_kd.running.watchdog.HEARTBEAT_TIMEOUT_S` seconds (docs/multihost.md,
+"When a process is lost"): :func:`initialize` starts :mod:`fedjax_kd.running.watchdog`,
 which does that.
 """
 
@@ -38,8 +38,8 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from fedjax_kd import watchdog
 from fedjax_kd.errors import ConfigError
+from fedjax_kd.running import watchdog
 
 # Environment variables by which JAX's cluster plugins recognise a managed
 # multi-process job (their source is jax/_src/clusters; nothing of it is imported
@@ -133,9 +133,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   run before anything touches a device.
 
   A multi-process run also gets what ends it cleanly when a process is lost
-  (:mod:`fedjax_kd.watchdog`): JAX's heartbeat timeout set to
-  :func:`fedjax_kd.watchdog.heartbeat_timeout`, the runtime's C++ log silenced, its
-  aborts turned into one line and exit code :data:`fedjax_kd.watchdog.EXIT_LOST`, and
+  (:mod:`fedjax_kd.running.watchdog`): JAX's heartbeat timeout set to
+  :func:`fedjax_kd.running.watchdog.heartbeat_timeout`, the runtime's C++ log silenced, its
+  aborts turned into one line and exit code :data:`fedjax_kd.running.watchdog.EXIT_LOST`, and
   a heartbeat of its own that names the lost process.
 
   Args:

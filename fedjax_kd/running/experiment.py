@@ -16,15 +16,15 @@ import optax
 
 from fedjax_kd import algorithms
 from fedjax_kd import fields
-from fedjax_kd import memory as memory_lib
 from fedjax_kd import selection
 from fedjax_kd.algorithms.base import Algorithm, Context
+from fedjax_kd.config.spec import DataSpec, ExperimentSpec, OptimSpec
 from fedjax_kd.core.federation import Federation, build_federated_data
 from fedjax_kd.core.store import ClientStore
 from fedjax_kd.data import prepare as prepare_lib
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
-from fedjax_kd.spec import DataSpec, ExperimentSpec, OptimSpec
+from fedjax_kd.running import memory as memory_lib
 
 
 def make_optimizer(o: OptimSpec) -> optax.GradientTransformation:
@@ -41,7 +41,7 @@ def make_optimizer(o: OptimSpec) -> optax.GradientTransformation:
 @dataclasses.dataclass(frozen=True)
 class Experiment:
   """A built run: its spec, context (data, federation, models) and algorithm, and the
-  device-memory plan it was built with (:func:`fedjax_kd.memory.choose`; its ``chunk`` is the
+  device-memory plan it was built with (:func:`fedjax_kd.running.memory.choose`; its ``chunk`` is the
   federation's clients at once)."""
   spec: ExperimentSpec
   ctx: Context

@@ -2,11 +2,11 @@
 
 A config is an ``ml_collections.ConfigDict`` (config files in ``configs/`` call
 :func:`default_config` and override fields). Every option is declared once, in
-``fedjax_kd/spec.py`` (the engine's groups) or an algorithm's ``options_class``; the
+``fedjax_kd/config/spec.py`` (the engine's groups) or an algorithm's ``options_class``; the
 defaults, the field-name and type checks, the misspelt-field hints and ``docs/configs.md``'s
 tables are generated here from those declarations. :func:`validate` checks every field
 *before any data is loaded or compiled* and returns the frozen
-:class:`~fedjax_kd.spec.ExperimentSpec`; a bad value raises
+:class:`~fedjax_kd.config.spec.ExperimentSpec`; a bad value raises
 :class:`~fedjax_kd.errors.ConfigError` naming the field and what is allowed.
 """
 
@@ -21,16 +21,15 @@ import numpy as np
 
 from fedjax_kd import fields
 from fedjax_kd import options
+from fedjax_kd.config.spec import ExperimentSpec
 from fedjax_kd.errors import ConfigError
-from fedjax_kd.spec import ExperimentSpec
-
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Every field with its default; config files override what they need.
 
-  The engine's groups are the fields of :class:`~fedjax_kd.spec.ExperimentSpec` (declared,
-  with their docs and checks, in ``fedjax_kd/spec.py``); each algorithm's own group (dsfl,
+  The engine's groups are the fields of :class:`~fedjax_kd.config.spec.ExperimentSpec` (declared,
+  with their docs and checks, in ``fedjax_kd/config/spec.py``); each algorithm's own group (dsfl,
   scarlet, cache, ..., and those of algorithms you register) is its ``options_class``.
   """
   from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
@@ -262,7 +261,7 @@ def validate(config: ml_collections.ConfigDict) -> ExperimentSpec:
 
   The field names and types first (:func:`check_fields`), then the algorithm's and the
   selection method's names, then every group's declared checks and rules
-  (:func:`fedjax_kd.options.read` of :class:`~fedjax_kd.spec.ExperimentSpec`), then the
+  (:func:`fedjax_kd.options.read` of :class:`~fedjax_kd.config.spec.ExperimentSpec`), then the
   selection method's rules and the algorithm's own options.
   """
   from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
@@ -282,7 +281,7 @@ OPTION_TABLES_END = '<!-- end of the options -->'
 
 def option_tables() -> str:
   """The markdown tables of every option, generated from their declarations: the engine's
-  (the top level and one table per group of :class:`~fedjax_kd.spec.ExperimentSpec`), then
+  (the top level and one table per group of :class:`~fedjax_kd.config.spec.ExperimentSpec`), then
   every registered algorithm's (``options_class``)."""
   from fedjax_kd import algorithms  # pylint: disable=g-import-not-at-top
   from fedjax_kd import selection  # pylint: disable=g-import-not-at-top
@@ -316,12 +315,3 @@ def write_option_tables(path: str) -> None:
     raise ValueError(f'{path}: no {OPTION_TABLES_BEGIN} ... {OPTION_TABLES_END} block')
   with open(path, 'w', encoding='utf-8') as f:
     f.write(head + sep + option_tables() + sep2 + tail)
-
-
-if __name__ == '__main__':
-  import sys  # pylint: disable=g-import-not-at-top
-  _args = [a for a in sys.argv[1:] if a.startswith('--option_tables=')]
-  if len(_args) != 1 or len(sys.argv) != 2:
-    sys.exit('usage: python -m fedjax_kd.config --option_tables=docs/configs.md')
-  write_option_tables(_args[0].partition('=')[2])
-  print(f'wrote the option tables into {_args[0].partition("=")[2]}')

@@ -1,6 +1,6 @@
 """The watchdog of a multi-process run: a lost process ends the others cleanly.
 
-JAX's coordination service (hosted by process 0, see :mod:`fedjax_kd.distributed`)
+JAX's coordination service (hosted by process 0, see :mod:`fedjax_kd.running.distributed`)
 already notices a lost process (killed, crashed, its host gone): every process
 sends it heartbeats, and when one falls silent for :func:`heartbeat_timeout`
 seconds, or process 0 itself disappears, the runtime of every other process logs a

@@ -22,7 +22,7 @@ tried, down to the oldest. Where none restores, the run is refused with one line
 that says what to do. A step written before checksums existed is trusted as long as
 orbax reads it.
 
-Multi-host runs (:mod:`fedjax_kd.distributed`): every process calls ``save`` and
+Multi-host runs (:mod:`fedjax_kd.running.distributed`): every process calls ``save`` and
 ``restore`` on the same directory (a file system all hosts share); orbax
 writes each array shard once and process 0 commits the step. Process-local
 leaves (identical on every process) are saved as replicated global arrays.
@@ -40,9 +40,9 @@ from typing import Any, Callable, Iterator
 
 import jax
 
-from fedjax_kd import distributed
-from fedjax_kd import workdir as workdir_lib
 from fedjax_kd.errors import DataError, disk_full_as, is_disk_full
+from fedjax_kd.running import distributed
+from fedjax_kd.running import workdir as workdir_lib
 
 DIRNAME = 'checkpoints'
 CHECKSUMS = 'fedjax_kd_checksums.json'   # in each step directory, written after the save

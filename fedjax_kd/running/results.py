@@ -97,7 +97,7 @@ def summarize(rows: Sequence[dict[str, Any]], spec: Any, setup_bytes: Mapping[st
 
   Args:
     rows: the run's ``metrics.jsonl`` rows, in round order.
-    spec: its :class:`fedjax_kd.spec.ExperimentSpec` (algorithm, ComU thresholds).
+    spec: its :class:`fedjax_kd.config.spec.ExperimentSpec` (algorithm, ComU thresholds).
     setup_bytes: the one-time exchange before round 1 (``{'up', 'down', 'total'}``).
     rules_name: the byte-accounting rules in use.
   """

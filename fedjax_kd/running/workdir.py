@@ -11,7 +11,7 @@ A workdir holds
 * ``clients.json``    every client model's accuracy and loss at the last
   evaluation;
 * ``summary.json``    final and best accuracy, communication, timing;
-* ``checkpoints/``    orbax checkpoints (:mod:`fedjax_kd.checkpoint`);
+* ``checkpoints/``    orbax checkpoints (:mod:`fedjax_kd.running.checkpoint`);
 * ``tensorboard/``    TensorBoard event files with every numeric metric.
 
 Every row is appended with one ``write`` of a whole line to a file opened in
@@ -19,7 +19,7 @@ append mode, and whole-file rewrites go through a temporary file and
 ``os.replace``, so a crash (even SIGKILL) leaves either the old or the new
 content; a reader skips a last line that does not end in a newline.
 
-In a multi-host run (:mod:`fedjax_kd.distributed`) only process 0 writes: the
+In a multi-host run (:mod:`fedjax_kd.running.distributed`) only process 0 writes: the
 writers here are no-ops on the other processes (they still compute every row).
 """
 

@@ -420,7 +420,7 @@ def plan(experiment: Any, **override: Any) -> MemoryPlan:
   """The device memory ``experiment`` needs, per device (see the module docstring).
 
   Args:
-    experiment: a built :class:`~fedjax_kd.experiment.Experiment` (nothing initialised).
+    experiment: a built :class:`~fedjax_kd.running.experiment.Experiment` (nothing initialised).
     **override: settings to plan for instead of the spec's, for the advice: ``store``
       (``'device'|'host'|'disk'``), ``num_clients``, ``eval_chunk``, ``client_chunk`` (None:
       all at once).
@@ -775,7 +775,7 @@ def check(experiment: Any, *, limit: int | None = None) -> MemoryPlan:
   """The run's :class:`MemoryPlan`; raises DeviceMemoryError if it exceeds the device.
 
   The plan is the one the experiment was built with (:func:`choose`, in
-  :func:`fedjax_kd.experiment.build`), whose clients at once the federation runs.
+  :func:`fedjax_kd.running.experiment.build`), whose clients at once the federation runs.
 
   Args:
     experiment: a built experiment, before its state is initialised.
