@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_kd.core.federation import Federation, build_federated_data
+from fedjax_kd.core.federation import Federation
 from fedjax_kd.core.program import SGD, Rows, ce_loss
+from fedjax_kd.data.federated import build_federated_data
 from fedjax_kd.models import registry
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

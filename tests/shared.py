@@ -131,7 +131,7 @@ def count_reads(reads: DeviceReads | None = None):
   import jax  # pylint: disable=g-import-not-at-top
   from jax._src import array as array_lib  # pylint: disable=g-import-not-at-top
 
-  from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import session as session_lib  # pylint: disable=g-import-not-at-top
 
   import sys  # pylint: disable=g-import-not-at-top
 
@@ -139,7 +139,7 @@ def count_reads(reads: DeviceReads | None = None):
 
   @contextlib.contextmanager
   def counting():
-    value, get, play = array_lib.ArrayImpl._value, jax.device_get, runner._Session.play
+    value, get, play = array_lib.ArrayImpl._value, jax.device_get, session_lib.Session.play
     np_asarray, np_array = np.asarray, np.array
 
     def numpy_of(convert):
@@ -173,12 +173,12 @@ def count_reads(reads: DeviceReads | None = None):
 
     array_lib.ArrayImpl._value = property(counted_value)
     jax.device_get = counted_get
-    runner._Session.play = counted_play
+    session_lib.Session.play = counted_play
     np.asarray, np.array = numpy_of(np_asarray), numpy_of(np_array)
     try:
       yield reads
     finally:
-      array_lib.ArrayImpl._value, jax.device_get, runner._Session.play = value, get, play
+      array_lib.ArrayImpl._value, jax.device_get, session_lib.Session.play = value, get, play
       np.asarray, np.array = np_asarray, np_array
 
   reads = reads if reads is not None else DeviceReads()

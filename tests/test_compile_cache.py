@@ -26,6 +26,7 @@ from fedjax_kd import runner, sweep
 from fedjax_kd.core import compiles
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.running import compile_cache
+from fedjax_kd.running import session as session_lib
 from tests.shared import tiny_config
 from tests.test_main import REPO, read_rows
 
@@ -117,7 +118,7 @@ def test_a_file_is_refused_naming_the_flag_or_the_variable(tmp_path):
 def test_the_command_line_refuses_a_file_with_exit_2(tmp_path, capsys, monkeypatch, how):
   def boom(*a, **k):
     raise AssertionError('a bad input reached compute')
-  monkeypatch.setattr(runner, 'init_state', boom)
+  monkeypatch.setattr(session_lib, 'init_state', boom)
   f = tmp_path / 'a_file'
   f.write_text('x')
   cfg = tmp_path / 'tiny.py'
@@ -288,20 +289,20 @@ def test_a_first_run_writes_the_cache_and_a_second_loads_everything(tmp_path):
 # ------------------------------------------------------------ progress lines and ETA
 def test_eta_leaves_compilation_out():
   # After round 1 alone: its time less its compile time, times the rounds left.
-  assert runner.eta_seconds([60.0], [55.0], 29) == pytest.approx(5.0 * 29)
+  assert session_lib.eta_seconds([60.0], [55.0], 29) == pytest.approx(5.0 * 29)
   # Later: the mean of the rounds after the first, less what they compiled (an evaluation
   # round that compiled 0.5 s counts 2.0 s), the first round left out entirely.
-  assert runner.eta_seconds([60.0, 2.0, 2.5], [55.0, 0.0, 0.5], 10) == pytest.approx(20.0)
-  assert runner.eta_seconds([60.0, 2.0], [0.0, 0.0], 10) == pytest.approx(20.0)
-  assert runner.eta_seconds([1.0], [3.0], 5) == 0.0     # compile timed past the wall clock
-  assert runner.eta_seconds([], [], 5) == 0.0
-  assert runner.eta_seconds([60.0, 2.0], [55.0, 0.0], 0) == 0.0
+  assert session_lib.eta_seconds([60.0, 2.0, 2.5], [55.0, 0.0, 0.5], 10) == pytest.approx(20.0)
+  assert session_lib.eta_seconds([60.0, 2.0], [0.0, 0.0], 10) == pytest.approx(20.0)
+  assert session_lib.eta_seconds([1.0], [3.0], 5) == 0.0     # compile timed past the wall clock
+  assert session_lib.eta_seconds([], [], 5) == 0.0
+  assert session_lib.eta_seconds([60.0, 2.0], [55.0, 0.0], 0) == 0.0
 
 
 def test_compile_progress_prints_whole_lines_at_most_every_interval():
   lines = []
   x = np.arange(5, dtype=np.float32)
-  with runner._CompileProgress(lines.append, 1, every=0.2) as progress:
+  with session_lib._CompileProgress(lines.append, 1, every=0.2) as progress:
     jax.jit(lambda v: jnp.cos(v) + 4.0)(x).block_until_ready()
     time.sleep(0.9)
     progress.done()

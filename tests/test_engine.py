@@ -7,7 +7,8 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_kd.core.federation import Federation, build_federated_data, pack_indices
+from fedjax_kd.core.federation import Federation
+from fedjax_kd.data.federated import build_federated_data, pack_indices
 from tests.shared import distill, train
 
 

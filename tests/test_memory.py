@@ -18,6 +18,7 @@ from fedjax_kd.errors import DeviceMemoryError
 from fedjax_kd.models import registry
 from fedjax_kd.running import experiment as experiment_lib
 from fedjax_kd.running import memory
+from fedjax_kd.running import session as session_lib
 from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import steps_of_activations, tiny_config
 
@@ -272,7 +273,7 @@ def test_out_of_memory_mid_run_is_one_line_and_the_same_command_resumes(tmp_path
   ref = tmp_path / 'ref'
   runner.run(spec, str(ref), progress=False)
   work = tmp_path / 'run'
-  real = runner.play_round
+  real = session_lib.play_round
 
   def exhausted(algo, state, t, active, **kwargs):
     if t == 3:
@@ -281,7 +282,7 @@ def test_out_of_memory_mid_run_is_one_line_and_the_same_command_resumes(tmp_path
           'BufferAssignment OOM Debugging.')
     return real(algo, state, t, active, **kwargs)
 
-  monkeypatch.setattr(runner, 'play_round', exhausted)
+  monkeypatch.setattr(session_lib, 'play_round', exhausted)
   with pytest.raises(DeviceMemoryError) as e:
     runner.run(spec, str(work), progress=False)
   msg = str(e.value)

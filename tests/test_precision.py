@@ -22,9 +22,10 @@ import pytest
 
 from fedjax_kd import config as config_lib
 from fedjax_kd import runner
-from fedjax_kd.core.federation import Federation, SingleModel, build_federated_data
+from fedjax_kd.core.federation import Federation, SingleModel
 from fedjax_kd.core.kernels import CohortKernels
 from fedjax_kd.core.program import SGD, Rows, ce_loss
+from fedjax_kd.data.federated import build_federated_data
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
 from tests.shared import tiny_config, train

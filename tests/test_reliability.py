@@ -21,6 +21,7 @@ from fedjax_kd import runner
 from fedjax_kd.algorithms import base
 from fedjax_kd.errors import ConfigError, DataError, DivergenceError
 from fedjax_kd.running import results
+from fedjax_kd.running import session as session_lib
 from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import TINY_FILE, tiny_config
 from tests.test_main import REPO
@@ -171,7 +172,7 @@ def test_checkpoint_of_another_experiment_is_a_clear_error(tmp_path):
     _run(c2, tmp_path)
   # A config.json that claims the new config: the shapes still do not fit, a DataError,
   # not a crash.
-  (tmp_path / 'config.json').write_text(runner.config_json(config_lib.validate(c2)))
+  (tmp_path / 'config.json').write_text(session_lib.config_json(config_lib.validate(c2)))
   with pytest.raises(DataError, match='checkpoint'):
     _run(c2, tmp_path)
 
@@ -229,21 +230,21 @@ def test_the_guard_names_the_phase_that_went_non_finite_first():
   own output is non-finite decides the advice."""
   params = ["clients[0].params: 6 of 6 arrays, e.g. ['Dense_0']['bias'] (clients 0)"]
   labels = ["extra.prev_server_labels: 1 of 1 arrays"]
-  msg = runner._first_nonfinite(params + labels, ['train_loss', 'distill_loss'])
+  msg = session_lib._first_nonfinite(params + labels, ['train_loss', 'distill_loss'])
   assert msg.startswith('It went non-finite first in local training (train_loss)')
-  msg = runner._first_nonfinite(params + labels, ['distill_loss'])   # an ERA at T = 1e-30
+  msg = session_lib._first_nonfinite(params + labels, ['distill_loss'])   # an ERA at T = 1e-30
   assert "the server's arrays went non-finite first (extra.prev_server_labels)" in msg
   assert 'temperature' in msg and 'before the learning rates' in msg
-  msg = runner._first_nonfinite(params, ['distill_loss', 'server_distill_loss'])
+  msg = session_lib._first_nonfinite(params, ['distill_loss', 'server_distill_loss'])
   assert 'it went non-finite in distill_loss, server_distill_loss: lower distill.' in msg
-  assert runner._first_nonfinite(params, []).startswith('Lower train.learning_rate')
+  assert session_lib._first_nonfinite(params, []).startswith('Lower train.learning_rate')
 
 
 def test_nonfinite_arrays_is_empty_for_finite_states_and_ignores_integers():
   state = {'a': jnp.ones((3, 2)), 'n': jnp.array([1, 2], jnp.int32)}
-  assert runner.nonfinite_arrays(state) == []
+  assert session_lib.nonfinite_arrays(state) == []
   state['b'] = jnp.array([1.0, jnp.inf])
-  assert runner.nonfinite_arrays(state) == ["['b']: 1 of 1 arrays"]
+  assert session_lib.nonfinite_arrays(state) == ["['b']: 1 of 1 arrays"]
 
 
 # ------------------------------------------------------------ metrics files

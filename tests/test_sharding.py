@@ -167,7 +167,8 @@ def test_a_full_default_run_on_four_devices_is_within_the_documented_tolerance(t
 LOOP_SCRIPT = textwrap.dedent('''
     import jax, numpy as np, optax
     assert len(jax.devices()) == 2, jax.devices()
-    from fedjax_kd.core.federation import Federation, build_federated_data
+    from fedjax_kd.core.federation import Federation
+    from fedjax_kd.data.federated import build_federated_data
     from fedjax_kd.models import registry
     from tests.shared import distill, train
     rs = np.random.RandomState(0)

@@ -15,7 +15,8 @@ from fedjax_kd import runner
 from fedjax_kd.algorithms import base
 from fedjax_kd.config import presets
 from fedjax_kd.core import store as store_lib
-from fedjax_kd.core.federation import Federation, build_federated_data
+from fedjax_kd.core.federation import Federation
+from fedjax_kd.data.federated import build_federated_data
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
 from fedjax_kd.running import experiment

@@ -96,6 +96,18 @@ def has_steps(workdir: str) -> bool:
       n.isdigit() and os.path.isdir(os.path.join(directory, n)) for n in os.listdir(directory))
 
 
+def latest_round(workdir: str) -> int | None:
+  """The newest round saved in ``<workdir>/checkpoints`` (a finished step's ``<round>/``
+  directory; a save cut short leaves a temporary one), or None: what a resume starts after,
+  known before anything of the run is built."""
+  directory = os.path.join(workdir, DIRNAME)
+  if not os.path.isdir(directory):
+    return None
+  steps = [int(n) for n in os.listdir(directory)
+           if n.isdigit() and os.path.isdir(os.path.join(directory, n))]
+  return max(steps) if steps else None
+
+
 def remove_steps(workdir: str) -> list[str]:
   """Removes the checkpoints a run wrote in ``<workdir>/checkpoints`` (``--noresume``).
 

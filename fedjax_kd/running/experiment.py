@@ -19,9 +19,10 @@ from fedjax_kd import fields
 from fedjax_kd import selection
 from fedjax_kd.algorithms.base import Algorithm, Context
 from fedjax_kd.config.spec import DataSpec, ExperimentSpec, OptimSpec
-from fedjax_kd.core.federation import Federation, build_federated_data
+from fedjax_kd.core.federation import Federation
 from fedjax_kd.core.store import ClientStore
 from fedjax_kd.data import prepare as prepare_lib
+from fedjax_kd.data.federated import build_federated_data
 from fedjax_kd.errors import ConfigError
 from fedjax_kd.models import registry
 from fedjax_kd.running import memory as memory_lib
@@ -79,16 +80,24 @@ MODEL_FIELDS = {'init': 'model.init', 'bn_momentum': 'model.bn_momentum',
                 'bn_epsilon': 'model.bn_epsilon'}
 
 
-def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
+def build(spec: ExperimentSpec, workdir: str | None = None, *,
+          memory_check: bool = False) -> Experiment:
   """Loads data, partitions it, builds models, the federation and the algorithm, and plans
   the device memory (no training, nothing compiled).
 
-  The order goes down the layers once: data, models, federation (and its client store),
-  algorithm, then the memory planner, which chooses how many clients each per-client phase
-  runs at once (``clients.chunk='auto'``) before anything runs.
+  The order goes down the layers once: what the run's options fix alone (the optimizers,
+  the client store), the data (loaded, split, partitioned and placed on the device), the
+  models, the federation, the client selector and the algorithm, then the memory planner,
+  which chooses how many clients each per-client phase runs at once (``clients.chunk='auto'``)
+  before anything runs and, with ``memory_check``, refuses a run the device cannot hold
+  (:func:`fedjax_kd.running.memory.check`: one line naming what would fit).
 
   ``workdir`` only places a ``clients.store='disk'`` store.
   """
+  optimizers = {'train': make_optimizer(spec.train)}
+  if spec.distill.optimizer is not None:
+    optimizers['distill'] = make_optimizer(spec.distill.optimizer)
+  store = make_store(spec, workdir)
   with fields.as_fields(DATA_FIELDS):
     prepared = prepare_lib.prepare(spec.data, num_clients=spec.clients.num_clients, seed=spec.seed)
   if prepared.vocab_size is not None and getattr(algorithms.ALGORITHMS.get(spec.algorithm),
@@ -118,12 +127,8 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
                                       field=field, init=spec.model.init,
                                       bn_momentum=spec.model.bn_momentum,
                                       bn_epsilon=spec.model.bn_epsilon, vocab_size=vocab_size)
-  optimizers = {'train': make_optimizer(spec.train)}
-  if spec.distill.optimizer is not None:
-    optimizers['distill'] = make_optimizer(spec.distill.optimizer)
-  fed = Federation(data, spec.clients.models, modules, optimizers,
-                   store=make_store(spec, workdir), compute_dtype=spec.train.compute_dtype,
-                   client_chunk=spec.clients.chunk)
+  fed = Federation(data, spec.clients.models, modules, optimizers, store=store,
+                   compute_dtype=spec.train.compute_dtype, client_chunk=spec.clients.chunk)
   selector = selection.ClientSelector(spec, data.client_labels(), data.client_n,
                                       method=selection.METHODS[spec.selection.method])
   ctx = Context(spec=spec, fed=fed, root=jax.random.PRNGKey(spec.seed), modules=modules,
@@ -133,9 +138,10 @@ def build(spec: ExperimentSpec, workdir: str | None = None) -> Experiment:
   algorithm = algorithms.ALGORITHMS[spec.algorithm](ctx)
   # The last step down: the planner, from everything built so far (nothing initialised or
   # compiled), chooses the clients at once (clients.chunk); the federation's phases read it.
-  plan = memory_lib.choose(Experiment(spec=spec, ctx=ctx, algorithm=algorithm))
+  built = Experiment(spec=spec, ctx=ctx, algorithm=algorithm)
+  plan = memory_lib.check(built) if memory_check else memory_lib.choose(built)
   fed.client_chunk = plan.chunk
-  return Experiment(spec=spec, ctx=ctx, algorithm=algorithm, memory=plan)
+  return dataclasses.replace(built, memory=plan)
 
 
 def participants(spec: ExperimentSpec, t: int) -> np.ndarray:

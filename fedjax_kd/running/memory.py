@@ -774,8 +774,9 @@ def advice(experiment: Any, limit: int, parts: _Parts | None = None) -> str:
 def check(experiment: Any, *, limit: int | None = None) -> MemoryPlan:
   """The run's :class:`MemoryPlan`; raises DeviceMemoryError if it exceeds the device.
 
-  The plan is the one the experiment was built with (:func:`choose`, in
-  :func:`fedjax_kd.running.experiment.build`), whose clients at once the federation runs.
+  The plan is the one the experiment was built with, or (an experiment being built, as
+  :func:`fedjax_kd.running.experiment.build` checks it) :func:`choose`'s: its clients at once
+  are what the federation runs.
 
   Args:
     experiment: a built experiment, before its state is initialised.
@@ -792,7 +793,7 @@ def check(experiment: Any, *, limit: int | None = None) -> MemoryPlan:
     return p
   parts = _parts(experiment)       # (the shapes of the state, once for all that follows)
   if p.bound:                      # XLA's figure decides
-    p = _plan(experiment.spec, parts, client_chunk=experiment.ctx.fed.client_chunk)
+    p = _plan(experiment.spec, parts, client_chunk=p.chunk)
   if p.total > limit:
     per = ' per device' if p.devices > 1 else ''
     fits = advice(experiment, limit, parts)

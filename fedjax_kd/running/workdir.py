@@ -448,7 +448,7 @@ def partition_record(data: Any, client_models, train_counts: np.ndarray) -> dict
   """``partition.json``: the clients x classes label counts of a federation.
 
   Args:
-    data: a :class:`fedjax_kd.core.federation.FederatedData`.
+    data: a :class:`fedjax_kd.data.federated.FederatedData`.
     client_models: each client's model spec.
     train_counts: ``[K, C]`` label counts of the clients' training rows
       (``data.client_labels()``, which the client selector already holds).

@@ -100,12 +100,12 @@ def run_state(run: Run) -> tuple[str, str]:
     holds a run of a different config, or of more rounds: it is left alone
     and the note names a differing field).
   """
-  from fedjax_kd import runner  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.running import session as session_lib  # pylint: disable=g-import-not-at-top
   summary = read_json(os.path.join(run.workdir, 'summary.json'))
   old = read_json(os.path.join(run.workdir, 'config.json'))
   if old is not None:
     new = json.loads(config_json(run.config))
-    a, b = runner.resumable(old), runner.resumable(new)
+    a, b = session_lib.resumable(old), session_lib.resumable(new)
     if a != b:
       diff = _first_difference(a, b)
       return 'stale', (f'{run.workdir} holds a run of a different config ({diff}); delete it '
