@@ -24,6 +24,6 @@ def lazy_submodules(package: str, names: _Sequence[str]) -> tuple[_Callable, _Ca
   return getattr_, dir_
 
 
-_SUBMODULES = ('algorithms', 'checkpoint', 'config', 'core', 'data', 'errors', 'experiment',
-               'models', 'ops', 'plot', 'presets', 'runner', 'selection', 'workdir')
+_SUBMODULES = ('algorithms', 'config', 'core', 'data', 'errors', 'models', 'ops', 'plot',
+               'runner', 'running', 'selection')
 __getattr__, __dir__ = lazy_submodules(__name__, _SUBMODULES)

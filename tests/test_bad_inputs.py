@@ -17,6 +17,7 @@ import pytest
 
 from fedjax_kd import main as main_lib
 from fedjax_kd import runner
+from fedjax_kd.running import session as session_lib
 from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import TINY_FILE
 from tests.test_main import REPO
@@ -188,8 +189,8 @@ def _forbid_compute(monkeypatch):
   """Model initialisation and rounds raise: a case that reaches them fails the test."""
   def boom(*a, **k):
     raise AssertionError('a bad input reached compute')
-  monkeypatch.setattr(runner, 'init_state', boom)
-  monkeypatch.setattr(runner, 'play_round', boom)
+  monkeypatch.setattr(session_lib, 'init_state', boom)
+  monkeypatch.setattr(session_lib, 'play_round', boom)
 
 
 @pytest.fixture

@@ -336,7 +336,7 @@ def test_the_runner_logs_the_compile_and_writes_compile_s(tmp_path):
 def test_tensorboard_scalars_do_not_import_torch(tmp_path):
   """tensorboardX would import PyTorch (seconds of every start) where it is installed."""
   code = ('import importlib.util, sys\n'
-          'from fedjax_kd import workdir\n'
+          'from fedjax_kd.running import workdir\n'
           'w = workdir.ScalarWriter(sys.argv[1])\n'
           "w.write({'round': 1, 'test_acc': 0.5})\n"
           'w.close()\n'

@@ -484,7 +484,7 @@ def test_noresume_cut_short_leaves_no_old_summary(tmp_path):
 
 def _holder(directory):
   """A separate process that takes the lock on ``directory`` and sleeps until killed."""
-  code = ('import sys, time; from fedjax_kd import workdir; '
+  code = ('import sys, time; from fedjax_kd.running import workdir; '
           'workdir.DirLock(sys.argv[1]); print("locked", flush=True); time.sleep(600)')
   proc = subprocess.Popen([sys.executable, '-c', code, str(directory)], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,

@@ -432,7 +432,7 @@ def test_a_config_group_in_an_error_is_one_line():
 def test_a_run_file_names_the_config_file_its_worker_executes(tmp_path, monkeypatch):
   """plan() records the file as an absolute path, and checks each run the worker's way."""
   cfg = tmp_path / 'conf.py'
-  cfg.write_text('from fedjax_kd import presets\n\ndef get_config():\n'
+  cfg.write_text('from fedjax_kd.config import presets\n\ndef get_config():\n'
                  "  return presets.digits('dsfl')\n")
   monkeypatch.chdir(tmp_path)
   base = config_lib.load_file('conf.py')

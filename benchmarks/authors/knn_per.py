@@ -137,12 +137,9 @@ def _ours_knn(run: common.Ours, t: int) -> dict:
   f_priv, p_priv = algo._embed(state.server, d.x_private)  # pylint: disable=protected-access
   f_test, p_test = algo._embed(state.server, d.x_test)  # pylint: disable=protected-access
   grid = jnp.asarray(mod.lambda_grid(o.lambda_step))
-  store = (jnp.asarray(d.client_idx), jnp.asarray(d.client_n, jnp.int32))
-  val_acc, _ = mod._scores(  # pylint: disable=protected-access
-      f_priv, d.y_private, f_priv, p_priv, d.y_private, store,
-      (d.val_idx, jnp.asarray(d.val_n, jnp.int32)),
-      jnp.broadcast_to(grid, (d.num_clients,) + grid.shape), k=o.k, scale=o.scale,
-      num_classes=d.num_classes, loo=False)
+  val_acc, _ = algo._scores(  # pylint: disable=protected-access
+      state, f_priv, (d.val_idx, jnp.asarray(d.val_n, jnp.int32)), f_priv, p_priv,
+      d.y_private, jnp.broadcast_to(grid, (d.num_clients,) + grid.shape), loo=False)
   preds = []
   for k, rows in enumerate(run.setting.client_rows):
     p, has = knn_ops.knn_probs(f_test, f_priv[rows], d.y_private[rows],

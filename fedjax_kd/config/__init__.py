@@ -96,7 +96,7 @@ def shipped_configs() -> dict[str, str]:
   try:
     folder = importlib.resources.files('fedjax_kd.configs')
   except ModuleNotFoundError:
-    folder = pathlib.Path(__file__).resolve().parent.parent / 'configs'
+    folder = pathlib.Path(__file__).resolve().parents[2] / 'configs'
     if not folder.is_dir():
       return {}
   return {f.name[:-3]: str(f) for f in sorted(folder.iterdir(), key=lambda f: f.name)

@@ -286,7 +286,8 @@ class Federation:
   def _batches(self, cohort: Cohort, state: ModelState, active: np.ndarray):
     """``(state, slots, valid, gids)`` pieces to run a read-only kernel on.
 
-    A device-resident cohort is one piece (its full state and the slots of
+    A device-resident cohort (or one in host arrays of a federation without a store: they
+    go to the device with the call) is one piece (its full state and the slots of
     `plan`). A host-resident cohort is visited ``store.chunk`` clients at a
     time: only those rows are copied to the device, as a compact state whose
     slots are ``0..chunk-1``.
@@ -294,7 +295,7 @@ class Federation:
     slots, valid, gids = self.plan(cohort, active)
     if not valid.any():
       return
-    if not store_lib.is_host(state):
+    if self.store is None or not store_lib.is_host(state):
       yield state, jnp.asarray(slots), valid, gids
       return
     rows = slots[valid]

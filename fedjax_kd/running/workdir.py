@@ -350,7 +350,7 @@ def environment() -> dict[str, Any]:
 
 def _git_commit() -> str | None:
   import subprocess  # pylint: disable=g-import-not-at-top
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
   if not os.path.exists(os.path.join(root, '.git')):
     return None   # an installed package, not a checkout
 
