@@ -1,4 +1,6 @@
-"""docs/custom_algorithm.md's worked example runs as written: its code blocks are executed here."""
+"""docs/custom_algorithm.md's worked examples run as written: its code blocks are executed
+here (a changed loss, a local step of its own, a server aggregate with options, its config
+file and a Protocol member)."""
 
 import dataclasses
 import json
@@ -25,20 +27,83 @@ def guide_blocks():
     return [textwrap.dedent(b) for b in re.findall(r'```python\n(.*?)```', f.read(), flags=re.S)]
 
 
+def guide_block(marker: str) -> str:
+  """The guide's one block holding ``marker``."""
+  (found,) = [b for b in guide_blocks() if marker in b]
+  return found
+
+
+def run_block(marker: str, module: str) -> dict:
+  """The guide's block holding ``marker``, executed as module ``module``: its namespace."""
+  namespace = {'__name__': module}
+  exec(compile(guide_block(marker), GUIDE, 'exec'), namespace)   # pylint: disable=exec-used
+  return namespace
+
+
 @pytest.fixture
 def guide():
-  """The guide's first block, executed as a module (it registers MedianDistill)."""
-  namespace = {'__name__': 'median_guide'}
-  exec(compile(guide_blocks()[0], GUIDE, 'exec'), namespace)   # pylint: disable=exec-used
+  """The guide's median block, executed as a module (it registers MedianDistill)."""
+  namespace = run_block('class MedianDistill', 'median_guide')
   yield namespace
   algorithms.unregister('median_distill')
 
 
-def test_the_guide_has_the_algorithm_and_the_config_blocks():
+def test_the_guide_has_its_three_examples_its_config_and_a_protocol_member():
   blocks = guide_blocks()
-  assert len(blocks) == 3
-  assert '@algorithms.register' in blocks[0] and 'def get_config' in blocks[1]
-  assert 'class MedianProtocol(protocol.Protocol)' in blocks[2]
+  assert len(blocks) == 5
+  assert 'def balanced_ce' in blocks[0] and 'class SharpnessAware(program.Program)' in blocks[1]
+  assert 'class MedianDistill' in blocks[2] and 'def get_config' in blocks[3]
+  assert 'class MedianProtocol(protocol.Protocol)' in blocks[4]
+
+
+def test_a_changed_loss_runs_and_is_the_balanced_softmax(tmp_path):
+  """Example 1: the balanced softmax by hand (uniform frequencies leave the cross-entropy as
+  it is; a skewed one shifts the logits by its log), and a round of it on tiny data."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.ops import losses  # pylint: disable=g-import-not-at-top
+  from tests.test_golden import golden_tiny_config  # pylint: disable=g-import-not-at-top
+  ns = run_block('def balanced_ce', 'balanced_guide')
+  try:
+    logits = jnp.asarray([[2.0, 0.0, -1.0], [0.5, 0.5, 0.0]])
+    y = jnp.asarray([0, 2])
+    uniform = {'log_prior': jnp.log(jnp.full((3,), 1 / 3))}
+    np.testing.assert_allclose(ns['balanced_ce'](logits, {'y': y}, uniform),
+                               losses.cross_entropy(logits, y), rtol=1e-6)
+    prior = np.asarray([0.7, 0.2, 0.1])
+    z = np.asarray(logits) + np.log(prior)
+    want = -(z - np.log(np.exp(z).sum(1, keepdims=True)))[np.arange(2), [0, 2]]
+    np.testing.assert_allclose(ns['balanced_ce'](logits, {'y': y},
+                                                 {'log_prior': jnp.log(prior)}), want, rtol=1e-5)
+    c = golden_tiny_config('fedavg')
+    c.algorithm = 'balanced_fedavg'
+    runner.run(config_lib.validate(c), str(tmp_path / 'run'), progress=False)
+    rows = _rows(tmp_path / 'run')
+    assert [r['round'] for r in rows] == [1, 2] and np.isfinite(rows[1]['train_loss'])
+  finally:
+    algorithms.unregister('balanced_fedavg')
+
+
+def test_a_local_step_of_its_own_is_fedavgs_at_rho_0(tmp_path):
+  """Example 2: FedSAM's program with rho = 0 takes FedAvg's steps (every metric of its
+  rounds equal to FedAvg's); rho = 0.05 takes others."""
+  from tests.test_golden import golden_tiny_config  # pylint: disable=g-import-not-at-top
+  run_block('class SharpnessAware', 'sam_guide')
+  try:
+    rows = {}
+    for name, rho in (('fedavg', None), ('fedsam', 0.0), ('fedsam', 0.05)):
+      c = golden_tiny_config('fedavg')
+      c.algorithm = name
+      if rho is not None:
+        c.fedsam.rho = rho
+      runner.run(config_lib.validate(c), str(tmp_path / f'{name}{rho}'), progress=False)
+      rows[(name, rho)] = _rows(tmp_path / f'{name}{rho}')
+    for a, b in zip(rows[('fedavg', None)], rows[('fedsam', 0.0)]):
+      assert set(a) == set(b)
+      for key, value in a.items():
+        np.testing.assert_allclose(b[key], value, rtol=1e-6, atol=1e-7, err_msg=key)
+    assert rows[('fedsam', 0.05)][-1]['train_loss'] != rows[('fedsam', 0.0)][-1]['train_loss']
+  finally:
+    algorithms.unregister('fedsam')
 
 
 def test_median_labels_by_hand(guide):
@@ -73,7 +138,7 @@ def test_the_options_come_from_the_command_line_and_a_typo_is_refused(guide, tmp
   from fedjax_kd.errors import ConfigError  # pylint: disable=g-import-not-at-top
   cfg = tmp_path / 'my_median.py'
   # The guide's algorithm with the tests' tiny experiment (its programs are compiled already).
-  cfg.write_text(guide_blocks()[0] + '\n\nfrom tests.shared import tiny_config\n\n\n'
+  cfg.write_text(guide_block('class MedianDistill') + '\n\nfrom tests.shared import tiny_config\n\n\n'
                  'def get_config():\n'
                  "  c = tiny_config(rounds=1, **{'checkpoint.every': 0})\n"
                  "  c.algorithm = 'median_distill'\n  return c\n")
@@ -167,7 +232,7 @@ def test_register_refuses_a_built_in_name_or_a_non_algorithm():
 def test_the_guide_as_a_config_file_runs_from_the_command_line(tmp_path):
   """Both blocks in one config file, as the guide says: the CLI validates and runs it."""
   cfg = tmp_path / 'my_median.py'
-  cfg.write_text('\n\n'.join(guide_blocks()))
+  cfg.write_text(guide_block('class MedianDistill') + '\n\n' + guide_block('def get_config'))
   r = subprocess.run(
       [sys.executable, '-m', 'fedjax_kd.main', f'--config={cfg}', f'--workdir={tmp_path / "w"}',
        '--noprogress', '--config.rounds=1', '--config.data.source=synthetic:600',
@@ -187,7 +252,7 @@ def test_the_guide_as_a_config_file_runs_from_the_command_line(tmp_path):
 def test_a_class_defined_again_replaces_itself_another_is_refused(guide):
   first = guide['MedianDistill']
   again = {'__name__': 'median_guide'}
-  exec(compile(guide_blocks()[0], GUIDE, 'exec'), again)   # a config file loaded twice
+  exec(compile(guide_block('class MedianDistill'), GUIDE, 'exec'), again)   # loaded twice
   assert algorithms.ALGORITHMS['median_distill'] is again['MedianDistill'] is not first
 
   class Other(algorithms.Algorithm):
@@ -207,7 +272,7 @@ def test_a_protocol_member_with_only_aggregate_runs(guide, tmp_path):
   """The guide's third block: a ``Protocol`` subclass that defines nothing but ``aggregate``,
   and no options class, runs the family's round with its bytes counted."""
   from tests.shared import tiny_config  # pylint: disable=g-import-not-at-top
-  exec(compile(guide_blocks()[2], GUIDE, 'exec'), guide)   # pylint: disable=exec-used
+  exec(compile(guide_block('class MedianProtocol'), GUIDE, 'exec'), guide)   # pylint: disable=exec-used
   try:
     c = tiny_config(rounds=2)
     c.algorithm = 'median_protocol'

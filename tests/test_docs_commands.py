@@ -626,7 +626,13 @@ PYTHON_BLOCKS: dict[str, Run | Elsewhere | Skip] = {
     'docs/custom_algorithm.md: import dataclasses': Elsewhere(
         'tests/test_custom_algorithm.py::test_registered_algorithm_runs_with_bytes_counted',
         'executed as a module, its algorithm run for two rounds (and its math by hand)'),
-    'docs/custom_algorithm.md: from fedjax_kd import presets': Elsewhere(
+    'docs/custom_algorithm.md: """FedAvg on the balanced softmax (Ren et al., NeurIPS 2020)."""':
+        Elsewhere('tests/test_custom_algorithm.py::test_a_changed_loss_runs_and_is_the_balanced_softmax',
+                  'executed; the loss by hand, and a round of it on tiny data'),
+    'docs/custom_algorithm.md: """FedSAM: FedAvg with sharpness-aware local steps (Qu et al., ICML 2022)."""':
+        Elsewhere('tests/test_custom_algorithm.py::test_a_local_step_of_its_own_is_fedavgs_at_rho_0',
+                  'executed; rho = 0 gives FedAvg\'s round metric for metric, rho = 0.05 another'),
+    'docs/custom_algorithm.md: from fedjax_kd.config import presets': Elsewhere(
         'tests/test_custom_algorithm.py::'
         'test_the_options_come_from_the_command_line_and_a_typo_is_refused',
         'the two blocks as one config file, parsed and validated (and run by this file\'s '
@@ -642,10 +648,10 @@ PYTHON_BLOCKS: dict[str, Run | Elsewhere | Skip] = {
     'docs/design.md: state, out = algorithm.round(state, r) # r: Round(t, fed, active, epochs_k, carried)':
         Run('test_design_md_weighted_example', 'slow',
             "executed on the Weighted example's state and a Round(t, fed, active, epochs_k, carried=None)"),
-    ("docs/design.md: LocalRule(epochs, batch_size, opt_slot='train', augment=None, "
-     'fresh_opt=False,'): Run(
+    ("docs/design.md: SGD(loss, epochs, batch_size, slot='train', augment=None, fresh=False, "
+     'transforms=())'): Run(
          'test_design_md_signatures_and_state_parts', 'quick',
-         'the fields and defaults are those of core.local.LocalRule and Local'),
+         'the fields and defaults are those of core.program.SGD and Batches'),
     'docs/design.md: @flax.struct.dataclass': Run(
         'test_design_md_weighted_example', 'slow',
         'executed; one round on tiny data: every client counted once; the same weights in '
@@ -680,7 +686,7 @@ OUTPUTS: dict[str, str] = {
         'test_the_cluster_docs_template_is_one_the_slurm_executor_takes (the block as '
         '--slurm_template: its lines, then the run\'s command)',
     'docs/design.md: AlgState': 'test_design_md_signatures_and_state_parts (the four fields)',
-    "docs/design.md: ValueError: aux['w'] has shape (8,), but this round has 4 clients (of 8): "
+    "docs/design.md: ValueError: row['w'] has shape (8,), but this round has 4 clients (of 8): "
     'per-client': 'test_design_md_weighted_example (exactly)',
     'docs/multihost.md: error: process 1 of 2 stopped responding at round 4; rerun the same '
     'command on every process to resume from the newest checkpoint (round 2)':
@@ -953,14 +959,15 @@ def test_readme_data_snippet_registers_a_source():
 
 
 def test_design_md_signatures_and_state_parts():
-  key = ("docs/design.md: LocalRule(epochs, batch_size, opt_slot='train', augment=None, "
-         'fresh_opt=False,')
+  key = ("docs/design.md: SGD(loss, epochs, batch_size, slot='train', augment=None, "
+         'fresh=False, transforms=())')
   _entry(key, PYTHON_BLOCKS)
   from fedjax_kd.algorithms import base  # pylint: disable=g-import-not-at-top
-  from fedjax_kd.core import local  # pylint: disable=g-import-not-at-top
+  from fedjax_kd.core import program  # pylint: disable=g-import-not-at-top
   calls = [n.value for n in ast.parse(block(key).text).body]
+  assert [c.func.id for c in calls] == ['SGD', 'Batches']
   for call in calls:
-    cls = getattr(local, call.func.id)
+    cls = getattr(program, call.func.id)
     fields = [(f.name, f.default) for f in dataclasses.fields(cls)]
     doc = [(a.id, dataclasses.MISSING) for a in call.args] + [
         (k.arg, ast.literal_eval(k.value)) for k in call.keywords]
@@ -1230,8 +1237,11 @@ def test_the_baseline_sweeps_plan_every_run(work):
 
 def _my_median(folder: pathlib.Path) -> None:
   guide = [b.text for b in fenced_blocks('docs/custom_algorithm.md') if b.kind == 'python']
-  assert len(guide) == 3   # the algorithm, the config file; then the Protocol member
-  (folder / 'my_median.py').write_text('\n\n'.join(guide[:2]) + '\n')
+  # The median's block and the config file's, as the guide puts them in one file.
+  median = [b for b in guide if 'class MedianDistill' in b]
+  config = [b for b in guide if 'def get_config' in b]
+  assert len(median) == len(config) == 1, guide
+  (folder / 'my_median.py').write_text(median[0] + '\n\n' + config[0] + '\n')
 
 
 @pytest.mark.slow
@@ -1374,10 +1384,10 @@ def test_memory_plan_measures_the_small_size(work, tmp_path):
 
 
 # ------------------------------------------------------------------------------ docs/design.md
-def weighted_ce(logits, batch, aux):
+def weighted_ce(logits, batch, row):
   """The loss docs/design.md's example names (as in tests/test_client_table.py)."""
-  from fedjax_kd.core import federation  # pylint: disable=g-import-not-at-top
-  return aux['w'] * federation.ce_loss(logits, batch, aux)
+  from fedjax_kd.core import program  # pylint: disable=g-import-not-at-top
+  return row['w'] * program.ce_loss(logits, batch, row)
 
 
 @pytest.mark.slow
@@ -1431,7 +1441,7 @@ def test_design_md_weighted_example(monkeypatch):
   np.testing.assert_array_equal(np.asarray(run['state'].table.rounds), np.asarray(active, int))
   # The quoted refusal, word for word, on the first round that holds only some clients.
   exp = build('forgetful', 'host')
-  quoted = block("docs/design.md: ValueError: aux['w'] has shape (8,), but this round has 4 "
+  quoted = block("docs/design.md: ValueError: row['w'] has shape (8,), but this round has 4 "
                  'clients (of 8): per-client').text
   with pytest.raises(ValueError) as e:
     base.play_round(exp.algorithm, base.init_state(exp.algorithm), 1,
