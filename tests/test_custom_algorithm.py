@@ -83,6 +83,7 @@ def test_a_changed_loss_runs_and_is_the_balanced_softmax(tmp_path):
     algorithms.unregister('balanced_fedavg')
 
 
+@pytest.mark.slow
 def test_a_local_step_of_its_own_is_fedavgs_at_rho_0(tmp_path):
   """Example 2: FedSAM's program with rho = 0 takes FedAvg's steps (every metric of its
   rounds equal to FedAvg's); rho = 0.05 takes others."""

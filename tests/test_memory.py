@@ -155,7 +155,7 @@ def test_the_state_and_data_parts_are_exact(algorithm):
   """What the plan says the state and data hold is what initialisation allocates (the data
   part includes the buffers an algorithm keeps between rounds)."""
   exp = _build(algorithm)
-  p = memory.plan(exp)
+  p = memory.plan(exp, bound=True)   # (the step aside: nothing compiled)
   d = exp.ctx.fed.data
   arrays = [getattr(d, f.name) for f in dataclasses.fields(d)]
   kept = memory.tree_bytes(exp.algorithm.planned_buffers())   # FedCache 2.0's download pool
@@ -192,8 +192,8 @@ def test_the_plan_of_each_digits_config_is_within_15_percent_of_xlas_figure(name
 
 def test_a_client_store_keeps_only_a_rounds_rows_on_the_device():
   exp = _build(clients__num_clients=40, clients__participation=0.1, train__batch_size=4)
-  dev = memory.plan(exp)
-  host = memory.plan(exp, store='host')
+  dev = memory.plan(exp, bound=True)   # (the step aside: nothing compiled)
+  host = memory.plan(exp, store='host', bound=True)
   per_client = [c.row for c in memory._parts(exp).cohorts]  # pylint: disable=protected-access
   # 40 clients in two cohorts of 20; 4 a round: at most 4 rows of a cohort, a bucket of 4.
   assert dev.state - host.state == sum((20 - 4) * r for r in per_client)

@@ -37,6 +37,7 @@ import dataclasses
 import functools
 import math
 import os
+import weakref
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -210,7 +211,8 @@ def _check_kind(phase: Phase) -> None:
 
 
 def phase_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, phase: Phase,
-                slots: int, chunk: int | None = None, rows: int | None = None) -> int:
+                slots: int, chunk: int | None = None, rows: int | None = None,
+                optimizers_key: Any = None) -> int:
   """XLA's own figure (``compiled.memory_analysis()``: temporaries, and outputs that do not
   reuse a donated argument) for the kernel program ``phase`` runs for ``slots`` clients of a
   cohort of ``rows`` states (default ``slots``), ``chunk`` clients at a time (None: all).
@@ -232,15 +234,19 @@ def phase_bytes(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, ph
     slots: the clients the program runs (on one device).
     chunk: clients at a time (``clients.chunk``); None: all.
     rows: the cohort's state rows (a donated state's are not counted).
+    optimizers_key: a hashable value that fixes the kernels' optimizers (the run's optimizer
+      options): another build of the same experiment then reuses the figure (a test suite
+      builds hundreds). None: only these kernels' own.
   """
   _check_kind(phase)
-  kernels = _planning_kernels(kernels)
+  kernels = _planning_kernels(kernels, optimizers_key)
   return _figure(kernels, tuple(input_shape), str(input_dtype), _key(phase), int(slots),
                  None if chunk is None else int(chunk), int(rows or slots))
 
 
 def phase_bound(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, phase: Phase,
-                slots: int, chunk: int | None = None, rows: int | None = None) -> int:
+                slots: int, chunk: int | None = None, rows: int | None = None,
+                optimizers_key: Any = None) -> int:
   """An upper bound on :func:`phase_bytes`, from the program's trace, nothing compiled:
   every value it makes held at once (no buffer reused, nothing fused; a loop's body once)
   plus each convolution's patches. It costs a trace (a tenth to a few tenths of a second)
@@ -249,25 +255,34 @@ def phase_bound(kernels: Any, input_shape: tuple[int, ...], input_dtype: str, ph
   the zoo): the planner uses it to see at once that a run fits with room to spare
   (:func:`choose`), and asks XLA only where it might not. Arguments as :func:`phase_bytes`."""
   _check_kind(phase)
-  kernels = _planning_kernels(kernels)
+  kernels = _planning_kernels(kernels, optimizers_key)
   return _bound(kernels, tuple(input_shape), str(input_dtype), _key(phase), int(slots),
                 None if chunk is None else int(chunk), int(rows or slots))
 
 
-@functools.lru_cache(maxsize=64)
-def _planning_kernels_for(module: Any, compute_dtype: str, normalize: Any,
-                          optimizers: tuple) -> CohortKernels:
-  return CohortKernels(module, dict(optimizers), mesh=None, compute_dtype=compute_dtype,
-                       normalize=normalize)
+_PLANNING_KERNELS: dict = {}                       # by model and optimizers' options
+_ONE_DEVICE = weakref.WeakKeyDictionary()          # by a mesh's kernels
 
 
-def _planning_kernels(kernels: CohortKernels) -> CohortKernels:
+def _planning_kernels(kernels: CohortKernels, optimizers_key: Any = None) -> CohortKernels:
   """Kernels of the same model, optimizers, precision and inputs on one device (no mesh):
-  the programs a device runs for its own clients."""
-  if kernels.mesh is None:
-    return kernels
-  return _planning_kernels_for(kernels.module, kernels.compute_dtype, kernels.normalize,
-                               tuple(sorted(kernels.optimizers.items())))
+  the programs a device runs for its own clients; one object for every build of the same
+  experiment where ``optimizers_key`` names its optimizers (the caches key on it)."""
+  one_device = lambda: CohortKernels(kernels.module, kernels.optimizers, mesh=None,
+                                     compute_dtype=kernels.compute_dtype,
+                                     normalize=kernels.normalize)
+  if optimizers_key is None:
+    if kernels.mesh is None:
+      return kernels
+    if kernels not in _ONE_DEVICE:
+      _ONE_DEVICE[kernels] = one_device()
+    return _ONE_DEVICE[kernels]
+  key = (kernels.module, kernels.compute_dtype, kernels.normalize, optimizers_key)
+  if key not in _PLANNING_KERNELS:
+    if len(_PLANNING_KERNELS) >= 64:
+      _PLANNING_KERNELS.clear()
+    _PLANNING_KERNELS[key] = one_device()
+  return _PLANNING_KERNELS[key]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,13 +394,18 @@ def _parts(experiment: Any) -> _Parts:
   in_shape, in_dtype = tuple(d.input_shape), str(d.model_input_dtype)
   spec = experiment.spec
   programs = tuple(algo.programs(shapes))
+  # The run's optimizer options fix its kernels' optimizers: a build of the same experiment
+  # reuses what an earlier one planned.
+  opt = (spec.train, spec.distill.optimizer)
   cohorts = []
   for cohort, st in zip(fed.cohorts, shapes.clients):
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), st)
     cohorts.append(_Cohort(
         size=cohort.size, row=tree_bytes(one),
-        figure=functools.partial(phase_bytes, cohort.kernels, in_shape, in_dtype),
-        bound=functools.partial(phase_bound, cohort.kernels, in_shape, in_dtype)))
+        figure=functools.partial(phase_bytes, cohort.kernels, in_shape, in_dtype,
+                                 optimizers_key=opt),
+        bound=functools.partial(phase_bound, cohort.kernels, in_shape, in_dtype,
+                                optimizers_key=opt)))
   k = max(fed.num_clients, 1)
   # A round predicts on its open samples (distill.public_per_round of the public set);
   # evaluation scores each client model on its own test rows or on the whole test set.
@@ -404,8 +424,10 @@ def _parts(experiment: Any) -> _Parts:
     phases.append(Phase('evaluate', samples=int(d.x_test.shape[0]), chunk=spec.eval.chunk))
   server_phases = tuple(
       ("the server's " + _phase_name(ph),
-       functools.partial(phase_bytes, server_kernels, in_shape, in_dtype, ph, 1),
-       functools.partial(phase_bound, server_kernels, in_shape, in_dtype, ph, 1))
+       functools.partial(phase_bytes, server_kernels, in_shape, in_dtype, ph, 1,
+                         optimizers_key=opt),
+       functools.partial(phase_bound, server_kernels, in_shape, in_dtype, ph, 1,
+                         optimizers_key=opt))
       for ph in phases)
   return _Parts(data=data, cohorts=tuple(cohorts), table_row=tree_bytes(shapes.table) // k,
                 server=tree_bytes((shapes.server, shapes.extra)), public=public,
@@ -423,7 +445,8 @@ def plan(experiment: Any, **override: Any) -> MemoryPlan:
     experiment: a built :class:`~fedjax_kd.running.experiment.Experiment` (nothing initialised).
     **override: settings to plan for instead of the spec's, for the advice: ``store``
       (``'device'|'host'|'disk'``), ``num_clients``, ``eval_chunk``, ``client_chunk`` (None:
-      all at once).
+      all at once); and ``bound=True`` counts the phases by their bound (:func:`phase_bound`,
+      nothing compiled) instead of XLA's figure.
 
   Returns:
     A :class:`MemoryPlan`.
