@@ -1165,7 +1165,7 @@ def test_the_default_run_prints_the_readme_table(work):
               '~/.cache/fedjax_kd/jax_cache) ...').text.splitlines()
   home = '~/.cache/fedjax_kd/jax_cache'
   assert doc[0].replace(home, cache) in err, (doc[0], err)
-  compiled = _shape(doc[1], exact=(' 74 programs',),
+  compiled = _shape(doc[1], exact=(' 72 programs',),
                     subs=(('all from', r'(all|none|\d+) from'), (home, re.escape(cache))))
   assert any(re.fullmatch(compiled, ln) for ln in err), (doc[1], err)
   cum = f'cum  {fmt_bytes(setup + up + down):>9}'
