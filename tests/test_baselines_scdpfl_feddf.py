@@ -193,7 +193,7 @@ def test_scdpfl_two_rounds_bytes_by_hand(tmp_path):
 @pytest.mark.slow
 def test_scdpfl_without_spectral_terms_trains_the_gm_as_fedavg():
   # lambda_g = lambda_l = 0 and a fresh optimizer: the GM step is FedAvg's round exactly
-  # (same keys, same rule, run through SCDPFL's own map_clients training path).
+  # (same keys, the same training program, run through SCDPFL's own training path).
   kw = {'scdpfl.lambda_g': 0.0, 'scdpfl.lambda_l': 0.0, 'train.fresh_optimizer': True}
 
   def after_one_round(algo, **extra):

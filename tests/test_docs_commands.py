@@ -421,7 +421,7 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
     # docs/performance.md
     'python benchmarks/engine_throughput.py --clients=10,100,1000': Skip(
         'a throughput benchmark: 28 s at its smallest (--clients=2 --steps=2 --repeats=1), '
-        'nearly all compiling; the call it times (Federation.train_private) is '
+        'nearly all compiling; the call it times (Federation.run of the training program) is '
         "tests/test_engine.py's"),
     f'{SCALE} --markdown': Run(
         'test_scale_clients', 'slow',

@@ -303,8 +303,8 @@ class MemoryPlan:
       None: all of a phase's slots.
     slots: the most clients a phase runs on one device (the chunk's upper end).
     phase: the phase of the largest step (training, prediction, evaluation, initialisation).
-    bound: the steps are counted by :func:`bound_bytes` (an upper bound; the run needs at
-      most ``total``), not by XLA's figure (:func:`step_bytes`; it needs about ``total``).
+    bound: the phases are counted by :func:`phase_bound` (an upper bound; the run needs at
+      most ``total``), not by XLA's figure (:func:`phase_bytes`; it needs about ``total``).
   """
   data: int
   state: int
@@ -543,17 +543,17 @@ HEADROOM = 0.85
 def choose(experiment: Any, limit: int | None = None, parts: _Parts | None = None) -> MemoryPlan:
   """The plan of the run, with the clients at once ``clients.chunk`` asks for.
 
-  On a CPU it plans first with :func:`bound_bytes`, compiling nothing: where that upper
+  On a CPU it plans first with :func:`phase_bound`, compiling nothing: where that upper
   bound fits :data:`HEADROOM` of the device (every CPU config the project ships, on a
   machine with a few GiB free), that plan is the run's, and the header says "at most".
   Otherwise (and on an accelerator, where the bound was never held against XLA's figure)
-  the plan counts with XLA's figure (:func:`step_bytes`).
+  the plan counts with XLA's figure (:func:`phase_bytes`).
 
   A number is planned as given. ``'auto'`` takes all of a phase's clients at once where that
   fits :data:`HEADROOM` of the device, else the largest chunk ``ceil(S / n)`` (``S`` the most
   clients a phase runs on a device, ``n = 2, 3, ...``: chunks that divide the slots as evenly
   as they can) whose plan fits; where none does, the smaller of one at a time and all at
-  once (:func:`check` then refuses). Each plan compiles its probes (:func:`step_bytes`),
+  once (:func:`check` then refuses). Each plan compiles its phases (:func:`phase_bytes`),
   so the search does not try every chunk: the line
   through the plans for 2 and for ``S`` clients (XLA's figure grows a little faster than a
   line, so the line errs high between them) names the candidate, whose own plan decides,
