@@ -9,13 +9,13 @@
 #   TINY=1 bash benchmarks/gpu_session.sh /tmp/gs dsfl    # a CPU smoke run of the script
 #
 # Parts: env dsfl blazefl profile_dsfl resnet20 (the default), memory (the memory planner's
-# estimates against measured peaks, benchmarks/memory_plan.py; 70 s) and memory_resnet20
+# estimates against measured peaks, benchmarks/performance/memory_plan.py; 70 s) and memory_resnet20
 # (SCARLET's ResNet-20 round at K = 100, scarlet_cifar10 on stand-in data, planned for a 24 GiB
 # device, FEDJAX_KD_DEVICE_MEMORY=24GiB: the clients at once the planner chooses, its figure,
 # XLA's, and two rounds' peak device memory (goal: at most 20 GiB) and time per round; about
-# 5 minutes) and remat (benchmarks/remat.py: does recomputing ResNet-20's blocks give memory
+# 5 minutes) and remat (benchmarks/performance/remat.py: does recomputing ResNet-20's blocks give memory
 # back on this device, and at what time; XLA:CPU gives none; 2 minutes), e.g. a second call `bash benchmarks/gpu_session.sh "$OUT" memory memory_resnet20`. A part that runs out of time leaves its log
-# (the finished runs are in it: `python benchmarks/gpu_suite.py --from_logs=...` rebuilds their
+# (the finished runs are in it: `python benchmarks/performance/gpu_suite.py --from_logs=...` rebuilds their
 # rows). The device machines have jax, flax, optax, chex, orbax and torch, but not
 # ml_collections: carry its wheel (pip download --no-deps ml_collections into an ignored
 # folder and install it there first) before running this script.
@@ -46,20 +46,20 @@ for p in $parts; do
     env) part env 20 bash -c "nvidia-smi; $py -c 'import jax, torch; print(jax.__version__, \
 jax.devices(), torch.__version__, torch.cuda.get_device_name())'" ;;
     # The headline rows: DS-FL K = 100 first (the target), then BlazeFL, then ResNet-20.
-    dsfl) part dsfl 150 "$py" benchmarks/gpu_suite.py ${TINY:+--tiny} --workload=dsfl --repeats=2 --rounds=3 \
+    dsfl) part dsfl 150 "$py" benchmarks/performance/gpu_suite.py ${TINY:+--tiny} --workload=dsfl --repeats=2 --rounds=3 \
       --torch_sides=loop,vmap,vmap_compiled --out="$out/dsfl.json" ;;
-    blazefl) part blazefl 90 "$py" benchmarks/gpu_suite.py ${TINY:+--tiny} --workload=blazefl --repeats=2 \
+    blazefl) part blazefl 90 "$py" benchmarks/performance/gpu_suite.py ${TINY:+--tiny} --workload=blazefl --repeats=2 \
       --rounds=3 --torch_sides=vmap,vmap_compiled,loop --out="$out/blazefl.json" ;;
-    profile_dsfl) part profile_dsfl 40 "$py" benchmarks/profile_round.py --workload=dsfl \
+    profile_dsfl) part profile_dsfl 40 "$py" benchmarks/performance/profile_round.py --workload=dsfl \
       --clients=$k --top=15 --out="$out/profile_dsfl.json" ;;
-    resnet20) part resnet20 120 "$py" benchmarks/gpu_suite.py ${TINY:+--tiny} --workload=resnet20 --repeats=1 \
+    resnet20) part resnet20 120 "$py" benchmarks/performance/gpu_suite.py ${TINY:+--tiny} --workload=resnet20 --repeats=1 \
       --rounds=1 --torch_sides=vmap_compiled,vmap --out="$out/resnet20.json" ;;
-    memory) part memory 70 "$py" benchmarks/memory_plan.py --sizes=medium,large \
+    memory) part memory 70 "$py" benchmarks/performance/memory_plan.py --sizes=medium,large \
       --out="$out/memory.json" ;;
     memory_resnet20) part memory_resnet20 420 env FEDJAX_KD_DEVICE_MEMORY=24GiB "$py" \
-      benchmarks/memory_plan.py --configs=scarlet_cifar10 --measure \
+      benchmarks/performance/memory_plan.py --configs=scarlet_cifar10 --measure \
       --out="$out/memory_resnet20.json" ;;
-    remat) part remat 150 "$py" benchmarks/remat.py --clients=$((k < 34 ? k : 34)) --repeats=5 \
+    remat) part remat 150 "$py" benchmarks/performance/remat.py --clients=$((k < 34 ? k : 34)) --repeats=5 \
       --out="$out/remat.json" ;;
     *) echo "error: unknown part '$p' (env dsfl blazefl profile_dsfl resnet20 memory memory_resnet20 remat)" >&2
        exit 2 ;;

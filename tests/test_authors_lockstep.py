@@ -1,8 +1,8 @@
-"""benchmarks/authors: the baselines run in lock-step beside their authors' code.
+"""benchmarks/references/authors: the baselines run in lock-step beside their authors' code.
 
 The lock-steps themselves are in the long tier and need PyTorch and the authors' checkouts
-(``bash benchmarks/authors/fetch.sh DIR``, ``FEDJAX_KD_AUTHORS=DIR``): without either they skip
-and say which. What needs neither (the checkout rules, the command's errors, the report's
+(``bash benchmarks/references/authors/fetch.sh DIR``, ``FEDJAX_KD_AUTHORS=DIR``): without either
+they skip and say which. What needs neither (the checkout rules, the command's errors, the report's
 table) is in the quick tier.
 """
 
@@ -14,12 +14,13 @@ import sys
 
 import pytest
 
-from benchmarks.authors import common
-from benchmarks.authors import __main__ as cli
-from benchmarks.repro import report
+from benchmarks.references.authors import common
+from benchmarks.references.authors import __main__ as cli
+from benchmarks.reproduction import report
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DRIVERS = sorted(n for n in common.REPOS if (REPO / 'benchmarks' / 'authors' / f'{n}.py').exists())
+DRIVERS = sorted(n for n in common.REPOS
+                 if (REPO / 'benchmarks' / 'references' / 'authors' / f'{n}.py').exists())
 
 
 def _git_repo(path: pathlib.Path) -> str:
@@ -66,7 +67,7 @@ def test_the_command_refuses_an_unknown_baseline_and_a_missing_folder(capsys, mo
 
 
 def test_the_report_prints_the_lockstep_table(tmp_path):
-  doc = {'generated': '2026-12-03', 'command': 'python -m benchmarks.authors', 'tolerance': 1e-4,
+  doc = {'generated': '2026-12-03', 'command': 'python -m benchmarks.references.authors', 'tolerance': 1e-4,
          'lockstep': [{'baseline': 'fedrs', 'repo': 'lxcnju/FedRepo', 'commit': '617ee01' * 6,
                        'rounds': 3, 'max_param_diff': 8.9e-8, 'max_acc_diff': 0.0,
                        'what': 'every model', 'notes': ['their scales'], 'holds': True},
@@ -97,7 +98,7 @@ def _available(name: str) -> str:
 def test_lockstep_with_the_authors_code(name):
   """Whole rounds, the same weights and minibatches: every parameter within float rounding."""
   path = _available(name)
-  r = importlib.import_module(f'benchmarks.authors.{name}').lockstep(path)
+  r = importlib.import_module(f'benchmarks.references.authors.{name}').lockstep(path)
   assert r.rounds >= 2 and len(r.param_diff) == r.rounds
   assert r.holds, (name, r.param_diff)
   assert r.acc_diff <= 0.01, (name, r.acc_ours, r.acc_theirs)
@@ -108,7 +109,7 @@ def test_a_lockstep_sees_a_difference_of_the_method():
   """The paper's binary FedRS scales against the authors' proportional ones: the same data and
   weights, one formula apart, and the lock-step says so at once."""
   path = _available('fedrs')
-  from benchmarks.authors import fedrs  # pylint: disable=g-import-not-at-top
+  from benchmarks.references.authors import fedrs  # pylint: disable=g-import-not-at-top
   from fedjax_kd import config as config_lib  # pylint: disable=g-import-not-at-top
   cfg = config_lib.override(fedrs.config(2), {'fedrs.proportional': False})
   r = fedrs.lockstep(path, rounds=2, ours_run=common.ours(cfg))

@@ -1,4 +1,4 @@
-"""benchmarks/chunk_cost.py: the table of what running clients in chunks costs."""
+"""benchmarks/performance/chunk_cost.py: the table of what running clients in chunks costs."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import pytest
 from tests.shared import TINY_FILE, assert_rewrites_to_itself
 from tests.test_main import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 import chunk_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/config_costs.py: the cost table of docs/configs.md, its arithmetic and stand-ins."""
+"""benchmarks/performance/config_costs.py: the cost table of docs/configs.md, its arithmetic and stand-ins."""
 
 import json
 import os
@@ -12,7 +12,7 @@ from fedjax_kd import config as config_lib
 from tests.shared import assert_rewrites_to_itself
 from tests.test_main import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 import config_costs as costs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 

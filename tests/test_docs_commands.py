@@ -1,7 +1,7 @@
 """Every command and snippet that README.md and docs/*.md show is run by a test, or skipped.
 
 The collector reads README.md and docs/*.md (docs/reproduction.md is left out: it has no code
-blocks, and its inline commands are what ``benchmarks/reproduction.py report`` writes, which
+blocks, and its inline commands are what ``python -m benchmarks.reproduction report`` writes, which
 :func:`test_reproduction_report_rebuilds_the_committed_report` regenerates and compares) and
 takes:
 
@@ -10,9 +10,9 @@ takes:
   backslash continuations joined, comments dropped, a ``for ... done`` loop kept whole, and a
   block written as two columns side by side (its first line two comments) split into both;
 * fenced python blocks;
-* inline code spans of the prose that are complete commands: ``python -m fedjax_kd.<...>`` or
+* inline code spans of the prose that are complete commands: ``python -m fedjax_kd.<...>``, ``python -m benchmarks.<...>`` or
   ``python benchmarks/<...>`` with at least one ``--option``. Bare program names
-  (``python -m fedjax_kd.sweep``, ``python benchmarks/reproduction.py report``,
+  (``python -m fedjax_kd.sweep``, ``python -m benchmarks.reproduction report``,
   ``python -m fedjax_kd.plot DIR [DIR ...]``) name a program whose complete command is
   collected where the docs give it;
 * every other untagged block is quoted output (or a diagram).
@@ -67,7 +67,7 @@ PYTHON_TAGS = ('python', 'py')
 # The first word of an untagged block that is a command, not quoted output.
 COMMAND_WORD = re.compile(r'(python3?(\.\d+)?|/usr/bin/time|fedjax-kd(-sweep)?|[\w./-]*/bin/[\w.-]+'
                           r'|pip3?|git|gcloud|srun|for)(\s|$)')
-INLINE_COMMAND = re.compile(r'(python -m fedjax_kd\.|python benchmarks/)\S+ .*--')
+INLINE_COMMAND = re.compile(r'(python -m (fedjax_kd|benchmarks)\.|python benchmarks/)\S+ .*--')
 DOC_MNIST = ('/path/to/mnist.npz', '/work/shared/data/mnist.npz')
 
 
@@ -229,11 +229,11 @@ class Skip:
   reason: str
 
 
-GPU_SUITE_LOGS = ('python benchmarks/gpu_suite.py --from_logs=benchmarks/results/gpu_suite/h100_dsfl.log,'
+GPU_SUITE_LOGS = ('python benchmarks/performance/gpu_suite.py --from_logs=benchmarks/results/gpu_suite/h100_dsfl.log,'
                   'benchmarks/results/gpu_suite/h100_blazefl_call1.log,benchmarks/results/gpu_suite/h100_blazefl_call2.log,'
                   'benchmarks/results/gpu_suite/h100_resnet20.log --device_kind="NVIDIA H100 80GB HBM3"')
 SCALE_TIME = ('/usr/bin/time -v python -m fedjax_kd.main '
-              '--config=benchmarks/scale_clients.py:100000 '
+              '--config=benchmarks/performance/scale_clients.py:100000 '
               '--workdir=... --noresume --noprogress '
               '--config.data.source=npz:/tmp/fedjax_kd_scale/mnist_like_1002000.npz '
               '--config.algorithm=fedavg --config.rounds=3 '
@@ -244,7 +244,7 @@ SCARLET_MAIN = ('python -m fedjax_kd.main --config=configs/scarlet_mnist_cpu.py 
                 """--config.algorithm={} --config.clients.models="('resnet20@1.0',)" """
                 '--config.server.model=resnet20@1.0 --config.seed=k --config.rounds=R '
                 '--config.data.source=npz:/work/shared/data/mnist.npz')
-REPORT = ('python benchmarks/reproduction.py report --runs=benchmarks/results/reproduction_runs '
+REPORT = ('python -m benchmarks.reproduction report --runs=benchmarks/results/reproduction_runs '
           '--out=docs/reproduction.md --results=benchmarks/results --readme=README.md')
 DEFAULT_RUN = 'python -m fedjax_kd.main --config=default --workdir=runs/default'
 SWEEP_VARIANTS = ('python -m fedjax_kd.sweep --config=configs/default.py '
@@ -283,15 +283,15 @@ PLOT_README = ('python -m fedjax_kd.plot DIR [DIR ...] [--out FOLDER] [--labels 
 PLOT_WORKDIR = 'python -m fedjax_kd.plot DIR [DIR ...] [--out FOLDER] [--labels a,b]'
 CONFIGS_SYNOPSIS = ('python -m fedjax_kd.main --config=configs/<name>.py --workdir=DIR '
                     '[--config.<field>=value ...]')
-DEVICE_COUNTS_DOC = ('python benchmarks/device_counts.py --config=configs/default.py '
+DEVICE_COUNTS_DOC = ('python benchmarks/reproduction/device_counts.py --config=configs/default.py '
                      '--devices=1,4,8 --seeds=0,1,2 --out=runs/device_counts')
-DEVICE_COUNTS_REPORT = ('python benchmarks/device_counts.py --devices=1,4,8 --seeds=0,1,2 '
+DEVICE_COUNTS_REPORT = ('python benchmarks/reproduction/device_counts.py --devices=1,4,8 --seeds=0,1,2 '
                         '--report=docs/device_counts.md')
-REPRO_DSFL_MNIST = ('python benchmarks/reproduction.py run --runs=runs/repro --data=mnist '
+REPRO_DSFL_MNIST = ('python -m benchmarks.reproduction run --runs=runs/repro --data=mnist '
                     '--only=dsfl --mnist=/path/to/mnist.npz --jobs=1')
-REPRO_RUN = ('python benchmarks/reproduction.py run --runs=runs/repro --jobs=2 '
+REPRO_RUN = ('python -m benchmarks.reproduction run --runs=runs/repro --jobs=2 '
              '--mnist=/path/to/mnist.npz')
-REPRO_SCARLET = ('python benchmarks/reproduction.py run --runs=runs/repro --only=scarlet '
+REPRO_SCARLET = ('python -m benchmarks.reproduction run --runs=runs/repro --only=scarlet '
                  '--data=mnist '
                  '--mnist=/path/to/mnist.npz --scarlet_checkout=/work/scarlet_ref '
                  '--scarlet_python=/work/venvs/scarlet/bin/python')
@@ -300,14 +300,14 @@ SCARLET_SWEEP = ('python -m fedjax_kd.sweep --config=configs/scarlet_mnist_cpu.p
                  '--set data.source=npz:/work/shared/data/mnist.npz '
                  """--set 'clients.models=("resnet20@1.0",)' --set server.model=resnet20@1.0 """
                  '--set rounds=5 --seeds=0,1,2 --out=runs/scarlet_mnist_resnet20')
-SCARLET_OFFICIAL_CNN = ('python benchmarks/scarlet_official.py --checkout=/work/scarlet_ref '
+SCARLET_OFFICIAL_CNN = ('python benchmarks/references/scarlet_official.py --checkout=/work/scarlet_ref '
                         '--model=cnn --rounds=10 --mnist=/path/to/mnist.npz --seeds=0,1,2 '
                         '--out=runs/repro/scarlet_mnist_official_cnn')
-SCARLET_OFFICIAL_BY_HAND = ('/work/venvs/scarlet/bin/python benchmarks/scarlet_official.py '
+SCARLET_OFFICIAL_BY_HAND = ('/work/venvs/scarlet/bin/python benchmarks/references/scarlet_official.py '
                             '--checkout=/work/scarlet_ref --mnist=/work/shared/data/mnist.npz '
                             '--seeds=0,1,2 --algorithms=scarlet,dsfl --out=runs/scarlet_official '
                             '[--rounds=5] [--threads=1] [--set FIELD=VALUE ...]')
-SCALE = 'python benchmarks/scale_clients.py --clients=1000,10000,100000'
+SCALE = 'python benchmarks/performance/scale_clients.py --clients=1000,10000,100000'
 
 MULTI_HOST = 'a real multi-host cluster'
 PIP_NETWORK = 'installs from PyPI into a fresh venv (network, minutes); .ci/run does it'
@@ -394,7 +394,7 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'test_the_reproduction_runs_plan_and_validate', 'slow',
         '--dry_run (the sweeps are days of CPU): every sweep planned and valid; '
         'tests/test_reproduction.py::test_tiny_pipeline_writes_every_section runs it --tiny'),
-    'python benchmarks/reproduction.py archive --runs=runs/repro --out=benchmarks/results/reproduction_runs':
+    'python -m benchmarks.reproduction archive --runs=runs/repro --out=benchmarks/results/reproduction_runs':
         Elsewhere('tests/test_reproduction.py::test_tiny_pipeline_writes_every_section',
                   'archive --runs=<the --tiny runs> --out=<a temporary folder>, then the same '
                   'report from the archive'),
@@ -414,12 +414,12 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         "bash, a free port, the workdir in a temporary folder, --config.rounds=1 and mlp@0.25 "
         "models (the default's two CNN cohorts on a 4-device mesh in two processes take 80 s "
         'to compile): one row, 2 processes x 2 devices, the default run\'s bytes'),
-    'python benchmarks/multihost_cpu.py --processes=2 --repeats=3 --rounds=6': Skip(
+    'python benchmarks/performance/multihost_cpu.py --processes=2 --repeats=3 --rounds=6': Skip(
         'three layouts, each compiling cold in its own cache with its own XLA_FLAGS: 2 minutes '
         'even at --repeats=1 --rounds=3 on a 3-round tiny config; the launch it times is the '
         'CPU loop above and tests/test_multihost.py'),
     # docs/performance.md
-    'python benchmarks/engine_throughput.py --clients=10,100,1000': Skip(
+    'python benchmarks/performance/engine_throughput.py --clients=10,100,1000': Skip(
         'a throughput benchmark: 28 s at its smallest (--clients=2 --steps=2 --repeats=1), '
         'nearly all compiling; the call it times (Federation.run of the training program) is '
         "tests/test_engine.py's"),
@@ -429,54 +429,54 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         '/usr/bin/time block with K=100, the markdown header is the doc\'s'),
     f'{SCALE} --algorithm=dsfl --markdown': Run(
         'test_scale_clients', 'slow', '--clients=100 --data_dir=<tmp>: one DS-FL row'),
-    'python benchmarks/scale_clients.py --clients=1000,10000 --store=device': Run(
+    'python benchmarks/performance/scale_clients.py --clients=1000,10000 --store=device': Run(
         'test_scale_clients', 'slow', '--clients=100 --data_dir=<tmp>: one device-store row'),
     SCALE_TIME: Run(
         'test_scale_clients', 'slow',
         'what scale_clients.py runs for each K: its printed command, with K=100, equals this '
         'block'),
-    'python benchmarks/reproduction.py standing --runs=benchmarks/results/reproduction_runs --replay':
+    'python -m benchmarks.reproduction standing --runs=benchmarks/results/reproduction_runs --replay':
         Elsewhere('tests/test_reproduction_claims.py::'
                   'test_the_committed_report_names_every_stale_run_and_counts_none',
                   'the state this command leaves the archive in (the runs it could not tie '
                   'are named by the report and counted nowhere); the replay rule is tested on '
                   'known rows there too'),
-    'python benchmarks/reproduction.py compact --runs=benchmarks/results/reproduction_runs': Elsewhere(
+    'python -m benchmarks.reproduction compact --runs=benchmarks/results/reproduction_runs': Elsewhere(
         'tests/test_repro_archive.py::test_compact_converts_in_place_and_reads_back_every_byte',
         'on a folder holding one sweep of the archive: the tar and manifest it writes extract '
         'to the same files, byte for byte'),
-    'python benchmarks/speed.py --workload blazefl --rounds 1': Elsewhere(
+    'python benchmarks/performance/speed.py --workload blazefl --rounds 1': Elsewhere(
         'tests/test_speed_benchmark.py::test_speed_benchmark_tiny_blazefl_writes_the_json',
         '--workload=blazefl --rounds=1 with --small --num_clients=2 --clients_per_round=1'),
-    'python benchmarks/speed.py --workload dsfl_mnist --clients_per_round 10 --rounds 1': Skip(
+    'python benchmarks/performance/speed.py --workload dsfl_mnist --clients_per_round 10 --rounds 1': Skip(
         'a timing benchmark: 28 s even at --small --num_clients=2 --clients_per_round=1 '
         "(real MNIST: minutes a round); speed.py's pipeline is "
         'tests/test_speed_benchmark.py\'s (the blazefl workload)'),
-    ('python benchmarks/vs_torch.py --workload=dsfl --repeats=3 --threads=2 '
+    ('python benchmarks/performance/vs_torch.py --workload=dsfl --repeats=3 --threads=2 '
      '--out=runs/vs_torch.json'): Skip(TORCH),
-    ('python benchmarks/vs_torch.py --workload=all --repeats=3 --threads=2 '
+    ('python benchmarks/performance/vs_torch.py --workload=all --repeats=3 --threads=2 '
      '--out=benchmarks/results/vs_torch_cpu.json'): Skip(TORCH),
-    ('python benchmarks/vs_torch.py --workload=many_fedavg --many_clients=100 --repeats=3 '
+    ('python benchmarks/performance/vs_torch.py --workload=many_fedavg --many_clients=100 --repeats=3 '
      '--threads=2 --mnist=/path/to/mnist.npz --out=runs/bench/many_fedavg_k100.json'): Skip(TORCH),
     GPU_SUITE_LOGS: Run(
         'test_gpu_suite_rebuilds_the_h100_table', 'slow',
         'as written (reads benchmarks/results/gpu_suite/): every row it prints is in docs/performance.md'),
-    'python benchmarks/multihost_cpu.py --processes=2 --repeats=3': Skip(
+    'python benchmarks/performance/multihost_cpu.py --processes=2 --repeats=3': Skip(
         'the block above without --rounds: the same reason'),
-    ('python benchmarks/config_costs.py --from_json=benchmarks/results/config_costs.json '
+    ('python benchmarks/performance/config_costs.py --from_json=benchmarks/results/config_costs.json '
      '--markdown=docs/configs.md'): Elsewhere(
         'tests/test_config_costs.py::test_the_docs_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/configs.md: the table equals the committed one'),
-    ('python benchmarks/config_costs.py --from_json=benchmarks/results/config_costs.json '
+    ('python benchmarks/performance/config_costs.py --from_json=benchmarks/results/config_costs.json '
      '--memory_markdown=docs/performance.md'): Elsewhere(
         'tests/test_config_costs.py::test_the_docs_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/performance.md: the section equals the committed one'),
-    'python benchmarks/chunk_cost.py --mnist=/path/to/mnist.npz --out=benchmarks/results/chunk_cost_cpu.json':
+    'python benchmarks/performance/chunk_cost.py --mnist=/path/to/mnist.npz --out=benchmarks/results/chunk_cost_cpu.json':
         Elsewhere('tests/test_chunk_cost.py::test_each_chunk_runs_in_its_own_process_and_the_'
                   'ratio_is_to_all_at_once', 'measure() on the default config (10 clients) at '
                   'C = 10 and 5, two repeats, --out in a temporary folder: each (C, repeat) its '
                   'own run with that chunk, the medians and ratios those of the runs'),
-    ('python benchmarks/chunk_cost.py --from_json=benchmarks/results/chunk_cost_cpu.json '
+    ('python benchmarks/performance/chunk_cost.py --from_json=benchmarks/results/chunk_cost_cpu.json '
      '--markdown=docs/performance.md'): Elsewhere(
         'tests/test_chunk_cost.py::test_the_docs_section_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/performance.md: the section equals the committed one'),
@@ -485,10 +485,10 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         "installs from PyPI (network); CI installs the same extra through '.[test]', which "
         'tests/test_executors.py runs on'),
     'ray start --head --port=6379': Skip(
-        f'{MULTI_HOST}: benchmarks/local_clusters.py runs the same `ray start --head` on '
+        f'{MULTI_HOST}: benchmarks/performance/local_clusters.py runs the same `ray start --head` on '
         '127.0.0.1 for tests/test_executors.py'),
     'ray start --address=HEAD_IP:6379': Skip(
-        f'{MULTI_HOST}: benchmarks/local_clusters.py joins each node the same way on 127.0.0.1'),
+        f'{MULTI_HOST}: benchmarks/performance/local_clusters.py joins each node the same way on 127.0.0.1'),
     ('python -m fedjax_kd.sweep --config=configs/dsfl_mnist.py --algorithms=dsfl,fd,single '
      '--seeds=0,1,2,3,4 --out=/shared/runs/dsfl_mnist --executor=ray --ray_address=auto '
      '--run_resources=CPU=4,GPU=1'): Elsewhere(
@@ -503,34 +503,34 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'the same flags on configs/default.py at 3 rounds, on a one-node SLURM on 127.0.0.1: '
         'its partition debug, --slurm_cpus=1, --slurm_time=30, --slurm_max_running=2, no '
         '--slurm_gpus (it has no GPU)'),
-    ('python benchmarks/reproduction.py run --runs=/shared/runs/repro --executor=ray '
+    ('python -m benchmarks.reproduction run --runs=/shared/runs/repro --executor=ray '
      '--ray_address=auto --run_resources=CPU=4,GPU=1'): Elsewhere(
         'tests/test_executors.py::test_the_reproduction_runs_through_ray_to_its_compare_md',
         "--tiny --only=dsfl --sweeps=dsfl_digits, --ray_address of the tests' cluster, "
         '--run_resources=CPU=1: every run ran as a Ray task; then the report'),
-    'python benchmarks/reproduction.py report --runs=/shared/runs/repro': Elsewhere(
+    'python -m benchmarks.reproduction report --runs=/shared/runs/repro': Elsewhere(
         'tests/test_executors.py::test_the_reproduction_runs_through_ray_to_its_compare_md',
         '--tiny --only=dsfl, --out in a temporary folder, after the run above'),
-    ('python benchmarks/reproduction.py run --runs=/shared/runs/repro --executor=slurm '
+    ('python -m benchmarks.reproduction run --runs=/shared/runs/repro --executor=slurm '
      '--slurm_partition=gpu --slurm_gpus=1 --slurm_cpus=8 --slurm_time=8:00:00'): Skip(
         f'{MULTI_HOST} with GPUs; the reproduction hands its runs to the same executor as the '
         'sweep (fedjax_kd.sweep.executors.execute), which the SLURM tests run'),
-    'python benchmarks/local_clusters.py ray --folder=/tmp/ray_here --nodes=2': Elsewhere(
+    'python benchmarks/performance/local_clusters.py ray --folder=/tmp/ray_here --nodes=2': Elsewhere(
         'tests/test_executors.py::test_a_sweep_through_ray_gives_the_local_rows_and_runs_on_'
         'both_nodes', "local_clusters.start_ray, what the command calls, with the test's "
         'folder; the command form then waits for Ctrl-C'),
-    'python benchmarks/local_clusters.py slurm --folder=/tmp/slurm_here': Elsewhere(
+    'python benchmarks/performance/local_clusters.py slurm --folder=/tmp/slurm_here': Elsewhere(
         'tests/test_executors.py::test_a_sweep_through_slurm_gives_the_local_rows',
         "local_clusters.start_slurm, what the command calls, with the test's folder; the "
         'command form then waits for Ctrl-C'),
-    'python benchmarks/cluster_overhead.py --repeats=3 --out=benchmarks/results/cluster_overhead.json': Skip(
+    'python benchmarks/performance/cluster_overhead.py --repeats=3 --out=benchmarks/results/cluster_overhead.json': Skip(
         'a timing benchmark (minutes: a Ray cluster and 8 sweeps); its table is rebuilt from '
         'the committed numbers below'),
-    ('python benchmarks/cluster_overhead.py --from_json=benchmarks/results/cluster_overhead.json '
+    ('python benchmarks/performance/cluster_overhead.py --from_json=benchmarks/results/cluster_overhead.json '
      '--markdown=docs/cluster.md'): Elsewhere(
         'tests/test_executors.py::test_the_docs_overhead_table_is_what_the_archived_numbers_give',
         'as written, into a copy of docs/cluster.md: the section equals the committed one'),
-    'python benchmarks/remat.py --out=benchmarks/results/remat_cpu.json': Elsewhere(
+    'python benchmarks/performance/remat.py --out=benchmarks/results/remat_cpu.json': Elsewhere(
         'tests/test_remat.py::test_remat_gives_memory_back_on_the_cpu_only_in_a_loop',
         "remat.main with 1 client of 8 images, 1 repeat, --out in a temporary folder: the "
         "docs' three findings (ResNet-20 and the written-out control give nothing back, the "
@@ -539,29 +539,29 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         'tests/test_options.py::test_the_committed_option_tables_are_generated_from_the_'
         'declarations', 'config.write_option_tables on a copy of docs/configs.md: the tables '
         'equal the committed ones'),
-    'python benchmarks/warm_start.py --repeats=5': Elsewhere(
+    'python benchmarks/performance/warm_start.py --repeats=5': Elsewhere(
         'tests/test_warm_start.py::test_warm_run_is_ready_before_it_ends',
         "warm_start.main(['--repeats=1', '--out=...'])"),
-    'python benchmarks/memory_plan.py --mnist=mnist.npz --out=F.json': Skip(
+    'python benchmarks/performance/memory_plan.py --mnist=mnist.npz --out=F.json': Skip(
         'needs a GPU: the H100 measurement (device peak_bytes_in_use); its CPU form is the '
         '--out=benchmarks/results/memory_plan_cpu.json command, which runs'),
-    'python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_h100.json': Run(
+    'python benchmarks/performance/memory_plan.py --from_json=benchmarks/results/memory_plan_h100.json': Run(
         'test_memory_plan_prints_the_saved_tables', 'quick',
         "as written: its table is docs/performance.md's H100 table (and --from_json of the "
         "CPU file gives the CPU table)"),
-    ('python benchmarks/memory_plan.py --configs=all --mnist=mnist.npz '
+    ('python benchmarks/performance/memory_plan.py --configs=all --mnist=mnist.npz '
      '--out=benchmarks/results/memory_plan_configs.json'): Elsewhere(
         'tests/test_memory.py::test_the_plan_of_each_digits_config_is_within_15_percent_of_'
         'xlas_figure', 'the same plan and memory.xla_figure on the digits configs, in-process '
         '(the whole list compiles every paper-sized config: most of an hour on 2 cores)'),
-    'python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_configs.json': Run(
+    'python benchmarks/performance/memory_plan.py --from_json=benchmarks/results/memory_plan_configs.json': Run(
         'test_memory_plan_prints_the_saved_config_table', 'quick',
         "as written: its table is docs/performance.md's table of the shipped configs"),
-    'python benchmarks/memory_plan.py --out=benchmarks/results/memory_plan_cpu.json': Run(
+    'python benchmarks/performance/memory_plan.py --out=benchmarks/results/memory_plan_cpu.json': Run(
         'test_memory_plan_measures_the_small_size', 'slow',
         '--sizes=small (medium takes 14 GB on a CPU), --out in a temporary folder: the small '
         "row's data, state, step and estimate are benchmarks/results/memory_plan_cpu.json's"),
-    'python benchmarks/profile_round.py --workload=many_fedavg --clients=100 --model=leaf_cnn':
+    'python benchmarks/performance/profile_round.py --workload=many_fedavg --clients=100 --model=leaf_cnn':
         Skip('needs real MNIST and traces a round with jax.profiler (15 s at --clients=2): '
              'a profile, not a result; its grouping of the trace is '
              'tests/test_vs_torch.py::test_profile_groups_and_shares_by_hand'),
@@ -593,7 +593,7 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
         '--dry_run, real MNIST (skips without): the six runs planned and valid (ResNet-20 on '
         'MNIST is minutes a round)'),
     # docs/testing.md (its two commands are README's)
-    ('python benchmarks/golden_spread.py --out=runs/golden_spread '
+    ('python benchmarks/reproduction/golden_spread.py --out=runs/golden_spread '
      '--variants=avx2,threads1,devices4,noynn,ci@ci --report=docs/testing.md'): Skip(
          'every golden case once per XLA build, each on one pinned core: 74 s even at '
          '--variants=threads1 --cases=tiny; the cases are tests/test_golden.py\'s'),
@@ -1020,7 +1020,7 @@ def test_quoted_error_lines(tmp_path, monkeypatch):
   line = ray_executor.no_cluster('10.0.0.7:6379', 'nothing listens there')
   assert f'error: {line}' == quoted.split(': ', 1)[1]
   # docs/cluster.md: what local_clusters.py prints for a Ray cluster, its two lines.
-  sys.path.insert(0, str(REPO / 'benchmarks'))
+  sys.path.insert(0, str(REPO / 'benchmarks' / 'performance'))
   import local_clusters  # pylint: disable=g-import-not-at-top
   holder = types.SimpleNamespace(pid=4242)
   cluster = local_clusters.RayCluster('127.0.0.1:40123', '/tmp/ray_here',
@@ -1046,7 +1046,7 @@ def test_the_cluster_docs_template_is_one_the_slurm_executor_takes(tmp_path):
 
 # ------------------------------------------------------------------------------ quick commands
 def test_memory_plan_prints_the_saved_tables(work):
-  key = 'python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_h100.json'
+  key = 'python benchmarks/performance/memory_plan.py --from_json=benchmarks/results/memory_plan_h100.json'
   _entry(key)
   doc = _doc_text('docs/performance.md').splitlines()
   for command in (key, key.replace('h100', 'cpu')):
@@ -1057,7 +1057,7 @@ def test_memory_plan_prints_the_saved_tables(work):
 
 
 def test_memory_plan_prints_the_saved_config_table(work):
-  key = 'python benchmarks/memory_plan.py --from_json=benchmarks/results/memory_plan_configs.json'
+  key = 'python benchmarks/performance/memory_plan.py --from_json=benchmarks/results/memory_plan_configs.json'
   _entry(key)
   doc = _doc_text('docs/performance.md').splitlines()
   r = _run(_argv(key), work, timeout=60)
@@ -1335,7 +1335,7 @@ def test_scale_clients(work, tmp_path):
   data = f'--data_dir={tmp_path}'
   printed = []
   for key in (f'{SCALE} --markdown', f'{SCALE} --algorithm=dsfl --markdown',
-              'python benchmarks/scale_clients.py --clients=1000,10000 --store=device'):
+              'python benchmarks/performance/scale_clients.py --clients=1000,10000 --store=device'):
     _entry(key)
     r = _run(_argv(key) + ['--clients=100', data], work)
     assert not re.search(r'failed|error', r.stdout), r.stdout
@@ -1371,7 +1371,7 @@ def test_gpu_suite_rebuilds_the_h100_table(work):
 
 @pytest.mark.slow
 def test_memory_plan_measures_the_small_size(work, tmp_path):
-  key = 'python benchmarks/memory_plan.py --out=benchmarks/results/memory_plan_cpu.json'
+  key = 'python benchmarks/performance/memory_plan.py --out=benchmarks/results/memory_plan_cpu.json'
   _entry(key)
   out = tmp_path / 'memory_plan_cpu.json'
   r = _run(_argv(_sub(key, ('benchmarks/results/memory_plan_cpu.json', str(out)))) + ['--sizes=small'], work)

@@ -1,8 +1,8 @@
 """Sweeps through ``--executor=ray`` and ``--executor=slurm`` on real clusters on 127.0.0.1.
 
-The long tier starts them (``benchmarks/local_clusters.py``), each in a network namespace of
-its own whose only interface is ``lo``, and runs every sweep command there too, so that no
-packet leaves loopback: a Ray head and a second node, each with one CPU and its own ``ray
+The long tier starts them (``benchmarks/performance/local_clusters.py``), each in a network
+namespace of its own whose only interface is ``lo``, and runs every sweep command there too, so that
+no packet leaves loopback: a Ray head and a second node, each with one CPU and its own ``ray
 start`` process; munge, slurmctld and slurmd from Debian's packages. Where a cluster or its
 namespace cannot start (not root, not installed) its tests skip and say why. Every run of a
 cluster sweep must give the rows of the same sweep through the local executor, the timings
@@ -31,7 +31,7 @@ from tests.shared import assert_rewrites_to_itself
 from tests.test_main import REPO
 from tests.test_sweep import sweep_env
 
-sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 import local_clusters  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # One worker runs them all, so that each cluster and the local reference start once.
@@ -90,7 +90,7 @@ def _attempts(out, name):
 # ------------------------------------------------------------ flags, without a cluster
 def test_each_executor_flag_is_declared_once_and_checked():
   """Both commands take the same flags from ExecutorOptions; a bad value names its flag."""
-  from benchmarks.repro import cli as repro_cli  # pylint: disable=g-import-not-at-top
+  from benchmarks.reproduction import cli as repro_cli  # pylint: disable=g-import-not-at-top
   sweep_flags = {a.dest for a in sweep.cli._parser()._actions}   # pylint: disable=protected-access
   fields = {f for f in executor_options.ExecutorOptions.__dataclass_fields__}
   assert fields <= sweep_flags
@@ -515,9 +515,9 @@ def test_ctrl_c_stops_the_ray_runs_after_their_round_and_a_rerun_finishes_them(
 
 @pytest.mark.slow
 def test_the_reproduction_runs_through_ray_to_its_compare_md(tmp_path, ray_cluster):
-  """``reproduction.py run --executor=ray`` (one tiny sweep), then ``report``."""
+  """``python -m benchmarks.reproduction run --executor=ray`` (one tiny sweep), then ``report``."""
   runs = tmp_path / 'runs'
-  script = [sys.executable, os.path.join(REPO, 'benchmarks', 'reproduction.py')]
+  script = [sys.executable, '-m', 'benchmarks.reproduction']
   r = subprocess.run(ray_cluster.wrap(
       script + ['run', f'--runs={runs}', '--tiny', '--only=dsfl', '--sweeps=dsfl_digits',
                 '--executor=ray', f'--ray_address={ray_cluster.address}',

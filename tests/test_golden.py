@@ -20,7 +20,7 @@ The recorded file must not change with a refactor: a refactor that changes a
 metric changed a result. What may change is the last bits: XLA:CPU compiles
 float32 sums differently for other instruction sets, thread counts and device
 counts. Each metric is compared by its kind (``results.metric_kind``), with tolerances set
-from the spread ``benchmarks/golden_spread.py`` measured over such builds (the
+from the spread ``benchmarks/reproduction/golden_spread.py`` measured over such builds (the
 table and command are in ``docs/testing.md``):
 
 * integers (rounds, bytes, counts, selections, partitions): exactly;
@@ -219,8 +219,8 @@ def metrics(key: str, tmp: pathlib.Path, reads=None) -> list[dict]:
   return [{k: v for k, v in r.items() if not k.endswith('_s')} for r in rows]
 
 
-# Tolerances, from the spread benchmarks/golden_spread.py measured (docs/testing.md): no
-# accuracy, count or byte moved in any build; floats moved by at most 9e-5 (ACE-pFL's L_GD, a
+# Tolerances, from the spread benchmarks/reproduction/golden_spread.py measured (docs/testing.md):
+# no accuracy, count or byte moved in any build; floats moved by at most 9e-5 (ACE-pFL's L_GD, a
 # difference of nearly equal terms, with matrix products by Eigen), 4.4e-5 on four devices and
 # 3.2e-5 for the KRR distillation loss; a CPU with AVX2 alone moved the KRR loss by 1.1e-5.
 ACC_SAMPLES = 1      # accuracies: one test sample (a single borderline prediction)
@@ -369,8 +369,8 @@ def test_same_ignores_last_bits_and_catches_a_changed_prediction():
 
 def _dump(path: str, cases: list[str], stores: list[str]) -> None:
   """Writes the metrics of the given cases (``case/store`` keys, the golden file's layout)
-  and each case's test-set size to ``path``: what ``benchmarks/golden_spread.py`` compares
-  against the recorded file under other XLA builds of the same programs."""
+  and each case's test-set size to ``path``: what ``benchmarks/reproduction/golden_spread.py``
+  compares against the recorded file under other XLA builds of the same programs."""
   import tempfile  # pylint: disable=g-import-not-at-top
   out = {'metrics': {}, 'test_size': {}}
   with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_suite.py: the chips' peaks, and a tiny run on the CPU (its work accounting is
+"""benchmarks/performance/gpu_suite.py: the chips' peaks, and a tiny run on the CPU (its work accounting is
 vs_torch's: tests/test_vs_torch.py)."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 
 import gpu_suite  # pylint: disable=g-import-not-at-top,wrong-import-position
 

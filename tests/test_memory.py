@@ -166,9 +166,9 @@ def test_the_state_and_data_parts_are_exact(algorithm):
 
 # The planner against XLA's own figure for the programs a round and its evaluation run (every
 # kernel program compiled, not run: memory.xla_figure), on the shipped configs that run here
-# in seconds; benchmarks/memory_plan.py --configs measures every shipped config. (On the tests'
-# tiny experiment, where a whole round needs under a megabyte, the fixed few hundred kilobytes
-# the planner does not itemise are 15-30 % of it.)
+# in seconds; benchmarks/performance/memory_plan.py --configs measures every shipped config. (On the
+# tests' tiny experiment, where a whole round needs under a megabyte, the fixed few hundred
+# kilobytes the planner does not itemise are 15-30 % of it.)
 PLAN_TOLERANCE = 0.15
 
 

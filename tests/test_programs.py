@@ -10,7 +10,6 @@ the memory planner's figure, from those declarations, is XLA's within 15 %.
 import ast
 import dataclasses
 import json
-import os
 import pathlib
 
 import jax

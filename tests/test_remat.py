@@ -1,4 +1,4 @@
-"""benchmarks/remat.py: what recomputing activations gives back on the CPU (docs/performance.md,
+"""benchmarks/performance/remat.py: what recomputing activations gives back on the CPU (docs/performance.md,
 "Recomputing activations")."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 
 from tests.test_main import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 import remat  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 

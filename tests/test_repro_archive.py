@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from benchmarks.repro import archive as archive_lib
+from benchmarks.reproduction import archive as archive_lib
 from fedjax_kd.errors import DataError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def test_the_manifest_is_checked_before_any_read(sweep_tree, tmp_path, damage):
   named = 'notes.txt' if damage == 'extra' else SWEEP + '.tar.gz'
   assert named in str(e.value) and ('restore' in str(e.value) or 'remove' in str(e.value))
   # The report says so and stops.
-  r = subprocess.run([sys.executable, 'benchmarks/reproduction.py', 'report', f'--runs={arch}',
+  r = subprocess.run([sys.executable, '-m', 'benchmarks.reproduction', 'report', f'--runs={arch}',
                       f'--out={tmp_path / "r.md"}'], cwd=REPO, capture_output=True, text=True,
                      check=False)
   assert r.returncode == 2 and named in r.stderr and not (tmp_path / 'r.md').exists()

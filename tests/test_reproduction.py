@@ -1,4 +1,4 @@
-"""benchmarks/reproduction.py: the whole pipeline in --tiny mode, and its checks on known tables."""
+"""benchmarks/reproduction: the whole pipeline in --tiny mode, and its checks on known tables."""
 
 import importlib.util
 import json
@@ -12,20 +12,20 @@ import sys
 
 import pytest
 
-from benchmarks.repro import archive as archive_lib
-from benchmarks.repro import checks as checks_lib
-from benchmarks.repro import headline as headline_lib
-from benchmarks.repro import plan as plan_lib
-from benchmarks.repro import report as report_lib
-from benchmarks.repro import sections as sections_lib
-from benchmarks.repro import stats as stats_lib
-from benchmarks.repro import tables as tables_lib
+from benchmarks.reproduction import archive as archive_lib
+from benchmarks.reproduction import checks as checks_lib
+from benchmarks.reproduction import headline as headline_lib
+from benchmarks.reproduction import plan as plan_lib
+from benchmarks.reproduction import report as report_lib
+from benchmarks.reproduction import sections as sections_lib
+from benchmarks.reproduction import stats as stats_lib
+from benchmarks.reproduction import tables as tables_lib
 from fedjax_kd import sweep
 from fedjax_kd.errors import DataError
 from fedjax_kd.running import results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = REPO / 'benchmarks' / 'reproduction.py'
+SCRIPT = ('-m', 'benchmarks.reproduction')
 # Unoptimised XLA code compiles several times faster; the --tiny runs are 2-round toys.
 FAST_XLA = '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true'
 
@@ -33,7 +33,7 @@ FAST_XLA = '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_pass
 def _script(*args):
   env = dict(os.environ)
   env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') + ' ' + FAST_XLA).strip()
-  return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, env=env,
+  return subprocess.run([sys.executable, *SCRIPT, *args], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=600)
 
 
@@ -208,7 +208,7 @@ def test_curve_tables_on_known_numbers():
 
 
 def test_runs_at_chance_by_hand():
-  from benchmarks.repro.defs import SweepDef  # pylint: disable=g-import-not-at-top
+  from benchmarks.reproduction.defs import SweepDef  # pylint: disable=g-import-not-at-top
   d = SweepDef('s', 'S', (), data='digits')     # 10 classes: at chance below 0.15
   cells = [{'label': 'MTFL', 'stats': {'last10_acc': results.stat({0: 0.101, 1: 0.92, 2: 0.149})}},
            {'label': 'Single client', 'stats': {'last10_acc': results.stat({0: 0.196})}},
@@ -245,7 +245,7 @@ def test_tiny_pipeline_writes_every_section(tmp_path):
   # The register lists every claim of the papers of the report; the verdicts table has one
   # row per check of a claim (arbiters and exact byte counts apart), the last table one row
   # per check of fedjax_kd against a reference or of a setting.
-  from benchmarks.repro import claims as claims_lib, verdicts as verdicts_lib
+  from benchmarks.reproduction import claims as claims_lib, verdicts as verdicts_lib
   register = lines.index('## The claims register')
   settings = lines.index('## The settings: where collaboration can show')
   verdicts = lines.index("## Verdicts on the papers' claims")
@@ -588,12 +588,12 @@ def test_recorded_command_drops_scheduling_flags():
   schedule (threads, jobs, a part of the variants) are dropped, the MNIST path is a placeholder."""
   argv = ['run', '--runs=runs/repro', '--mnist=/home/me/mnist.npz', '--jobs=2',
           '--torch_threads=1', '--sweeps=dsfl_mnist', '--variants=FedAvg,FD,Single client']
-  assert plan_lib.command_line(argv) == ('python benchmarks/reproduction.py run --runs=runs/repro '
+  assert plan_lib.command_line(argv) == ('python -m benchmarks.reproduction run --runs=runs/repro '
                                 '--mnist=/path/to/mnist.npz --sweeps=dsfl_mnist')
   # argparse also takes a flag's value as the next word: it is dropped with its flag.
   spaced = ['run', '--jobs', '2', '--variants', 'FedAvg', '--plan_only', '--sweeps=dsfl_mnist']
   assert (plan_lib.command_line(spaced)
-          == 'python benchmarks/reproduction.py run --sweeps=dsfl_mnist')
+          == 'python -m benchmarks.reproduction run --sweeps=dsfl_mnist')
 
 
 def test_seed_table_by_seed_and_torch_command():
@@ -608,7 +608,7 @@ def test_seed_table_by_seed_and_torch_command():
           'variants': [{'label': 'PyTorch DS-FL ERA', 'overrides': {'dsfl.aggregation': 'era'}},
                        {'label': 'PyTorch DS-FL SA', 'overrides': {'dsfl.aggregation': 'sa'}}]}
   assert plan_lib.torch_command(plan, 'runs/repro/dsfl_mnist_torch', 'dsfl') == (
-      'python -m benchmarks.torch_ref --algorithm=dsfl --config=configs/dsfl_mnist_cpu.py '
+      'python -m benchmarks.references.pytorch --algorithm=dsfl --config=configs/dsfl_mnist_cpu.py '
       '--mnist=/path/to/mnist.npz --seeds=0,1,2 --variants=era,sa '
       '--out=runs/repro/dsfl_mnist_torch')
   # A grid and a field the module does not fix travel as --set flags; variants by key.
@@ -617,7 +617,7 @@ def test_seed_table_by_seed_and_torch_command():
                                                                 ['uniform', 'fedentopt']},
           'overrides': {'data.source': 'npz:/x/mnist.npz', 'rounds': 60}}
   assert plan_lib.torch_command(plan, 'out', 'fedentopt') == (
-      "python -m benchmarks.torch_ref --algorithm=fedentopt --mnist=/path/to/mnist.npz "
+      "python -m benchmarks.references.pytorch --algorithm=fedentopt --mnist=/path/to/mnist.npz "
       "--seeds=0 --variants=scaffold --set rounds=60 "
       "--set selection.method=uniform,fedentopt --out=out")
 
@@ -664,7 +664,7 @@ def test_report_reads_the_torch_reference_beside_fedjax_kd(tmp_path):
   md = out.read_text()
   part = md.split('### fedjax_kd against an independent implementation: PyTorch DS-FL')[1]
   part = part.split('### ')[0]
-  assert ('python -m benchmarks.torch_ref --algorithm=dsfl --config=configs/dsfl_mnist_cpu.py '
+  assert ('python -m benchmarks.references.pytorch --algorithm=dsfl --config=configs/dsfl_mnist_cpu.py '
           '--mnist=/path/to/mnist.npz --seeds=0,1,2 --variants=era,sa') in part
   assert 'python -m fedjax_kd.sweep' not in part
   seeds = [ln for ln in part.split('Every round, seed by seed:')[1].splitlines()

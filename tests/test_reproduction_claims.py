@@ -1,5 +1,5 @@
 """The reproduction report's claims register, its verdicts with a size, and its stale-run rule
-(benchmarks/repro): numbers worked out by hand, and the register held to its checks."""
+(benchmarks/reproduction): numbers worked out by hand, and the register held to its checks."""
 
 import dataclasses
 import json
@@ -11,11 +11,11 @@ import shutil
 import numpy as np
 import pytest
 
-from benchmarks.repro import archive as archive_lib
-from benchmarks.repro import claims, standing, verdicts
-from benchmarks.repro import sections as sections_lib
-from benchmarks.repro import stats as stats_lib
-from benchmarks.repro.verdicts import Finding
+from benchmarks.reproduction import archive as archive_lib
+from benchmarks.reproduction import claims, standing, verdicts
+from benchmarks.reproduction import sections as sections_lib
+from benchmarks.reproduction import stats as stats_lib
+from benchmarks.reproduction.verdicts import Finding
 from fedjax_kd import sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -167,8 +167,8 @@ def test_a_bit_identical_ablation_is_not_checkable_in_the_report():
   # Two arms bit-identical in every seed (clustering that changes nothing where every client
   # is alike): the report's decide() gives "not checkable in this setting", never a verdict,
   # and keeps it out of the paper's Holm family.
-  from benchmarks.repro import checks as checks_lib  # pylint: disable=g-import-not-at-top
-  from benchmarks.repro import headline  # pylint: disable=g-import-not-at-top
+  from benchmarks.reproduction import checks as checks_lib  # pylint: disable=g-import-not-at-top
+  from benchmarks.reproduction import headline  # pylint: disable=g-import-not-at-top
   acc = [0.71, 0.69, 0.74, 0.70, 0.72]
   table = stats_lib.Table([_cells('ACE-pFL', acc), _cells('w/o clustering', acc),
                            _cells('FedAvg', [a - 0.05 + 0.01 * (i % 2)
@@ -451,8 +451,8 @@ def test_the_method_against_its_strongest_baseline_by_hand():
   """The paper's method (the reference, else its algorithm's plain variant) against the best
   variant of another algorithm in the same grid cell, single clients left out; the smallest
   margin over cells."""
-  from benchmarks.repro import headline
-  from benchmarks.repro.defs import SweepDef
+  from benchmarks.reproduction import headline
+  from benchmarks.reproduction.defs import SweepDef
   cell = lambda label, acc, grid=None: {'variant': label, 'cell': dict(grid or {}), 'n': 1,
                                         'label': label, 'stats': {'final_acc': {'mean': acc}}}
   variants = (('P', 'paper', {}), ('P ablated', 'paper', {'x': 1}), ('B1', 'b1', {}),
@@ -469,8 +469,8 @@ def test_the_method_against_its_strongest_baseline_by_hand():
 
 
 def test_the_regime_gap_by_hand():
-  from benchmarks.repro import headline
-  from benchmarks.repro.defs import SweepDef
+  from benchmarks.reproduction import headline
+  from benchmarks.reproduction.defs import SweepDef
   cell = lambda label, acc, grid=None: {'variant': label, 'cell': dict(grid or {}), 'n': 1,
                                         'label': label, 'stats': {'final_acc': {'mean': acc}}}
   t = {'s': stats_lib.Table([cell('A', 0.90, {'c': 0}), cell('B', 0.85, {'c': 0}),
@@ -500,7 +500,7 @@ def test_a_bytes_claim_is_tested_on_the_ratio_and_an_at_least_claim_on_its_bound
   # x28.6". Half the paper's log ratio is x5.35 (sqrt(28.6)), so as a plain saving claim it
   # reproduces; against the bound it is a smaller effect. The old rule (half of 96.5 %
   # saved: 48 %) let a x1.93 gain reproduce it.
-  from benchmarks.repro import checks as checks_lib  # pylint: disable=g-import-not-at-top
+  from benchmarks.reproduction import checks as checks_lib  # pylint: disable=g-import-not-at-top
   from fedjax_kd.running import results  # pylint: disable=g-import-not-at-top
   ratios = [18.0, 19.5, 18.8, 17.9, 20.1]
   cell = lambda label, v: {'variant': label, 'label': label, 'cell': {}, 'n': 5,

@@ -1,4 +1,4 @@
-"""benchmarks/scarlet_official.py, the driver of the SCARLET authors' code: what runs here
+"""benchmarks/references/scarlet_official.py, the driver of the SCARLET authors' code: what runs here
 without their checkout (which CI does not have)."""
 
 import importlib.util
@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 def _module():
   spec = importlib.util.spec_from_file_location(
-      'scarlet_official_under_test', REPO / 'benchmarks' / 'scarlet_official.py')
+      'scarlet_official_under_test', REPO / 'benchmarks' / 'references' / 'scarlet_official.py')
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -44,7 +44,7 @@ def test_model_flag_selects_the_matching_fedjax_kd_fields(tmp_path):
   official.check_spec(spec, 'cnn')
   with pytest.raises(ValueError, match='resnet20@1.0 only'):
     official.check_spec(spec, 'resnet20')
-  from benchmarks.repro import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  from benchmarks.reproduction import plan as plan_lib  # pylint: disable=g-import-not-at-top
   doc = {'variants': [{'algorithm': 'scarlet',
                        'overrides': dict(official.OFFICIAL_MODELS['cnn'])}],
          'seeds': [0, 1], 'runs': [{'rounds': 10}]}

@@ -143,7 +143,7 @@ def test_a_full_default_run_on_four_devices_is_within_the_documented_tolerance(t
   if os.environ.get('FEDJAX_KD_GOLDEN') != 'all':
     pytest.skip('outside the CI subset; FEDJAX_KD_GOLDEN=all runs it')
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  from benchmarks.repro import archive as archive_lib   # pylint: disable=g-import-not-at-top
+  from benchmarks.reproduction import archive as archive_lib   # pylint: disable=g-import-not-at-top
   with archive_lib.open_runs(os.path.join(repo, archive_lib.ARCHIVE_DEFAULT)) as tree:
     ref = [json.loads(x) for x in open(os.path.join(tree, 'dsfl_digits', 'runs', 'ds-fl-era',
                                                     'seed0', 'metrics.jsonl'))]

@@ -1,4 +1,4 @@
-"""benchmarks/speed.py (BlazeFL / DS-FL rounds-per-minute benchmark) on a tiny setting."""
+"""benchmarks/performance/speed.py (BlazeFL / DS-FL rounds-per-minute benchmark) on a tiny setting."""
 
 import json
 import os
@@ -14,7 +14,8 @@ from tests.test_main import REPO
 def test_speed_benchmark_tiny_blazefl_writes_the_json(tmp_path):
   out = tmp_path / 'speed.json'
   r = subprocess.run(
-      [sys.executable, os.path.join(REPO, 'benchmarks', 'speed.py'), '--workload=blazefl',
+      [sys.executable, os.path.join(REPO, 'benchmarks', 'performance', 'speed.py'),
+       '--workload=blazefl',
        '--small', '--num_clients=2', '--clients_per_round=1', '--rounds=1', f'--out={out}'],
       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO),
       check=False)

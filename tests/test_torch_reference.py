@@ -1,4 +1,4 @@
-"""benchmarks/torch_ref: the independent PyTorch implementations fedjax_kd's curves are read against.
+"""benchmarks/references/pytorch: the independent PyTorch implementations fedjax_kd's curves are read against.
 
 PyTorch is a benchmark extra: the tests that run it skip where it is not installed. They make
 their own 28x28 data set (a Keras-layout npz), so they need no download; the setting a pair
@@ -11,8 +11,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from benchmarks.torch_ref import __main__ as cli
-from benchmarks.torch_ref import common
+from benchmarks.references.pytorch import __main__ as cli
+from benchmarks.references.pytorch import common
 from fedjax_kd import config as config_lib
 from fedjax_kd import sweep
 from fedjax_kd.errors import ConfigError
@@ -130,7 +130,7 @@ def test_lockstep_reference_reproduces_fedjax_kd(tmp_path, algorithm):
   the PyTorch loop computes what fedjax_kd computes: the losses of two rounds agree to float
   rounding (SCAFFOLD's second round reads the control variates of the first)."""
   pytest.importorskip('torch')
-  from benchmarks.torch_ref import dsfl, fedentopt  # pylint: disable=g-import-not-at-top
+  from benchmarks.references.pytorch import dsfl, fedentopt  # pylint: disable=g-import-not-at-top
   path = write_npz(tmp_path / 'm.npz')
   if algorithm == 'dsfl':
     cfg, module = _dsfl(path), dsfl

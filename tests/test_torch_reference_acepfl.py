@@ -1,4 +1,4 @@
-"""benchmarks/torch_ref/acepfl.py: the PyTorch ACE-pFL reference (its math by hand, a tiny run).
+"""benchmarks/references/pytorch/acepfl.py: the PyTorch ACE-pFL reference (its math by hand, a tiny run).
 
 PyTorch is a benchmark extra: the tests skip where it is not installed. The run makes its own
 28x28 data set (a Keras-layout npz), so it needs no download.
@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip('torch')
 
-from benchmarks.torch_ref import acepfl  # pylint: disable=g-import-not-at-top
-from benchmarks.torch_ref import common  # pylint: disable=g-import-not-at-top
+from benchmarks.references.pytorch import acepfl  # pylint: disable=g-import-not-at-top
+from benchmarks.references.pytorch import common  # pylint: disable=g-import-not-at-top
 from fedjax_kd import sweep  # pylint: disable=g-import-not-at-top
 from fedjax_kd.config import presets  # pylint: disable=g-import-not-at-top
 from tests.test_torch_reference import write_npz  # pylint: disable=g-import-not-at-top

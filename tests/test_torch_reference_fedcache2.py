@@ -1,4 +1,4 @@
-"""benchmarks/torch_ref/fedcache2.py: the PyTorch FedCache 2.0 reference.
+"""benchmarks/references/pytorch/fedcache2.py: the PyTorch FedCache 2.0 reference.
 
 Hand-worked checks of its KRR distillation loss and its device-centric cache sampling, and
 two-round runs of FedCache 2.0 and the single-client baseline on a small learnable 28x28
@@ -13,8 +13,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from benchmarks.torch_ref import common
-from benchmarks.torch_ref import fedcache2
+from benchmarks.references.pytorch import common
+from benchmarks.references.pytorch import fedcache2
 from fedjax_kd import config as config_lib
 from fedjax_kd import sweep
 from tests.test_torch_reference import write_npz as shared_npz

@@ -1,12 +1,12 @@
-"""benchmarks/torch_ref/scarlet.py: the plain-PyTorch SCARLET and DS-FL in SCARLET's order."""
+"""benchmarks/references/pytorch/scarlet.py: the plain-PyTorch SCARLET and DS-FL in SCARLET's order."""
 
 import json
 
 import numpy as np
 import pytest
 
-from benchmarks.torch_ref import common
-from benchmarks.torch_ref import scarlet
+from benchmarks.references.pytorch import common
+from benchmarks.references.pytorch import scarlet
 from fedjax_kd import sweep
 from fedjax_kd.config import presets
 from tests.test_torch_reference import write_npz

@@ -1,4 +1,4 @@
-"""benchmarks/vs_torch.py: the many-clients workloads' sizes, work accounting and CLI checks."""
+"""benchmarks/performance/vs_torch.py: the many-clients workloads' sizes, work accounting and CLI checks."""
 
 import argparse
 import importlib.util
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 
 import vs_torch  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -1,4 +1,4 @@
-"""benchmarks/warm_start.py: a cold run, then warm runs that load round 1's programs."""
+"""benchmarks/performance/warm_start.py: a cold run, then warm runs that load round 1's programs."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 
 import warm_start  # pylint: disable=g-import-not-at-top,wrong-import-position
 

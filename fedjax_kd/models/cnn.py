@@ -21,8 +21,8 @@
   FedLab's `CNN_CIFAR10` (Conv5x5(32) VALID -> ReLU -> MaxPool2 -> Conv5x5(64) VALID -> ReLU
   -> MaxPool2 -> Dense(512) -> ReLU -> Dense(C)), which is the architecture as we understand
   BlazeFL's quickstart-fedavg `models.cnn.CNN` (kitsuyaazuma/BlazeFL), used by
-  benchmarks/speed.py to reproduce BlazeFL's published rounds/minute. 878,538 parameters on
-  32x32x3 with 10 classes (2,432 + 51,264 + 819,712 + 5,130). No BatchNorm, no dropout.
+  benchmarks/performance/speed.py to reproduce BlazeFL's published rounds/minute. 878,538 parameters
+  on 32x32x3 with 10 classes (2,432 + 51,264 + 819,712 + 5,130). No BatchNorm, no dropout.
 """
 
 from __future__ import annotations

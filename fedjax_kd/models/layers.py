@@ -6,8 +6,8 @@ semantics as XLA, but it can lower the convolution in two ways:
 
 * 'xla': `lax.conv_general_dilated` (the fast path on GPU and TPU).
 * 'im2col': explicit patches and one matrix product (the fast path on XLA:CPU, where the
-  native convolution of small NHWC images is several times slower; benchmarks/conv_lowering.py
-  measures both).
+  native convolution of small NHWC images is several times slower;
+  benchmarks/performance/conv_lowering.py measures both).
 
 The im2col lowering (`conv_im2col`) is tuned for many small clients trained under
 `jax.vmap`:
@@ -45,8 +45,8 @@ PaddingLike = str | int | Sequence[int] | Sequence[tuple[int, int]]
 
 LOWERINGS = ('auto', 'im2col', 'xla')
 
-# Tuning knobs of the im2col lowering. benchmarks/conv_lowering.py varies them; library code
-# should leave them alone. `chunk_bytes` bounds the size of one chunk of patches.
+# Tuning knobs of the im2col lowering. benchmarks/performance/conv_lowering.py varies them; library
+# code should leave them alone. `chunk_bytes` bounds the size of one chunk of patches.
 IM2COL_CONFIG: dict[str, Any] = {'chunk_bytes': 2 << 20}
 
 
@@ -138,7 +138,7 @@ def _col2im(dp: Array, kh: int, kw: int, hp: int, wp: int, sh: int, sw: int) -> 
   Two passes of shifted (interior-padded for strides) pads: first the kw column taps of each
   kernel row are summed into a [B, oh, wp, C] row image, then the kh row images are summed
   into the output. Each output element reads kh + kw taps instead of kh * kw, which is about
-  a third less time for a 5x5 kernel on XLA:CPU (benchmarks/conv_lowering.py).
+  a third less time for a 5x5 kernel on XLA:CPU (benchmarks/performance/conv_lowering.py).
   """
   b, oh, ow, _ = dp.shape
   c = dp.shape[-1] // (kh * kw)

@@ -59,8 +59,9 @@ MaxPool2 -> Dense(2048) -> ReLU -> Dense(C); 6,603,710 parameters on 28x28x1 wit
 The text models (imdb_lstm, text_dnn, char_lstm) are described in `text`.
 
 blazefl_cnn is the CIFAR-10 CNN of McMahan et al. 2017 in FedLab's `CNN_CIFAR10` form, the
-architecture as we understand BlazeFL's quickstart `models.cnn.CNN` (benchmarks/speed.py):
-878,538 trainable parameters on 32x32x3 with 10 classes at width 1.
+architecture as we understand BlazeFL's quickstart `models.cnn.CNN`
+(benchmarks/performance/speed.py): 878,538 trainable parameters on 32x32x3 with 10 classes at width
+1.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class CifarResNet(nn.Module):
     shortcut: 'a' (option A, He et al.) or 'conv' (1x1 projection without BatchNorm,
       FedCache 2.0) where a block changes the shape; see `BasicBlock`.
     block: the block's module class: `BasicBlock`, or a transform of it with the same
-      variables, e.g. ``nn.remat(BasicBlock, static_argnums=(2,))`` (benchmarks/remat.py).
+      variables, e.g. ``nn.remat(BasicBlock, static_argnums=(2,))`` (benchmarks/performance/remat.py).
   """
   num_classes: int
   blocks_per_stage: int = 3

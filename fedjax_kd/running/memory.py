@@ -25,10 +25,10 @@ A run's device memory has three parts, and a fourth on a CPU:
   arrays (compiler, runtime, Python): :data:`CPU_RUNTIME`.
 
 ``docs/performance.md`` ("Planning device memory") has the plan against XLA's figure for a
-whole round (:func:`xla_figure`) on every shipped config (``benchmarks/memory_plan.py``).
-On a GPU the device's memory is XLA's allocator limit; on a CPU the device is the host,
-whose memory is what the kernel (and a cgroup limit, in a container) lets this process
-still take.
+whole round (:func:`xla_figure`) on every shipped config
+(``benchmarks/performance/memory_plan.py``). On a GPU the device's memory is XLA's allocator limit;
+on a CPU the device is the host, whose memory is what the kernel (and a cgroup limit, in a
+container) lets this process still take.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from fedjax_kd.errors import DeviceMemoryError
 
 GIB = 1 << 30
 # A CPU process's own memory besides arrays (compiler, runtime, Python): the default config's
-# measured peak less its arrays was 518 MB (benchmarks/memory_plan.py, size small).
+# measured peak less its arrays was 518 MB (benchmarks/performance/memory_plan.py, size small).
 CPU_RUNTIME = 512 << 20
 
 
@@ -536,7 +536,8 @@ def _least(spec: Any, parts: _Parts, **override: Any) -> MemoryPlan:
 
 
 # Where clients.chunk='auto' must choose, the share of the device a plan may fill: room for the
-# estimate's error (benchmarks/memory_plan.py measures it) and for what it does not count.
+# estimate's error (benchmarks/performance/memory_plan.py measures it) and for what it does not
+# count.
 HEADROOM = 0.85
 
 

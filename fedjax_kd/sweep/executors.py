@@ -15,7 +15,7 @@ Executors register like algorithms and selection methods (:func:`register`, an
 add one and ``--executor`` names it. Each flag is declared once, in
 :class:`~fedjax_kd.sweep.executor_options.ExecutorOptions` (its default, type, check and
 help); :func:`add_flags` makes the command-line flags of ``fedjax_kd.sweep`` and of
-``benchmarks/reproduction.py run`` from it.
+``python -m benchmarks.reproduction run`` from it.
 """
 
 from __future__ import annotations
