@@ -589,11 +589,14 @@ def test_recorded_command_drops_scheduling_flags():
   argv = ['run', '--runs=runs/repro', '--mnist=/home/me/mnist.npz', '--jobs=2',
           '--torch_threads=1', '--sweeps=dsfl_mnist', '--variants=FedAvg,FD,Single client']
   assert plan_lib.command_line(argv) == ('python -m benchmarks.reproduction run --runs=runs/repro '
-                                '--mnist=/path/to/mnist.npz --sweeps=dsfl_mnist')
+                                         '--mnist=/path/to/mnist.npz --sweeps=dsfl_mnist')
   # argparse also takes a flag's value as the next word: it is dropped with its flag.
   spaced = ['run', '--jobs', '2', '--variants', 'FedAvg', '--plan_only', '--sweeps=dsfl_mnist']
   assert (plan_lib.command_line(spaced)
           == 'python -m benchmarks.reproduction run --sweeps=dsfl_mnist')
+  # A command recorded before the script became a package reads as it is typed today.
+  assert (plan_lib.placeholder_paths('python benchmarks/reproduction.py run --mnist=/m/x.npz')
+          == 'python -m benchmarks.reproduction run --mnist=/path/to/mnist.npz')
 
 
 def test_seed_table_by_seed_and_torch_command():

@@ -234,6 +234,14 @@ def command_line(argv: Sequence[str]) -> str:
       'python -m benchmarks.reproduction ' + ' '.join(shlex.quote(a) for a in shown))
 
 
+# The script's entry points as they were typed when runs were made, and as they are typed
+# today (the same program and flags): a recorded command is shown in today's spelling.
+RENAMED = (('python benchmarks/reproduction.py ', 'python -m benchmarks.reproduction '),)
+
+
 def placeholder_paths(command: str) -> str:
-  """``command`` with the MNIST file's path (a machine's own) shown as a placeholder."""
+  """``command`` as a reader types it today: the MNIST file's path (a machine's own) shown as
+  a placeholder, an entry point renamed since (:data:`RENAMED`) in its new spelling."""
+  for old, new in RENAMED:
+    command = new + command[len(old):] if command.startswith(old) else command
   return re.sub(r'--mnist=\S+', '--mnist=/path/to/mnist.npz', command)
