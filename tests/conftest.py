@@ -69,27 +69,24 @@ def _share_compilations() -> None:
 
 _share_compilations()
 
-# The tiers' XLA backend optimisation (an XLA flag; `-m ''` keeps XLA's default).
-TIER_XLA_FLAG = '--xla_backend_optimization_level=0'
+# The quick tier's XLA backend optimisation (an XLA flag; the long tier keeps XLA's default).
+QUICK_XLA_FLAG = '--xla_backend_optimization_level=0'
 
 
 def pytest_configure(config):
-  """Both tiers (``-m 'not slow'``, the default, and ``-m slow``) compile at XLA's lowest
-  backend optimisation level: most of their time is XLA compiling small kernels, and that
-  level takes a fifth less time for the quick tier on 2 cores (185 s against 229 s) and a
-  third less for the long tier's compile-bound tests (the 58 of ``tests/test_programs.py``:
-  106 s against 164 s). Numbers differ from the default build's only as another CPU's do:
-  on eight algorithms' tiny golden cases no accuracy, count or byte moved and losses moved
-  by at most 7.5e-5 on the golden test's scale (ACE-pFL's L_GD, a difference of nearly equal
-  terms), within its tolerance of 5e-4. The golden record is the default build's (it was
-  recorded so); the tiers check it under this build and CI's AVX2 golden pass under the
-  default level with other kernels. ``-m ''`` compiles as users do. Set ``XLA_FLAGS``
-  yourself (any ``--xla_backend_optimization_level``) to choose; the workers and the
-  subprocesses the tests start inherit it."""
+  """The quick tier (the default ``-m 'not slow'``) compiles at XLA's lowest backend
+  optimisation level: a fifth less time on 2 cores (185 s against 229 s), with numbers that
+  differ from the default build's only as another CPU's do. Measured on eight algorithms'
+  tiny golden cases: no accuracy, count or byte moved; losses by at most 7.5e-5 on the golden
+  test's scale (ACE-pFL's L_GD, a difference of nearly equal terms), within its tolerance of
+  5e-4. The long tier, ``-m ''`` and CI's AVX2 golden pass compile as users do, so the golden
+  record is checked under both builds. Set ``XLA_FLAGS`` yourself (any
+  ``--xla_backend_optimization_level``) to choose; the workers and the subprocesses the tests
+  start inherit it."""
   flags = os.environ.get('XLA_FLAGS', '')
-  if (config.getoption('markexpr', '') or '').strip() in ('not slow', 'slow') and (
+  if (config.getoption('markexpr', '') or '').strip() == 'not slow' and (
       '--xla_backend_optimization_level' not in flags):
-    os.environ['XLA_FLAGS'] = f'{flags} {TIER_XLA_FLAG}'.strip()
+    os.environ['XLA_FLAGS'] = f'{flags} {QUICK_XLA_FLAG}'.strip()
 
 
 @pytest.fixture(autouse=True)
