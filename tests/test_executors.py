@@ -29,7 +29,7 @@ from fedjax_kd.sweep import (
     executor_options, executors, planning, ray_executor, slurm_executor, workers)
 from tests.shared import assert_rewrites_to_itself
 from tests.test_main import REPO
-from tests.test_sweep import sweep_env
+from tests.test_sweep import sigint_at_default, sweep_env
 
 sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 import local_clusters  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -348,11 +348,6 @@ def test_the_overhead_table_gives_the_medians_and_their_ratio():
       '| `ray` (2 nodes of 1 CPU) | 46.0 s | 1.15x | 46.0, 50.0, 45.5 s |']
 
 
-def _sigint_at_default():
-  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.slow
 def test_ctrl_c_while_joining_a_ray_cluster_starts_nothing_and_prints_no_traceback(tmp_path):
   """A head that takes the connection and never answers; SIGINT while the sweep waits on it:
@@ -370,13 +365,10 @@ def test_ctrl_c_while_joining_a_ray_cluster_starts_nothing_and_prints_no_traceba
     joined.set()
 
   threading.Thread(target=accept, daemon=True).start()
-  # SIGINT at its default and unblocked in the sweep, whatever this test's process inherited
-  # (a shell's background job starts with SIGINT ignored, and an earlier test in this worker
-  # may leave it blocked): a child would inherit either, and the signal would never arrive.
   proc = subprocess.Popen(_argv(tmp_path / 'out', '--executor=ray', f'--ray_address={address}',
                                 algorithms=('single',), seeds=(0,)),
                           cwd=REPO, env=sweep_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_at_default)
+                          stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default)
   try:
     assert joined.wait(60), 'the sweep never connected'
     time.sleep(0.3)

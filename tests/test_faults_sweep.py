@@ -28,7 +28,7 @@ from fedjax_kd.errors import DiskFullError
 from fedjax_kd.running import workdir as workdir_lib
 from fedjax_kd.sweep import planning, workers
 from tests import test_faults
-from tests.test_sweep import REPO, TINY_SETS, sweep_env
+from tests.test_sweep import REPO, TINY_SETS, sigint_at_default, sweep_env
 
 # Its long-tier tests time their processes: they run alone (`serial`, tests/conftest.py).
 
@@ -127,11 +127,8 @@ def _start_and_catch(out, log_path):
     moment caught: the in-flight runs have a checkpoint and at least 3 rounds to go.
   """
   log = open(log_path, 'w')   # pylint: disable=consider-using-with
-  # SIGINT at its default in the sweep even where the tests run as a background job (which
-  # a shell starts with SIGINT ignored, a disposition every child would inherit).
   proc = subprocess.Popen(_argv(out), cwd=REPO, env=sweep_env(), stdout=log,
-                          stderr=subprocess.STDOUT, text=True,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                          stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_at_default)
   log.close()
   deadline = time.monotonic() + CATCH_TIMEOUT_S
   while True:

@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -32,6 +33,15 @@ def sweep_env():
   env = dict(os.environ)
   env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') + ' ' + FAST_XLA).strip()
   return env
+
+
+def sigint_at_default():
+  """``preexec_fn`` of a sweep a test stops with SIGINT: the signal unblocked and at its
+  default, whatever the test's process passes on (a shell's background job starts with SIGINT
+  ignored, and an earlier test in the worker may leave it blocked; a child inherits either,
+  and the signal would never arrive)."""
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _cli(*args, timeout=300):
