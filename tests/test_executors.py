@@ -39,7 +39,11 @@ pytestmark = pytest.mark.xdist_group('clusters')
 
 ALGORITHMS, SEEDS = ('dsfl', 'single'), (0, 1)
 NAMES = tuple(f'{a}/seed{s}' for a in ALGORITHMS for s in SEEDS)
-SETS = ('rounds=3', 'checkpoint.every=1', 'log.tensorboard=False')
+# The default config's data with one small MLP for every client and the server: these tests
+# are about where runs go and how they stop and resume, not about the model, and an MLP
+# compiles and trains in a fraction of the CNN's time (every run is a fresh process).
+SMALL = ("clients.models=('mlp@0.5',)", 'server.model=mlp@0.5')
+SETS = ('rounds=3', 'checkpoint.every=1', 'log.tensorboard=False', *SMALL)
 TIMEOUT_S = 600
 
 
@@ -401,9 +405,11 @@ def reference(tmp_path_factory):
   return {n: _rows(out, n) for n in NAMES}
 
 
-# The interrupted sweeps: runs long enough (30 rounds) for a signal to land mid-run.
+# The interrupted sweeps: runs long enough (15 rounds of the default CNN, about a second
+# each) for a signal to land mid-run with rounds to spare.
+LONG_ROUNDS = 15
 LONG = dict(algorithms=('single',), seeds=(0, 1, 2, 3),
-            sets=('rounds=30', 'checkpoint.every=1', 'log.tensorboard=False'))
+            sets=(f'rounds={LONG_ROUNDS}', 'checkpoint.every=1', 'log.tensorboard=False'))
 
 
 @pytest.fixture(scope='module')
@@ -493,10 +499,10 @@ def test_ctrl_c_stops_the_ray_runs_after_their_round_and_a_rerun_finishes_them(
   for n in names:   # each finished before the signal, stopped after a round, or not started
     summary = workdir_lib.read_json(str(out / planning.RUNS_DIR / n), 'summary.json') or {}
     if summary.get('stopped_by'):
-      assert summary['stopped_by'] == 'SIGINT' and summary['rounds'] < 30, (n, summary)
+      assert summary['stopped_by'] == 'SIGINT' and summary['rounds'] < LONG_ROUNDS, (n, summary)
       at[n] = summary['rounds']
     elif summary:
-      assert summary['rounds'] == 30, (n, summary)
+      assert summary['rounds'] == LONG_ROUNDS, (n, summary)
       finished += 1
     else:
       assert len(_attempts(out, n)) <= 1, n   # cancelled before it started, or just starting
@@ -724,7 +730,7 @@ def test_a_cancelled_array_task_resumes_from_its_checkpoint_when_the_command_rer
   assert code in (130, 143), text
   assert 'sweep: 1 done, 0 skipped, 0 failed, 1 stopped' in text, text
   summary = workdir_lib.read_json(str(rundir), 'summary.json')
-  assert summary['stopped_by'] == 'SIGTERM' and summary['rounds'] < 30
+  assert summary['stopped_by'] == 'SIGTERM' and summary['rounds'] < LONG_ROUNDS
   again = _sweep(out, '--executor=slurm', env=env, cluster=slurm, **kw)
   assert again.returncode == 0, again.stdout + again.stderr
   assert 'sweep: 1 done, 1 skipped, 0 failed' in again.stdout

@@ -290,6 +290,7 @@ def _events(logdir):
   return out
 
 
+@pytest.mark.slow
 def test_tensorboard_scalars_equal_the_metrics(tmp_path):
   c = tiny_config(rounds=2)
   c.checkpoint.every = 0

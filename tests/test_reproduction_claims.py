@@ -292,6 +292,7 @@ def test_a_stale_run_is_named_and_enters_no_number(tmp_path):
   assert first['seed'] not in cell['stats']['final_acc']['values']
 
 
+@pytest.mark.slow
 def test_a_tie_to_a_commit_outside_the_history_is_stale(tmp_path):
   # A run tied by record to a commit that no clone of this repository holds (made in a
   # checkout whose commits never landed) is tied to nothing anyone can check: stale until
