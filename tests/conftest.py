@@ -4,6 +4,7 @@ builds on is ``tests.shared.tiny_config``."""
 import fcntl
 import os
 import pathlib
+import shutil
 
 import pytest
 
@@ -34,7 +35,7 @@ def mnist_path() -> pathlib.Path:
   return pathlib.Path(__file__).resolve().parents[2] / 'shared/data/mnist.npz'
 
 
-def _share_compilations() -> None:
+def _share_compilations():
   """One persistent XLA compilation cache for the whole test session.
 
   Most tests build a fresh experiment, so every jitted kernel is a new
@@ -49,14 +50,19 @@ def _share_compilations() -> None:
   workers inherit the directory that the controlling process made
   (``$FEDJAX_KD_TEST_XLA_CACHE``), so a program compiled by one worker is loaded by the
   other; JAX writes cache entries atomically.
+
+  Returns:
+    The directory, where this process made it (the controller, or a session without
+    workers); None in a worker.
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
   import jax  # pylint: disable=g-import-not-at-top
   worker = os.environ.get('PYTEST_XDIST_WORKER')
   cache = os.environ.get('FEDJAX_KD_TEST_XLA_CACHE') if worker else None
+  made = None
   if not cache or not os.path.isdir(cache):
-    cache = tempfile.mkdtemp(prefix='fedjax_kd_xla_cache_')
+    cache = made = tempfile.mkdtemp(prefix='fedjax_kd_xla_cache_')
     os.environ['FEDJAX_KD_TEST_XLA_CACHE'] = cache
   settings = {'jax_compilation_cache_dir': cache,
               'jax_persistent_cache_min_compile_time_secs': 0,
@@ -65,9 +71,21 @@ def _share_compilations() -> None:
     jax.config.update(name, value)
     os.environ[name.upper()] = str(value)
   os.environ['FEDJAX_KD_COMPILATION_CACHE'] = cache
+  return made
 
 
-_share_compilations()
+# The directory this process made (the controller's, or a run without workers), which it
+# removes at the end with the lock files beside it (`_serial_tests_run_alone`).
+_MADE_CACHE = _share_compilations()
+
+
+def pytest_unconfigure(config):
+  del config
+  if _MADE_CACHE:
+    shutil.rmtree(_MADE_CACHE, ignore_errors=True)
+    for lock in (_MADE_CACHE + '.lock', _MADE_CACHE + '.lock.queue'):
+      if os.path.exists(lock):
+        os.remove(lock)
 
 # The quick tier's XLA backend optimisation (an XLA flag; the long tier keeps XLA's default).
 QUICK_XLA_FLAG = '--xla_backend_optimization_level=0'
@@ -101,6 +119,14 @@ def pytest_xdist_auto_num_workers(config):
   return len(os.sched_getaffinity(0)) + 1
 
 
+def pytest_collection_modifyitems(config, items):
+  """``serial`` tests first, each group in its own order: pytest-xdist hands every worker
+  the session's first tests, so the ``serial`` ones run one after another at the start,
+  while the other workers wait for them anyway, and never interrupt the rest later."""
+  del config
+  items[:] = sorted(items, key=lambda item: not item.get_closest_marker('serial'))
+
+
 @pytest.fixture(autouse=True)
 def _serial_tests_run_alone(request):
   """A test marked ``serial`` runs while no other test does; the others run side by side.
@@ -109,14 +135,22 @@ def _serial_tests_run_alone(request):
   timeout, a lock wait under five seconds, two processes that must both keep up), so a
   pytest-xdist worker running something else beside them would make them slow or flaky.
   Every test takes a lock file shared by the session's workers: ``serial`` ones exclusively,
-  the others shared. Without workers (``-n 0``) there is nothing to wait for.
+  the others shared. A second lock file is the queue: a worker holds it while it waits, so
+  a ``serial`` test waits for the tests running now and no new one starts before it (with
+  the main lock alone, shared holders that keep taking it in turn starved an exclusive
+  waiter for ten minutes). Without workers (``-n 0``) there is nothing to wait for.
   """
   if not os.environ.get('PYTEST_XDIST_WORKER'):
     yield
     return
   mode = fcntl.LOCK_EX if request.node.get_closest_marker('serial') else fcntl.LOCK_SH
-  with open(os.environ['FEDJAX_KD_TEST_XLA_CACHE'] + '.lock', 'a') as f:
-    fcntl.flock(f, mode)
+  lock = os.environ['FEDJAX_KD_TEST_XLA_CACHE'] + '.lock'
+  with open(lock + '.queue', 'a') as queue, open(lock, 'a') as f:
+    fcntl.flock(queue, fcntl.LOCK_EX)
+    try:
+      fcntl.flock(f, mode)
+    finally:
+      fcntl.flock(queue, fcntl.LOCK_UN)
     try:
       yield
     finally:

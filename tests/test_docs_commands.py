@@ -552,7 +552,7 @@ COMMANDS: dict[str, Run | Elsewhere | Skip] = {
     ('python benchmarks/performance/memory_plan.py --configs=all --mnist=mnist.npz '
      '--out=benchmarks/results/memory_plan_configs.json'): Elsewhere(
         'tests/test_memory.py::test_the_plan_of_each_digits_config_is_within_15_percent_of_'
-        'xlas_figure', 'the same plan and memory.xla_figure on the digits configs, in-process '
+        'xlas_figure', 'the same plan and memory.xla_figure on six digits configs, in-process '
         '(the whole list compiles every paper-sized config: most of an hour on 2 cores)'),
     'python benchmarks/performance/memory_plan.py --from_json=benchmarks/results/memory_plan_configs.json': Run(
         'test_memory_plan_prints_the_saved_config_table', 'quick',

@@ -523,6 +523,7 @@ def test_a_second_run_on_a_locked_workdir_is_refused_before_any_work(tmp_path):
   assert _run(tiny_config(rounds=2), work)['rounds_run_this_call'] == 1
 
 
+@pytest.mark.slow
 def test_the_disk_client_store_is_locked_too(tmp_path):
   store = tmp_path / 'shared_store'
   store.mkdir()
