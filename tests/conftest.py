@@ -107,18 +107,6 @@ def pytest_configure(config):
     os.environ['XLA_FLAGS'] = f'{flags} {QUICK_XLA_FLAG}'.strip()
 
 
-def pytest_xdist_auto_num_workers(config):
-  """The long tier (``-m slow``) runs one pytest-xdist worker more than the machine has
-  cores: its tests wait on processes they start (sweeps, Ray and SLURM clusters, runs killed
-  and resumed), so with a worker per core the cores idle for a sixth of the tier. The quick
-  tier, which computes, keeps a worker per core; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` or
-  ``-n N`` choose for either."""
-  if (os.environ.get('PYTEST_XDIST_AUTO_NUM_WORKERS')
-      or (config.getoption('markexpr', '') or '').strip() != 'slow'):
-    return None      # pytest-xdist's own count
-  return len(os.sched_getaffinity(0)) + 1
-
-
 def pytest_collection_modifyitems(config, items):
   """``serial`` tests first, each group in its own order: pytest-xdist hands every worker
   the session's first tests, so the ``serial`` ones run one after another at the start,
