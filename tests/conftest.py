@@ -83,9 +83,15 @@ def pytest_unconfigure(config):
   del config
   if _MADE_CACHE:
     shutil.rmtree(_MADE_CACHE, ignore_errors=True)
-    for lock in (_MADE_CACHE + '.lock', _MADE_CACHE + '.lock.queue'):
+    for lock in _lock_files(_MADE_CACHE):
       if os.path.exists(lock):
         os.remove(lock)
+
+
+def _lock_files(cache: str) -> tuple[str, str]:
+  """``(lock, queue)``: the files beside the session's cache that `_serial_tests_run_alone`
+  takes."""
+  return cache + '.lock', cache + '.lock.queue'
 
 # The quick tier's XLA backend optimisation (an XLA flag; the long tier keeps XLA's default).
 QUICK_XLA_FLAG = '--xla_backend_optimization_level=0'
@@ -132,8 +138,8 @@ def _serial_tests_run_alone(request):
     yield
     return
   mode = fcntl.LOCK_EX if request.node.get_closest_marker('serial') else fcntl.LOCK_SH
-  lock = os.environ['FEDJAX_KD_TEST_XLA_CACHE'] + '.lock'
-  with open(lock + '.queue', 'a') as queue, open(lock, 'a') as f:
+  lock, queue_file = _lock_files(os.environ['FEDJAX_KD_TEST_XLA_CACHE'])
+  with open(queue_file, 'a') as queue, open(lock, 'a') as f:
     fcntl.flock(queue, fcntl.LOCK_EX)
     try:
       fcntl.flock(f, mode)
