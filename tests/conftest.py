@@ -149,3 +149,27 @@ def _serial_tests_run_alone(request):
       yield
     finally:
       fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# Where each test's time went, for finding a tier's idle cores: with FEDJAX_KD_TEST_TIMELINE set
+# to a file, every worker appends one JSON line a test (its worker, its start and end, and how
+# long its setup, call and teardown took; setup includes waiting on the lock above).
+_TIMELINE = os.environ.get('FEDJAX_KD_TEST_TIMELINE')
+
+if _TIMELINE:
+  import json  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+
+  @pytest.hookimpl(hookwrapper=True)
+  def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
+    start, item.timeline_phases = time.time(), {}
+    yield
+    line = {'test': item.nodeid, 'worker': os.environ.get('PYTEST_XDIST_WORKER', 'main'),
+            'start': round(start, 2), 'end': round(time.time(), 2), **item.timeline_phases}
+    with open(_TIMELINE, 'a', encoding='utf-8') as f:
+      f.write(json.dumps(line) + '\n')
+
+  @pytest.hookimpl(hookwrapper=True)
+  def pytest_runtest_makereport(item, call):
+    yield
+    item.timeline_phases[call.when] = round(call.duration, 2)
