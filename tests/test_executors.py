@@ -13,10 +13,12 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -423,15 +425,35 @@ def long_reference(tmp_path_factory):
 
 # ------------------------------------------------------------ Ray
 @pytest.fixture(scope='module')
-def ray_cluster(tmp_path_factory):
+def ray_cluster():
   pytest.importorskip('ray')
-  folder = tmp_path_factory.mktemp('ray')
+  # A short folder of its own: a worker's pytest folder is too long for Ray's sockets.
+  folder = tempfile.mkdtemp(prefix='fedjax_kd_ray_', dir='/tmp')
   try:
-    cluster = local_clusters.start_ray(str(folder), nodes=2, cpus=1)
+    cluster = local_clusters.start_ray(folder, nodes=2, cpus=1)
   except local_clusters.Unavailable as e:
+    shutil.rmtree(folder, ignore_errors=True)
     pytest.skip(f'no local Ray cluster on loopback only: {e}')
   yield cluster
   cluster.stop()
+  shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_ray_folder_too_long_for_its_sockets_is_refused_before_anything_starts(tmp_path):
+  folder = str(tmp_path / ('x' * local_clusters.RAY_FOLDER_MAX))
+  with pytest.raises(ValueError, match=r"Ray's folder .* characters: its nodes' socket paths "
+                                       r'under it would pass the 107 bytes'):
+    local_clusters.start_ray(folder)
+  assert not os.path.exists(folder)
+
+
+def test_the_cluster_tests_share_one_worker(request):
+  """Under pytest-xdist's --dist=loadgroup (the tiers' default) this module's tests are one
+  group, on one worker, so that each cluster starts once: pytest-xdist marks a test's node id
+  with its group (pytest 9.2 dropped what it renames, and the group's tests went to every
+  worker, each starting its own clusters)."""
+  if getattr(request.config.option, 'loadgroup', False):
+    assert request.node.nodeid.endswith('@clusters'), request.node.nodeid
 
 
 @pytest.mark.slow

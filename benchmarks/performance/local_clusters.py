@@ -314,21 +314,35 @@ def _node_flags(cpus: int) -> list[str]:
           '--disable-usage-stats']
 
 
+# The longest folder a Ray node's sockets fit under: Ray puts them at
+# <folder>/session_<date>_<time>_<microseconds>_<pid>/sockets/plasma_store.<n> (up to 66 more
+# characters), and a Unix socket's path has at most 107 bytes.
+RAY_FOLDER_MAX = 40
+
+
 def start_ray(folder: str, nodes: int = 2, cpus: int = 1, timeout: float = 120.0
               ) -> RayCluster:
   """A Ray cluster of ``nodes`` nodes with ``cpus`` CPUs each on 127.0.0.1, in a network
   namespace of its own with only ``lo`` (:func:`start_loopback`).
 
   Args:
-    folder: Ray's temporary folder (sessions, logs; short: Ray's socket paths are limited).
+    folder: Ray's temporary folder (sessions, logs), at most :data:`RAY_FOLDER_MAX` characters
+      (its sockets live under it).
     nodes: the head and ``nodes - 1`` more (:meth:`RayCluster.add_node` adds others).
     cpus: each node's CPUs.
     timeout: seconds for each node to show in the cluster.
 
   Raises:
+    ValueError: ``folder`` too long for the sockets under it.
     Unavailable: Ray missing, no namespace, a node did not come up, or a node registered at
       an address other than 127.0.0.1.
   """
+  folder = os.path.abspath(folder)
+  if len(folder) > RAY_FOLDER_MAX:
+    raise ValueError(
+        f"Ray's folder {folder} is {len(folder)} characters: its nodes' socket paths under it "
+        f'would pass the 107 bytes a Unix socket path allows; give one of at most '
+        f'{RAY_FOLDER_MAX} (tempfile.mkdtemp(dir="/tmp"))')
   ray = _ray_bin()
   os.makedirs(folder, exist_ok=True)
   net = start_loopback()
@@ -499,7 +513,7 @@ def main(argv=None) -> int:
     cluster = (start_ray(folder, a.nodes, a.cpus) if a.kind == 'ray'
                else start_slurm(folder, a.cpus))
     print(announce(cluster), flush=True)
-  except Unavailable as e:
+  except (Unavailable, ValueError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   try:
