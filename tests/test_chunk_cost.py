@@ -8,6 +8,7 @@ import pytest
 
 from tests.shared import TINY_FILE, assert_rewrites_to_itself
 from tests.test_main import REPO
+from tests.test_sweep import sweep_env
 
 sys.path.insert(0, os.path.join(REPO, 'benchmarks', 'performance'))
 import chunk_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -47,6 +48,9 @@ def test_each_chunk_runs_in_its_own_process_and_the_ratio_is_to_all_at_once(tmp_
     return got
 
   monkeypatch.setattr(chunk_cost, 'one_round', spy)
+  # Its runs' processes compile unoptimised code: the table's structure is under test here,
+  # not the times, and each process compiles from scratch (--compilation_cache=none).
+  monkeypatch.setenv('XLA_FLAGS', sweep_env()['XLA_FLAGS'])
   out = tmp_path / 'c.json'
   assert chunk_cost.main([f'--config={config}', '--fractions=1,0.5', '--repeats=2', '--mnist=',
                           f'--out={out}']) == 0
