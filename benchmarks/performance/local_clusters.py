@@ -314,10 +314,12 @@ def _node_flags(cpus: int) -> list[str]:
           '--disable-usage-stats']
 
 
-# The longest folder a Ray node's sockets fit under: Ray puts them at
-# <folder>/session_<date>_<time>_<microseconds>_<pid>/sockets/plasma_store.<n> (up to 66 more
-# characters), and a Unix socket's path has at most 107 bytes.
-RAY_FOLDER_MAX = 40
+# The longest folder a Ray node's sockets fit under: Ray puts them at the longest as below
+# (a session's date, time, microseconds and a 7-digit process id), and a Unix socket's path has
+# at most 107 bytes.
+UNIX_SOCKET_PATH_MAX = 107
+RAY_SOCKET_TAIL = '/session_2026-12-06_10-48-19_595632_4194304/sockets/plasma_store.1'
+RAY_FOLDER_MAX = UNIX_SOCKET_PATH_MAX - len(RAY_SOCKET_TAIL)
 
 
 def start_ray(folder: str, nodes: int = 2, cpus: int = 1, timeout: float = 120.0
@@ -341,8 +343,8 @@ def start_ray(folder: str, nodes: int = 2, cpus: int = 1, timeout: float = 120.0
   if len(folder) > RAY_FOLDER_MAX:
     raise ValueError(
         f"Ray's folder {folder} is {len(folder)} characters: its nodes' socket paths under it "
-        f'would pass the 107 bytes a Unix socket path allows; give one of at most '
-        f'{RAY_FOLDER_MAX} (tempfile.mkdtemp(dir="/tmp"))')
+        f'would pass the {UNIX_SOCKET_PATH_MAX} bytes a Unix socket path allows; give one of at '
+        f'most {RAY_FOLDER_MAX} (tempfile.mkdtemp(dir="/tmp"))')
   ray = _ray_bin()
   os.makedirs(folder, exist_ok=True)
   net = start_loopback()
