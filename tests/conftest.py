@@ -35,6 +35,10 @@ def mnist_path() -> pathlib.Path:
   return pathlib.Path(__file__).resolve().parents[2] / 'shared/data/mnist.npz'
 
 
+# A directory the session uses as its compilation cache and keeps (a developer's reruns).
+KEEP_CACHE_ENV = 'FEDJAX_KD_TEST_KEEP_CACHE'
+
+
 def _share_compilations():
   """One persistent XLA compilation cache for the whole test session.
 
@@ -46,7 +50,10 @@ def _share_compilations():
   environment variables hand it to subprocesses (CLI runs, sweep workers,
   notebook kernels). ``$FEDJAX_KD_COMPILATION_CACHE`` names it too, so that the
   command lines (whose cache is on by default, :mod:`fedjax_kd.running.compile_cache`)
-  never write into the user's ``~/.cache`` from a test. The quick tier's pytest-xdist
+  never write into the user's ``~/.cache`` from a test. ``$FEDJAX_KD_TEST_KEEP_CACHE=DIR``
+  makes the session use ``DIR`` instead and keep it (with its two lock files beside it), so
+  that a rerun loads what the run before compiled: the long tier took 2,571 s cold and
+  1,351 s warm on 2 cores (docs/testing.md). The quick tier's pytest-xdist
   workers inherit the directory that the controlling process made
   (``$FEDJAX_KD_TEST_XLA_CACHE``), so a program compiled by one worker is loaded by the
   other; JAX writes cache entries atomically.
@@ -61,7 +68,12 @@ def _share_compilations():
   worker = os.environ.get('PYTEST_XDIST_WORKER')
   cache = os.environ.get('FEDJAX_KD_TEST_XLA_CACHE') if worker else None
   made = None
-  if not cache or not os.path.isdir(cache):
+  kept = os.environ.get(KEEP_CACHE_ENV)
+  if kept and not worker:
+    cache = os.path.abspath(kept)
+    os.makedirs(cache, exist_ok=True)
+    os.environ['FEDJAX_KD_TEST_XLA_CACHE'] = cache
+  elif not cache or not os.path.isdir(cache):
     cache = made = tempfile.mkdtemp(prefix='fedjax_kd_xla_cache_')
     os.environ['FEDJAX_KD_TEST_XLA_CACHE'] = cache
   settings = {'jax_compilation_cache_dir': cache,

@@ -21,6 +21,7 @@ from fedjax_kd.running import session as session_lib
 from fedjax_kd.running import workdir as workdir_lib
 from tests.shared import TINY_FILE
 from tests.test_main import REPO
+from tests.test_sweep import sigint_at_default
 
 DEFAULT = os.path.join(REPO, 'configs', 'default.py')
 
@@ -324,7 +325,8 @@ def test_the_distributed_modes_are_the_modules():
 def _start(argv):
   return subprocess.Popen([sys.executable, '-m', 'fedjax_kd.main', *argv], cwd=REPO,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'))
+                          env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'),
+                          preexec_fn=sigint_at_default)
 
 
 def test_ctrl_c_before_the_first_round_is_one_line(tmp_path):

@@ -349,3 +349,25 @@ def test_tensorboard_scalars_do_not_import_torch(tmp_path):
   assert r.returncode == 0, r.stderr
   assert r.stdout.split()[0] == 'False'
   assert [n for n in os.listdir(tmp_path / 'tensorboard') if n.startswith('events.out')]
+
+
+@pytest.mark.slow   # two pytest sessions in processes of their own
+def test_the_test_sessions_cache_is_kept_where_asked_and_a_rerun_finds_its_programs_there(
+    tmp_path):
+  """``$FEDJAX_KD_TEST_KEEP_CACHE=DIR`` (tests/conftest.py): the session compiles into ``DIR``
+  and leaves it; a second session with the same ``DIR`` finds every program it runs there."""
+  keep = tmp_path / 'keep'
+  test = 'tests/test_compiles.py::test_counter_counts_new_shapes_not_repeats'
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('FEDJAX_KD_TEST_XLA_CACHE', 'PYTEST_XDIST_WORKER')}
+  env['FEDJAX_KD_TEST_KEEP_CACHE'] = str(keep)   # as a developer sets it
+  entries = []
+  for _ in range(2):
+    r = subprocess.run([sys.executable, '-m', 'pytest', test, '-n', '0', '-p', 'no:cacheprovider'],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    entries.append(sorted(n for n in os.listdir(keep) if n.endswith('-cache')))
+  # Kept, and the rerun's programs all had their entries there (a key new to the folder would
+  # add one: JAX keys on the program, the XLA flags and the versions, not on the session).
+  assert entries[0] and entries[1] == entries[0], entries
+  assert os.listdir(tmp_path) == ['keep']

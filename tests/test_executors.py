@@ -513,7 +513,8 @@ def test_ctrl_c_stops_the_ray_runs_after_their_round_and_a_rerun_finishes_them(
   argv = ray_cluster.wrap(_argv(out, '--executor=ray', f'--ray_address={ray_cluster.address}',
                                 **kw), REPO)
   log = open(tmp_path / 'sweep.out', 'w')   # pylint: disable=consider-using-with
-  proc = subprocess.Popen(argv, cwd=REPO, env=sweep_env(), stdout=log, stderr=subprocess.STDOUT)
+  proc = subprocess.Popen(argv, cwd=REPO, env=sweep_env(), stdout=log, stderr=subprocess.STDOUT,
+                          preexec_fn=sigint_at_default)
   names = [f'single/seed{s}' for s in kw['seeds']]
   deadline = time.monotonic() + TIMEOUT_S
   caught = False
