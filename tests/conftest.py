@@ -51,7 +51,8 @@ def _share_compilations():
   notebook kernels). ``$FEDJAX_KD_COMPILATION_CACHE`` names it too, so that the
   command lines (whose cache is on by default, :mod:`fedjax_kd.running.compile_cache`)
   never write into the user's ``~/.cache`` from a test. ``$FEDJAX_KD_TEST_KEEP_CACHE=DIR``
-  makes the session use ``DIR`` instead and keep it (with its two lock files beside it), so
+  makes the session use ``DIR`` instead and keep it (and, with workers, the two lock files
+  beside it), so
   that a rerun loads what the run before compiled: the long tier took 2,571 s cold and
   1,351 s warm on 2 cores (docs/testing.md). The quick tier's pytest-xdist
   workers inherit the directory that the controlling process made

@@ -36,10 +36,10 @@ def sweep_env():
 
 
 def sigint_at_default():
-  """``preexec_fn`` of a command (a run, a sweep) a test stops with SIGINT: the signal unblocked and at its
-  default, whatever the test's process passes on (a shell's background job starts with SIGINT
-  ignored, and an earlier test in the worker may leave it blocked; a child inherits either,
-  and the signal would never arrive)."""
+  """``preexec_fn`` of a command (a run, a sweep) a test stops with SIGINT: the signal
+  unblocked and at its default, whatever the test's process passes on (a shell's background
+  job starts with SIGINT ignored, and an earlier test in the worker may leave it blocked; a
+  child inherits either, and the signal would never arrive)."""
   signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
   signal.signal(signal.SIGINT, signal.SIG_DFL)
 
